@@ -1,0 +1,8 @@
+"""tinyhybrid: tinygrad's design with a compiled C++ core."""
+from tinyhybrid import _core  # noqa: F401
+from tinyhybrid.dtype import dtypes, DType  # noqa: F401
+from tinyhybrid.helpers import getenv, Context, DEBUG  # noqa: F401
+from tinyhybrid.uop import Ops, GroupOp, AxisType, AddrSpace  # noqa: F401
+from tinyhybrid.uop.ops import UOp, Variable  # noqa: F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,137 @@
+"""dtypes with tinygrad's names. The DType objects live in the C++ core (interned); this module adds the
+namespace, the promotion lattice and conversions to NumPy."""
+from __future__ import annotations
+
+import functools
+from typing import Final
+
+from tinyhybrid import _core
+from tinyhybrid.helpers import DEFAULT_FLOAT, DEFAULT_INT
+
+DType = _core.DType
+ConstType = float | int | bool
+
+
+def _d(name: str) -> DType: return DType.from_name(name)
+
+
+class DTypes:
+  """The dtypes namespace: `dtypes.float32`, `dtypes.int`, `dtypes.is_float(dt)`, ..."""
+
+  @staticmethod
+  def is_float(x: DType) -> bool: return x._is_float
+  @staticmethod
+  def is_int(x: DType) -> bool: return x._is_int
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x._is_unsigned
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar() is dtypes.bool
+  @staticmethod
+  def from_py(x: object) -> DType:
+    """The dtype of a Python value: bool, weakint for ints, weakfloat for floats; lists take the widest."""
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, float): return dtypes.weakfloat
+    if isinstance(x, int): return dtypes.weakint
+    if isinstance(x, (list, tuple)):
+      return strong_dtype(max(dtypes.from_py(xi) for xi in x)) if x else dtypes.default_float
+    raise RuntimeError(f"Could not infer dtype of {x!r} with type {type(x)}")
+  @staticmethod
+  def finfo(dtype: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype."""
+    if not dtype._is_float or dtype._is_weak: raise ValueError(f"{dtype} is not a floating point type")
+    return _FINFO[dtype.scalar().name]
+
+  void: Final[DType] = _d("void")
+  weakint: Final[DType] = _d("weakint")
+  weakfloat: Final[DType] = _d("weakfloat")
+  bool: Final[DType] = _d("bool")
+  int8: Final[DType] = _d("int8")
+  uint8: Final[DType] = _d("uint8")
+  int16: Final[DType] = _d("int16")
+  uint16: Final[DType] = _d("uint16")
+  int32: Final[DType] = _d("int32")
+  uint32: Final[DType] = _d("uint32")
+  int64: Final[DType] = _d("int64")
+  uint64: Final[DType] = _d("uint64")
+  fp8e4m3: Final[DType] = _d("fp8e4m3")
+  fp8e5m2: Final[DType] = _d("fp8e5m2")
+  fp8e4m3fnuz: Final[DType] = _d("fp8e4m3fnuz")
+  fp8e5m2fnuz: Final[DType] = _d("fp8e5m2fnuz")
+  float16: Final[DType] = _d("float16")
+  bfloat16: Final[DType] = _d("bfloat16")
+  float32: Final[DType] = _d("float32")
+  float64: Final[DType] = _d("float64")
+
+  half = float16; float = float32; double = float64  # noqa: E702
+  uchar = uint8; ushort = uint16; uint = uint32; ulong = uint64  # noqa: E702
+  char = int8; short = int16; int = int32; long = int64  # noqa: E702
+
+  @property
+  def default_float(self) -> DType: return to_dtype(str(DEFAULT_FLOAT.value))
+  @property
+  def default_int(self) -> DType: return to_dtype(str(DEFAULT_INT.value))
+
+  fp8s = (fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz)
+  floats = fp8s + (float16, bfloat16, float32, float64)
+  uints = (uint8, uint16, uint32, uint64)
+  sints = (int8, int16, int32, int64)
+  ints = uints + sints
+  weaks = (weakint, weakfloat)
+  all = floats + ints + (bool,)  # noqa: A003
+
+
+dtypes = DTypes()
+
+_FINFO = {"half": (5, 10), "__bf16": (8, 7), "float": (8, 23), "double": (11, 52), "float8_e4m3": (4, 3),
+          "float8_e5m2": (5, 2), "float8_e4m3fnuz": (4, 3), "float8_e5m2fnuz": (5, 2)}
+
+DTypeLike = str | DType
+
+
+def to_dtype(dtype: DTypeLike) -> DType:
+  """A DType from a DType or its name ("float32", "int", ...)."""
+  if isinstance(dtype, DType): return dtype
+  try: return DType.from_name(dtype.lower())
+  except AttributeError: raise AttributeError(f"unknown dtype {dtype!r}") from None
+
+
+def strong_dtype(dtype: DType) -> DType:
+  """The dtype a weak type commits to when nothing else decides: default_int or default_float."""
+  if dtype is dtypes.weakint: return dtypes.default_int
+  if dtype is dtypes.weakfloat: return dtypes.default_float
+  return dtype
+
+
+# JAX-style promotion lattice (https://jax.readthedocs.io/en/latest/jep/9407-type-promotion.html)
+_PROMO: dict[DType, list[DType]] = {
+  dtypes.bool: [dtypes.weakint], dtypes.weakint: [dtypes.int8, dtypes.uint8],
+  dtypes.int8: [dtypes.int16], dtypes.int16: [dtypes.int32], dtypes.int32: [dtypes.int64], dtypes.int64: [dtypes.weakfloat],
+  dtypes.uint8: [dtypes.int16, dtypes.uint16], dtypes.uint16: [dtypes.int32, dtypes.uint32],
+  dtypes.uint32: [dtypes.int64, dtypes.uint64], dtypes.uint64: [dtypes.weakfloat],
+  dtypes.weakfloat: list(dtypes.fp8s),
+  **{f: [dtypes.float16, dtypes.bfloat16] for f in dtypes.fp8s},
+  dtypes.float16: [dtypes.float32], dtypes.bfloat16: [dtypes.float32], dtypes.float32: [dtypes.float64], dtypes.float64: [],
+}
+
+
+@functools.cache
+def _ancestors(dtype: DType) -> frozenset[DType]:
+  return frozenset({dtype}).union(*[_ancestors(d) for d in _PROMO[dtype]])
+
+
+@functools.cache
+def least_upper_dtype(*ds: DType) -> DType:
+  """The smallest dtype every argument promotes to without loss (by the lattice)."""
+  return min(frozenset.intersection(*[_ancestors(d.scalar()) for d in ds]))
+
+
+def least_upper_float(dt: DType) -> DType:
+  if dt is dtypes.weakint: return dtypes.weakfloat
+  return dt if dt._is_float else least_upper_dtype(dt, dtypes.default_float)
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+  """The accumulator dtype of a sum, as in tinygrad: unsigned -> uint32+, int -> int32+, float -> float32+."""
+  if dt._is_unsigned: return least_upper_dtype(dt, dtypes.uint32)
+  if dt._is_int or dt is dtypes.bool: return least_upper_dtype(dt, dtypes.int32)
+  return least_upper_dtype(dt, dtypes.float32)

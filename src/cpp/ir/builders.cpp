@@ -1,0 +1,58 @@
+// Node builders with tinygrad's conventions: inferred dtypes, and weak constants that commit to the other side.
+#include <vector>
+
+#include "tinyhybrid/const.h"
+#include "tinyhybrid/uop.h"
+
+namespace th {
+
+namespace {
+// A weak node adopts the dtype of a strong partner: a weak CONST is rebuilt, anything else is cast.
+UOpRef commit(const UOpRef& weak, DType to) {
+  if (weak->op() == Ops::CONST) return UOp::make(Ops::CONST, to, {}, weak->arg());
+  return UOp::make(Ops::CAST, to, {weak});
+}
+
+bool can_commit(DType weak, DType strong) {
+  if (!weak.is_weak() || strong.is_weak()) return false;
+  if (weak.scalar_kind() == Scalar::WEAKINT) return strong.is_int() || strong.is_float();
+  return strong.is_float();
+}
+}  // namespace
+
+UOpRef alu(Ops op, std::span<const UOpRef> src) {
+  std::vector<UOpRef> s(src.begin(), src.end());
+  // The value operands: all for binary ops, the two branches for WHERE.
+  const size_t first = op == Ops::WHERE ? 1 : 0;
+  const bool shift = op == Ops::SHL || op == Ops::SHR;
+  if (s.size() >= first + 2 && !shift) {
+    for (size_t i = first; i < s.size(); ++i) {
+      for (size_t j = first; j < s.size(); ++j) {
+        if (i != j && s[i] && s[j] && can_commit(s[i]->dtype(), s[j]->dtype())) s[i] = commit(s[i], s[j]->dtype());
+      }
+    }
+    // weakint with weakfloat: both become weakfloat
+    for (size_t i = first; i < s.size(); ++i)
+      for (size_t j = first; j < s.size(); ++j)
+        if (s[i] && s[j] && s[i]->dtype() == DType::weakint() && s[j]->dtype() == DType::weakfloat())
+          s[i] = commit(s[i], DType::weakfloat());
+  }
+  if (shift && s.size() == 2 && s[1] && s[0] && s[1]->dtype().is_weak()) s[1] = commit(s[1], s[0]->dtype());
+  return UOp::make(op, infer_dtype(op, s, Arg()), s);
+}
+
+UOpRef alu(Ops op, std::initializer_list<UOpRef> src) {
+  return alu(op, std::span<const UOpRef>(src.begin(), src.size()));
+}
+
+UOpRef cast(const UOpRef& x, DType to) {
+  if (x->dtype() == to) return x;
+  return UOp::make(Ops::CAST, to, {x});
+}
+
+UOpRef bitcast(const UOpRef& x, DType to) {
+  if (x->dtype() == to) return x;
+  return UOp::make(Ops::BITCAST, to, {x});
+}
+
+}  // namespace th

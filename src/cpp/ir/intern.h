@@ -1,0 +1,36 @@
+// The intern table: the one place nodes are created, found and forgotten.
+#pragma once
+#include <mutex>
+#include <vector>
+
+#include "tinyhybrid/uop.h"
+
+namespace th {
+
+class InternTable {
+ public:
+  static InternTable& instance();
+  // Returns the node for the key, creating it when absent. `verify` runs only when the node is new.
+  template <class Verify>
+  UOpRef get_or_create(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg, Arg&& tag, const Verify& verify);
+  // Called by the thread that dropped a node's count to zero.
+  void forget(const UOp* node);
+  size_t size();
+
+ private:
+  InternTable() : slots_(1024, nullptr), mask_(1023) {}
+  static size_t key_hash(Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg, const Arg& tag);
+  static bool same_key(const UOp* n, size_t hash, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg,
+                       const Arg& tag);
+  UOpRef create(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg, Arg&& tag, size_t hash);
+  void insert_slot(const UOp* n);
+  void erase_slot(const UOp* n);
+  void grow();
+
+  std::mutex mu_;
+  std::vector<const UOp*> slots_;
+  size_t mask_;
+  size_t size_ = 0;
+};
+
+}  // namespace th
