@@ -13,9 +13,6 @@ class UOp(_core.UOp):
   Nodes are interned: building the same (op, dtype, src, arg, tag) twice gives the same object."""
   __slots__ = ()
 
-  @property
-  def vmin_vmax_known(self) -> bool: return False
-
   def f(self, op: Ops, **kwargs: Any) -> UOp:
     return UOp(op, kwargs.pop("dtype", self.dtype), (self,), **kwargs)
 
@@ -23,3 +20,13 @@ class UOp(_core.UOp):
 _core.register_uop_class(UOp)
 Variable = UOp
 sint = int | UOp
+
+
+def ssimplify(x: sint) -> sint:
+  """x simplified, as a Python int when it is constant (ints pass through)."""
+  return x.ssimplify() if isinstance(x, UOp) else x
+
+
+def sym_infer(x: sint, var_vals: dict) -> int:
+  """The value of x with its variables set (ints pass through)."""
+  return _core.sym_infer(x, var_vals) if isinstance(x, UOp) else x

@@ -88,7 +88,22 @@ PyObject* int_from_i128(i128 v) {
 
 }  // namespace
 
+namespace {
+// Tuples nest; past this depth an arg is refused instead of recursing the C stack away.
+constexpr int kMaxArgDepth = 256;
+thread_local int arg_depth = 0;
+struct DepthGuard {
+  DepthGuard() { ++arg_depth; }
+  ~DepthGuard() { --arg_depth; }
+};
+}  // namespace
+
 bool to_arg(PyObject* o, Arg& out) {
+  const DepthGuard guard;
+  if (arg_depth > kMaxArgDepth) {
+    PyErr_Format(PyExc_ValueError, "arg nests tuples more than %d deep", kMaxArgDepth);
+    return false;
+  }
   if (o == Py_None) {
     out = Arg();
     return true;

@@ -65,6 +65,9 @@ bool add_uop_getset(PyGetSetDef* defs);
 
 // PatternMatcher objects (py_rewrite.cpp): native rule sets are handed to Python through matcher_object.
 bool init_rewrite(PyObject* module);
+bool init_simplify(PyObject* module);
+bool init_symbolic(PyObject* module);  // py_symbolic.cpp: vmin/vmax, sym_infer, fold
+bool init_hcq(PyObject* module);       // py_hcq.cpp: the submodule _core.hcq
 bool is_matcher(PyObject* o);
 PyObject* matcher_object(PatternMatcher pm);
 }  // namespace th::py

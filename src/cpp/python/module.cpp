@@ -9,8 +9,8 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "tinyhybrid's compiled core: UOp nodes, dtypes, graph algorithms";
-  if (!th::py::init_dtype_type(m.ptr()) || !th::py::init_uop_type(m.ptr()) || !th::py::init_rewrite(m.ptr()))
-    throw py::error_already_set();
+  for (auto init : {th::py::init_dtype_type, th::py::init_uop_type, th::py::init_rewrite, th::py::init_simplify, th::py::init_symbolic, th::py::init_hcq})
+    if (!init(m.ptr())) throw py::error_already_set();
 
   m.def("enum_names", [](int kind) {
     if (kind < 0 || static_cast<size_t>(kind) >= th::kNumEnumKinds) throw py::value_error("no such enum kind");

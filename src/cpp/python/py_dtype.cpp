@@ -75,9 +75,11 @@ PyGetSetDef getset[] = {
 };
 
 PyObject* m_vec(PyObject* s, PyObject* arg) {
-  const long n = PyLong_AsLong(arg);
+  int overflow = 0;
+  const long long n = PyLong_Check(arg) ? PyLong_AsLongLongAndOverflow(arg, &overflow) : -1;
   if (n == -1 && PyErr_Occurred()) return nullptr;
-  if (n < 1) return PyErr_Format(PyExc_ValueError, "vec: count must be positive, got %ld", n);
+  if (!PyLong_Check(arg)) return PyErr_Format(PyExc_TypeError, "vec: count must be an int, got %.200s", Py_TYPE(arg)->tp_name);
+  if (overflow || n < 1 || n > 0xffffffffll) return PyErr_Format(PyExc_ValueError, "vec: count must be in [1, 2**32), got %R", arg);
   return guarded([&] { return wrap(self_dtype(s).vec(static_cast<uint32_t>(n))); });
 }
 
@@ -93,7 +95,9 @@ PyObject* m_ptr(PyObject* s, PyObject* const* args, Py_ssize_t nargs, PyObject* 
     else if (std::string_view(k) == "addrspace") addr_o = v;
     else return PyErr_Format(PyExc_TypeError, "ptr() got an unexpected keyword argument '%s'", k);
   }
-  if (size_o && (size = PyLong_AsLongLong(size_o)) == -1 && PyErr_Occurred()) return nullptr;
+  int overflow = 0;
+  if (size_o && (size = PyLong_AsLongLongAndOverflow(size_o, &overflow)) == -1 && PyErr_Occurred()) return nullptr;
+  if (overflow) return PyErr_Format(PyExc_ValueError, "ptr: size %R does not fit in 64 bits", size_o);
   if (addr_o && (addr = PyLong_AsLong(addr_o)) == -1 && PyErr_Occurred()) return nullptr;
   if (addr < 0 || addr > static_cast<long>(AddrSpace::ALU)) return PyErr_Format(PyExc_ValueError, "bad addrspace %ld", addr);
   return guarded([&] { return wrap(self_dtype(s).ptr(size, static_cast<AddrSpace>(addr))); });

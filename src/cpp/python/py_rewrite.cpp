@@ -109,7 +109,8 @@ RuleFn python_rule(PyObject* fn, const std::vector<std::string>& names, PyObject
       }
     } release{stack, &made};
     for (size_t slot : slots) {
-      PyObject* w = uop_object(c[slot]);
+      // a name that the matching alternative of a UPat.any does not bind arrives as None
+      PyObject* w = c[slot] ? uop_object(c[slot]) : (Py_INCREF(Py_None), Py_None);
       if (!w) throw PythonError{};
       stack[1 + made++] = w;
     }
@@ -125,7 +126,8 @@ RuleFn python_rule(PyObject* fn, const std::vector<std::string>& names, PyObject
       return nullptr;
     }
     if (!is_uop(r)) {
-      PyErr_Format(PyExc_TypeError, "a rule returned %.200s; it must return a UOp or None", Py_TYPE(r)->tp_name);
+      PyErr_Format(PyExc_TypeError, "a rule returned %R, which is not a tinyhybrid UOp (a rule must return one, or None)",
+                   reinterpret_cast<PyObject*>(Py_TYPE(r)));
       Py_DECREF(r);
       throw PythonError{};
     }

@@ -53,10 +53,11 @@ bool ops_arg(PyObject* o, Ops& out) {
     PyErr_Format(PyExc_TypeError, "UOp: op must be an Ops member, got %.200s", Py_TYPE(o)->tp_name);
     return false;
   }
-  const long v = PyLong_AsLong(o);
+  int overflow = 0;
+  const long v = PyLong_AsLongAndOverflow(o, &overflow);
   if (v == -1 && PyErr_Occurred()) return false;
-  if (v < 0 || static_cast<size_t>(v) >= kNumOps) {
-    PyErr_Format(PyExc_ValueError, "UOp: %ld is not an op", v);
+  if (overflow || v < 0 || static_cast<size_t>(v) >= kNumOps) {
+    PyErr_Format(PyExc_ValueError, "UOp: %R is not an op", o);
     return false;
   }
   out = static_cast<Ops>(v);
@@ -103,10 +104,22 @@ bool operand(PyObject* o, math::Operand& out) {
 
 // ---- construction ----
 
+// Re-raises the pending Python error with the op's name in front, so bad input says which op it was for.
+PyObject* name_op_in_error(Ops op, const char* what) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  // keep the kind of error (a UnicodeError is reported as the ValueError it is), with the op named in front
+  PyObject* kind = type && PyErr_GivenExceptionMatches(type, PyExc_ValueError) ? PyExc_ValueError : PyExc_TypeError;
+  PyErr_Format(kind, "%s: bad %s: %S", std::string(op_name(op)).c_str(), what, value ? value : Py_None);
+  Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+  return nullptr;
+}
+
 PyObject* make_node(Ops op, PyObject* dtype_o, std::vector<UOpRef>& src, PyObject* arg_o, PyObject* tag_o) {
   Arg arg, tag;
-  if (arg_o && !to_arg(arg_o, arg)) return nullptr;
-  if (tag_o && !to_arg(tag_o, tag)) return nullptr;
+  if (arg_o && !to_arg(arg_o, arg)) return name_op_in_error(op, "arg");
+  if (tag_o && !to_arg(tag_o, tag)) return name_op_in_error(op, "tag");
   return guarded([&] {
     DType dtype;
     if (dtype_o && dtype_o != Py_None) {
@@ -230,7 +243,7 @@ void topo_dealloc(PyObject* self) {
 Py_ssize_t topo_len(PyObject* self) { return static_cast<Py_ssize_t>(as_topo(self)->data.order.size()); }
 PyObject* topo_item(PyObject* self, Py_ssize_t i) {
   const auto& order = as_topo(self)->data.order;
-  if (i < 0) i += static_cast<Py_ssize_t>(order.size());
+  // Python already added len() to a negative index (sq_item's contract): what is still negative is out of range
   if (i < 0 || static_cast<size_t>(i) >= order.size()) {
     PyErr_SetString(PyExc_IndexError, "toposort index out of range");
     return nullptr;

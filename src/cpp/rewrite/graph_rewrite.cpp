@@ -46,12 +46,16 @@ class Rewriter {
   // Bottom-up: rewrite the node to a fixed point first. Then its sources are visited.
   void visit(Entry e) {
     if (bottom_up_) {
-      std::unordered_set<const UOp*> seen;
       size_t rule;
-      while (UOpRef r = apply(e.current.get(), &rule)) {
-        if (!seen.insert(e.current.get()).second || seen.count(r.get()))
-          loop_error(rule, e.current.get(), r.get());
-        e.current = std::move(r);
+      if (UOpRef r = apply(e.current.get(), &rule)) {
+        // the chain is held, so a freed intermediate's address cannot come back as a false loop
+        std::vector<UOpRef> chain{e.current};
+        std::unordered_set<const UOp*> seen{e.current.get()};
+        do {
+          if (!seen.insert(r.get()).second) loop_error(rule, e.current.get(), r.get());
+          chain.push_back(r);
+          e.current = std::move(r);
+        } while ((r = apply(e.current.get(), &rule)));
       }
     }
     in_progress_.insert(e.key.get());

@@ -106,7 +106,8 @@ class Compiler {
     using Instr = MatchProgram::Instr;
     const bool looks_at_src = p.src_mode == Pattern::Src::Ordered || p.src_mode == Pattern::Src::Repeat;
     if (!p.ops.empty() || !p.dtypes.empty() || p.arg || looks_at_src) {
-      Instr in{Instr::Kind::Check};
+      Instr in;
+      in.kind = Instr::Kind::Check;
       in.reg = reg;
       in.check_ops = !p.ops.empty();
       in.ops = p.ops;
@@ -129,7 +130,8 @@ class Compiler {
         for (size_t i = 0; i < p.src.size(); ++i) emit(p.src[i], static_cast<uint16_t>(in.first_out + i), code);
     }
     if (!p.name.empty()) {
-      Instr cap{Instr::Kind::Capture};
+      Instr cap;
+      cap.kind = Instr::Kind::Capture;
       cap.reg = reg;
       cap.slot = static_cast<uint16_t>(std::find(names_.begin(), names_.end(), p.name) - names_.begin());
       code.push_back(cap);
@@ -137,7 +139,8 @@ class Compiler {
     if (p.src_mode == Pattern::Src::Repeat && !p.src.empty()) {
       MatchProgram::Sub sub{alloc(1), {}};
       emit(p.src[0], sub.root_reg, sub.code);
-      Instr each{Instr::Kind::ForEach};
+      Instr each;
+      each.kind = Instr::Kind::ForEach;
       each.reg = reg;
       each.sub = static_cast<int32_t>(prog_.subs.size());
       prog_.subs.push_back(std::move(sub));

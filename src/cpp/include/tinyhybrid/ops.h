@@ -33,7 +33,7 @@ namespace th {
   /* tensor-graph only */                                                                               \
   X(CONTIGUOUS) X(CONTIGUOUS_BACKWARD) X(DETACH) X(STAGE) X(COPY) X(MSELECT) X(MSTACK) X(CUSTOM_FUNCTION) \
   X(RESHAPE) X(PERMUTE) X(EXPAND) X(PAD) X(FLIP) X(UNSHARD)                                             \
-  X(REDUCE) X(ALLREDUCE)                                                                                \
+  X(REDUCE) X(ALLREDUCE) X(IOTA)                                                                        \
   /* pattern compiler */                                                                                \
   X(PYLITERAL)
 

@@ -36,7 +36,7 @@ bool arg_matches(const Arg& pattern, const Arg& node);
 // A compiled pattern: straight-line code without choice points (permutations were expanded at compile time).
 struct MatchProgram {
   struct Instr {
-    enum class Kind : uint8_t { Check, Capture, ForEach } kind;
+    enum class Kind : uint8_t { Check, Capture, ForEach } kind = Kind::Check;
     uint16_t reg = 0;         // the register holding the node the instruction looks at
     // Check: op/dtype/arg constraints, then load sources into registers [first_out, first_out + nload)
     bool check_ops = false;

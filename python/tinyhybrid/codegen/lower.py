@@ -1,0 +1,170 @@
+"""Lowering a scheduled kernel to the kernel IR: loops (RANGE), index arithmetic pushed through the movement ops,
+gated LOADs, a REDUCE over the reduce loops and the STORE. Index expressions are simplified by the native engine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinyhybrid.dtype import dtypes
+from tinyhybrid.helpers import prod
+from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem
+from tinyhybrid.uop import AxisType, GroupOp, Ops
+from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.shape import shape_of
+
+IDX = dtypes.weakint
+
+
+def _c(v: int) -> UOp: return UOp.const(IDX, v)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+  out, acc = [], 1
+  for s in reversed(shape):
+    out.append(acc if s != 1 else 0)
+    acc *= s
+  return out[::-1]
+
+
+def _flat(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+  acc = _c(0)
+  for i, st in zip(idx, _strides(shape)):
+    if st: acc = acc + i * st
+  return acc
+
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+  if a is None: return b
+  if b is None: return a
+  return a & b
+
+
+def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
+  """Follows movement ops down from u: the first non-movement node, the index into it, and the condition under which
+  the position is inside every PAD (None when nothing pads)."""
+  cond: UOp | None = None
+  while u.op in GroupOp.Movement or u.op is Ops.AFTER:
+    if u.op is Ops.AFTER:
+      u = u.src[0]
+      continue
+    src = u.src[0]
+    ss = shape_of(src) or ()
+    op, arg = u.op, u.arg
+    if op is Ops.RESHAPE:
+      flat = _flat(idx, shape_of(u) or ())
+      new, acc = [], 1
+      for s in reversed(ss):
+        new.append((flat // acc) % s if s != 1 else _c(0))
+        acc *= s
+      idx = tuple(x.simplify() for x in reversed(new))
+    elif op is Ops.PERMUTE:
+      inv = [0] * len(arg)
+      for i, a in enumerate(arg): inv[a] = i
+      idx = tuple(idx[inv[j]] for j in range(len(arg)))
+    elif op is Ops.EXPAND: idx = tuple(_c(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, ss, arg))
+    elif op is Ops.SHRINK: idx = tuple(i + b if b else i for i, (b, _) in zip(idx, arg))
+    elif op is Ops.FLIP: idx = tuple((s - 1) - i if f else i for i, s, f in zip(idx, ss, arg))
+    elif op is Ops.PAD:
+      inner = []
+      for i, s, (b, a) in zip(idx, ss, arg):
+        inner.append(i - b if b else i)
+        if b: cond = _and(cond, (i < b).logical_not())
+        if a: cond = _and(cond, i < b + s)
+      idx = tuple(x.simplify() for x in inner)
+    else: raise NotImplementedError(f"lowering: movement op {op}")
+    u = src
+  if cond is not None:
+    cond = cond.simplify()
+    if cond.op is Ops.CONST and cond.arg is True: cond = None  # padding that is never reached
+  return u, idx, cond
+
+
+@dataclass
+class LoweredKernel:
+  name: str
+  ast: UOp                 # SINK of the store, in kernel IR
+  buffers: list[BufferSlot]  # PARAM i is buffers[i]; 0 is the output
+  outer: int               # trip count of the outermost loop (split across cores)
+
+
+class Lowerer:
+  def __init__(self, item: KernelItem):
+    self.item = item
+    self.buffers: list[BufferSlot] = [item.buffer]
+    self.params: dict[int, UOp] = {}
+    self.memo: dict[tuple, UOp] = {}
+
+  def param(self, buf: BufferSlot) -> UOp:
+    for i, b in enumerate(self.buffers):
+      if b == buf: break
+    else:
+      self.buffers.append(buf)
+      i = len(self.buffers) - 1
+    if i not in self.params: self.params[i] = UOp(Ops.PARAM, buf.dtype.ptr(buf.size), (), i)
+    return self.params[i]
+
+  def load(self, buf: BufferSlot, flat: UOp, valid: UOp | None) -> UOp:
+    index = UOp(Ops.INDEX, buf.dtype, (self.param(buf), flat.simplify()))
+    return UOp(Ops.LOAD, buf.dtype, (index,) if valid is None else (index, valid.simplify()))
+
+  def value(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    key = (u, idx, valid)
+    if (hit := self.memo.get(key)) is not None: return hit
+    ret = self._value(u, idx, valid)
+    self.memo[key] = ret
+    return ret
+
+  def _value(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    op = u.op
+    if u is not self.item.out and u in self.item.realized:
+      # an assign earlier in the schedule: its result is the target's view of the buffer it wrote
+      if u.op is Ops.STORE: return self.value(u.src[0], idx, valid)
+      return self.load(self.item.realized[u], _flat(idx, shape_of(u) or ()), valid)
+    if op is Ops.BUFFER: return self.load(u.arg, idx[0], valid)
+    if op is Ops.CONST: return u
+    if op is Ops.IOTA: return idx[0].cast(u.dtype)
+    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER): return self.value(u.src[0], idx, valid)
+    if op in GroupOp.Movement: return self.movement(u, idx, valid)
+    if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
+      return UOp(op, u.dtype, tuple(self.value(s, idx, valid) for s in u.src), u.arg)
+    raise NotImplementedError(f"lowering: {op} inside a kernel")
+
+  def movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+    base, idx, cond = through_views(u, idx)
+    val = self.value(base, idx, _and(valid, cond))
+    return val if cond is None else cond.where(val, UOp.const(val.dtype, 0))
+
+  def lower(self) -> LoweredKernel:
+    out = self.item.out
+    out_shape = shape_of(out) or ()
+    full_shape = shape_of(out.src[0]) if out.op is Ops.REDUCE else out_shape
+    axes = set(out.arg[1]) if out.op is Ops.REDUCE else set()
+    rng, ranges, reduce_ranges = [], [], []
+    for i, s in enumerate(full_shape):
+      if s == 1: rng.append(_c(0)); continue
+      r = UOp(Ops.RANGE, IDX, (_c(s),), (i, AxisType.REDUCE if i in axes else AxisType.LOOP))
+      rng.append(r)
+      (reduce_ranges if i in axes else ranges).append(r)
+    if out.op is Ops.REDUCE:
+      val = UOp(Ops.REDUCE, out.dtype, (self.value(out.src[0], tuple(rng), None), *reduce_ranges), out.arg[0])
+      store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), out_shape)
+    elif out.op is Ops.STORE:
+      # assign: the value goes through the target's view into the target's own buffer
+      base, bidx, cond = through_views(out.src[0], tuple(rng))
+      if base.op is not Ops.BUFFER or cond is not None: raise ValueError("assign: the target must be a view of a buffer without padding")
+      val = self.value(out.src[1], tuple(rng), None)
+      store_idx = bidx[0]
+    else:
+      val = self.value(out, tuple(rng), None)
+      store_idx = _flat(tuple(rng), out_shape)
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (self.param(self.item.buffer), store_idx.simplify())), val))
+    ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges)) if ranges else store).simplify()
+    outer = ranges[0].src[0].arg if ranges else 1
+    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, outer)
+
+
+def _kernel_name(out: UOp, shape: tuple[int, ...]) -> str:
+  kind = "r" if out.op is Ops.REDUCE else "E"
+  return f"{kind}_{'_'.join(str(s) for s in shape) if shape else 'scalar'}"[:60]
+
+
+def lower(item: KernelItem) -> LoweredKernel: return Lowerer(item).lower()

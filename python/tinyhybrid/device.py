@@ -1,0 +1,137 @@
+"""Devices and buffers: the Device registry (DEV=, Device.DEFAULT, Device[name]), Buffer, and the interfaces a
+device implements (allocator, compiler, program runner)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.helpers import getenv
+
+# numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
+_NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
+               "unsigned short": np.uint16, "int": np.int32, "unsigned int": np.uint32, "long": np.int64,
+               "unsigned long": np.uint64, "half": np.float16, "__bf16": np.uint16, "float": np.float32,
+               "double": np.float64, "float8_e4m3": np.uint8, "float8_e5m2": np.uint8, "float8_e4m3fnuz": np.uint8,
+               "float8_e5m2fnuz": np.uint8}
+
+
+def np_storage(dtype: DType) -> np.dtype:
+  """The numpy dtype that stores values of `dtype` (raw bits where numpy has no such type)."""
+  try: return np.dtype(_NP_STORAGE[dtype.scalar().name])
+  except KeyError: raise TypeError(f"{dtype} has no numpy storage") from None
+
+
+class Allocator:
+  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly."""
+  ALIGN = 64
+
+  def alloc(self, nbytes: int) -> np.ndarray:
+    raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % self.ALIGN
+    return raw[off:off + nbytes]
+
+  def copyin(self, dest: np.ndarray, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
+  def copyout(self, dest: memoryview, src: np.ndarray) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
+
+
+class Buffer:
+  """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the Buffer."""
+
+  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | np.ndarray | None = None):
+    if size < 0: raise ValueError(f"Buffer: negative size {size}")
+    self.device, self.size, self.dtype = device, size, dtype
+    self._mem: np.ndarray | None = None
+    if initial is not None: self.copyin(initial)
+
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  def is_allocated(self) -> bool: return self._mem is not None
+
+  def ensure_allocated(self) -> Buffer:
+    if self._mem is None: self._mem = Device[self.device].allocator.alloc(self.nbytes)
+    return self
+
+  @property
+  def address(self) -> int: return self.ensure_allocated()._mem.ctypes.data  # type: ignore[union-attr]
+
+  def copyin(self, data: bytes | memoryview | np.ndarray) -> Buffer:
+    raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")
+    if len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
+    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)  # type: ignore[arg-type]
+    return self
+
+  def numpy(self) -> np.ndarray:
+    """A copy of the contents as a flat numpy array (raw bits for dtypes numpy lacks)."""
+    out = np.empty(self.size, dtype=np_storage(self.dtype))
+    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)  # type: ignore[arg-type]
+    return out
+
+  def as_buffer(self) -> memoryview: return memoryview(self.numpy().view(np.uint8).reshape(-1))
+  def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}{'' if self.is_allocated() else ' (unallocated)'}>"
+  # Buffers are compared by identity: two buffers with the same contents are still different memory
+  __hash__ = object.__hash__
+
+
+@dataclass
+class CompiledProgram:
+  """A compiled kernel: its source, the loaded function's address, and a way to call it."""
+  name: str
+  src: str
+  address: int
+  call: Callable[[list[int], int], None]  # (args as uint64 words, number of threads)
+  keepalive: Any = None
+
+
+class Compiled:
+  """A device that compiles and runs kernels: an allocator, a renderer, a compiler and a runtime."""
+  def __init__(self, name: str, allocator: Allocator, renderer: Any, compile_fn: Callable[[str, str], CompiledProgram] | None):
+    self.name, self.allocator, self.renderer, self._compile = name, allocator, renderer, compile_fn
+    self._cache: dict[tuple[str, str], CompiledProgram] = {}
+    self.max_threads = 1  # how many cores a kernel's outer loop is split across
+
+  def compile(self, name: str, src: str) -> CompiledProgram:
+    if self._compile is None: raise RuntimeError(f"device {self.name} does not run kernels")
+    if (key := (name, src)) not in self._cache: self._cache[key] = self._compile(name, src)
+    return self._cache[key]
+
+  def synchronize(self) -> None: pass
+
+
+class _DeviceRegistry:
+  """Device["CPU"] gives the device object (made on first use); Device.DEFAULT is DEV= or CPU."""
+  _known = ("CPU", "NULL", "PYTHON")
+
+  @functools.cached_property
+  def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)
+    dev = os.getenv("DEV", "") or next((d for d in self._known if getenv(d, 0) == 1), "CPU")
+    return self.canonicalize(dev)
+
+  def canonicalize(self, device: str | None) -> str:
+    if device is None: return self.DEFAULT
+    base, _, idx = device.upper().partition(":")
+    if base not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)}")
+    return base if not idx or idx == "0" else f"{base}:{idx}"
+
+  @functools.cache  # noqa: B019 (one device object per name for the process)
+  def __getitem__(self, device: str) -> Compiled:
+    name = self.canonicalize(device)
+    mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
+    return mod.make_device(name)
+
+
+Device = _DeviceRegistry()
+
+
+def to_ctypes_words(args: list[int]) -> ctypes.Array:
+  """Kernel arguments as the uint64 array every kernel takes."""
+  return (ctypes.c_uint64 * max(len(args), 1))(*[a & 0xFFFFFFFFFFFFFFFF for a in args])
+
+
+def default_float_np() -> np.dtype: return np_storage(dtypes.default_float)

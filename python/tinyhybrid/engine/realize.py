@@ -1,0 +1,126 @@
+"""Realizing tensors: normalize the graph, get its plan (from the schedule cache, or by scheduling, lowering,
+rendering and compiling), bind buffers and run the kernels."""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tinyhybrid.codegen.lower import lower
+from tinyhybrid.device import Buffer, CompiledProgram, Device
+from tinyhybrid.helpers import DEBUG
+from tinyhybrid.schedule.kernelize import BufferSlot, buffer_view, create_schedule, normalize
+from tinyhybrid.schedule.memory import plan_memory
+from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.shape import shape_of
+
+if TYPE_CHECKING:
+  from tinyhybrid.tensor import Tensor
+
+
+@dataclass
+class ExecItem:
+  prg: CompiledProgram
+  slots: list[int]
+  threads: int
+
+
+@dataclass
+class CompiledSchedule:
+  """Everything needed to run one graph structure again: programs, argument slots, the memory plan."""
+  items: list[ExecItem]
+  new_slots: list[BufferSlot]
+  physical: list[int]  # new slot j lives in physical buffer physical[j]
+  outputs: list[tuple[str, int]]
+
+
+# normalized sink -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently used
+# plans are dropped past the limit, so programs that build ever-new graphs do not grow without bound.
+schedule_cache: OrderedDict[UOp, CompiledSchedule] = OrderedDict()
+SCHEDULE_CACHE_SIZE = 256
+
+
+def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
+  spec = create_schedule(key, n_inputs)
+  dev = Device[device]
+  items = []
+  for item in spec.items:
+    k = lower(item)
+    src = dev.renderer.render(k)
+    if DEBUG >= 4: print(src)
+    items.append(ExecItem(dev.compile(k.name, src), [b.index for b in k.buffers], max(1, min(k.outer, dev.max_threads))))
+  outputs = {slot for kind, slot in spec.outputs if kind == "view"}
+  physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
+  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs)
+
+
+def realize_tensors(tensors: list[Tensor]) -> None:
+  from tinyhybrid.tensor import _all_tensors
+  by_device: dict[str, list[Tensor]] = {}
+  for t in tensors:
+    if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
+  for device, ts in by_device.items():
+    roots = [t.uop for t in ts]
+    key, inputs, nodes = normalize(roots)
+    # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first
+    written = {id(_target_buffer(u)) for u in nodes if u.op is Ops.STORE}
+    if written:
+      mine = set(map(id, ts))
+      readers = [t for t in list(_all_tensors) if id(t) not in mine and not buffer_view(t.uop) and
+                 any(u.op is Ops.BUFFER and id(u.arg) in written for u in t.uop.toposort(gate=lambda u: u.op is not Ops.STORE))]
+      if readers:
+        realize_tensors(readers)
+        roots = [t.uop for t in ts]
+        key, inputs, nodes = normalize(roots)
+    if (cs := schedule_cache.get(key)) is None:
+      cs = schedule_cache[key] = _compile_schedule(key, len(inputs), device)
+      if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
+    else:
+      schedule_cache.move_to_end(key)
+      if DEBUG >= 3: print(f"schedule cache hit: {len(cs.items)} kernels")
+    # bind memory: inputs, then the plan's physical buffers
+    phys: dict[int, Buffer] = {}
+    bufs: list[Buffer] = list(inputs)
+    for slot, p in zip(cs.new_slots, cs.physical):
+      if p not in phys: phys[p] = Buffer(device, slot.size, slot.dtype)
+      bufs.append(phys[p] if phys[p].size == slot.size and phys[p].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
+    for ei in cs.items:
+      st = time.perf_counter()
+      ei.prg.call([bufs[s].address for s in ei.slots], ei.threads)
+      if DEBUG >= 2: print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} buffers  {ei.threads} threads")
+    wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
+    history = bool(wants_grad) and any(u in wants_grad for u in nodes)
+    becomes: dict[UOp, UOp] = {}
+    for r, (kind, slot) in zip(roots, cs.outputs):
+      if kind == "store":
+        base = r
+        while base.op is Ops.RESHAPE: base = base.src[0]
+        becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0],), r.arg)
+      elif kind == "view":
+        view = _view(bufs[slot], shape_of(r) or ())
+        becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view
+    for u in nodes:
+      if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
+    _apply_becomes(becomes)
+
+
+def _target_buffer(store: UOp) -> Buffer:
+  u = store.src[0]
+  while u.op is not Ops.BUFFER: u = u.src[0]
+  return u.arg
+
+
+def _view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+  b = UOp(Ops.BUFFER, buf.dtype, (), buf)
+  return b if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+
+
+def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
+  """Points every live tensor whose graph holds a realized node at that node's buffer instead."""
+  from tinyhybrid.tensor import _all_tensors
+  if not becomes: return
+  for t in list(_all_tensors):
+    if t.uop in becomes: t.uop = becomes[t.uop]
+    elif not buffer_view(t.uop): t.uop = t.uop.substitute(becomes)

@@ -1,0 +1,60 @@
+"""Creation: zeros, ones, arange, eye, the *_like forms, and triangular masks."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tinyhybrid.dtype import dtypes, to_dtype
+
+if TYPE_CHECKING:
+  from tinyhybrid.tensor import Tensor
+
+
+class CreationMixin:
+  __slots__ = ()
+
+  @classmethod
+  def zeros(cls, *shape, **kwargs) -> Tensor: return cls.full(cls._shape_arg(shape), 0.0 if "dtype" not in kwargs else 0, **kwargs)  # type: ignore[attr-defined]
+  @classmethod
+  def ones(cls, *shape, **kwargs) -> Tensor: return cls.full(cls._shape_arg(shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)  # type: ignore[attr-defined]
+
+  @classmethod
+  def arange(cls, start: float, stop: float | None = None, step: float = 1, **kwargs) -> Tensor:
+    """start, start+step, ... below stop; ints give default_int, floats default_float."""
+    if stop is None: start, stop = 0, start
+    if step == 0: raise ValueError("arange: step must not be zero")
+    n = max(0, math.ceil((stop - start) / step))
+    dt = kwargs.pop("dtype", None)
+    dt = to_dtype(dt) if dt is not None else (dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float)
+    if n == 0: return cls.full((0,), 0, dtype=dt, **kwargs)  # type: ignore[attr-defined]
+    idx = cls._iota(n, kwargs.get("device"))  # type: ignore[attr-defined]
+    return (idx.cast(dt) * step + start).cast(dt) if (start, step) != (0, 1) else idx.cast(dt)
+
+  @classmethod
+  def linspace(cls, start: float, stop: float, steps: int, **kwargs) -> Tensor:
+    if steps < 0: raise ValueError("linspace: steps must be non-negative")
+    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps == 1: return cls.full((1,), start, dtype=dt, **kwargs)  # type: ignore[attr-defined]
+    return (start + cls.arange(steps, **kwargs).cast(dtypes.float64) * ((stop - start) / (steps - 1))).cast(dt)
+
+  @classmethod
+  def eye(cls, n: int, m: int | None = None, **kwargs) -> Tensor:
+    m = n if m is None else m
+    dt = kwargs.pop("dtype", dtypes.default_float)
+    rows = cls.arange(n, **kwargs).reshape(n, 1)
+    cols = cls.arange(m, **kwargs).reshape(1, m)
+    return (rows == cols).cast(dt)
+
+  def tril(self: Tensor, diagonal: int = 0) -> Tensor: return self._tri(diagonal, lower=True)
+  def triu(self: Tensor, diagonal: int = 0) -> Tensor: return self._tri(diagonal, lower=False)
+  def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
+    r, c = self.shape[-2], self.shape[-1]
+    rows = self.arange(r, device=self.device).reshape(r, 1)
+    cols = self.arange(c, device=self.device).reshape(1, c)
+    keep = (cols <= rows + diagonal) if lower else (cols >= rows + diagonal)
+    return keep.where(self, self.zeros_like() if self.dtype is not dtypes.bool else False)
+
+  def full_like(self: Tensor, fill_value: Any, **kwargs) -> Tensor:
+    return self.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
+  def zeros_like(self: Tensor, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
+  def ones_like(self: Tensor, **kwargs) -> Tensor: return self.full_like(1, **kwargs)

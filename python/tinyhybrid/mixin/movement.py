@@ -1,0 +1,162 @@
+"""Movement: reshape, permute, expand, pad, shrink, flip and what is built from them."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from tinyhybrid.helpers import prod
+from tinyhybrid.uop import Ops
+
+if TYPE_CHECKING:
+  from tinyhybrid.tensor import Tensor
+
+
+def _dims(args: tuple) -> tuple:
+  return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+
+
+class MovementMixin:
+  __slots__ = ()
+
+  def reshape(self: Tensor, shape: int | Sequence[int | None], *args: int) -> Tensor:
+    """A view with another shape of the same number of elements; one dimension may be -1 (inferred), None keeps it."""
+    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, int) else tuple(shape))
+    new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
+    if new.count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {new}")
+    if -1 in new:
+      known = prod([s for s in new if s != -1])
+      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} to {new}")
+      new = tuple(self.numel() // known if s == -1 else s for s in new)
+    if any(s < 0 for s in new) or prod(new) != self.numel():
+      raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {new}")
+    return self if new == self.shape else self._mop(Ops.RESHAPE, new)
+
+  def view(self: Tensor, shape: int | Sequence[int], *args: int) -> Tensor: return self.reshape(shape, *args)
+
+  def permute(self: Tensor, order: int | Sequence[int], *args: int) -> Tensor:
+    """Reorders the dimensions: result dimension i is this tensor's dimension order[i]."""
+    order = tuple(self._resolve_dim(d) for d in (_dims((order, *args)) if args else ((order,) if isinstance(order, int) else order)))
+    if sorted(order) != list(range(self.ndim)): raise ValueError(f"permute: {order} is not a permutation of {self.ndim} dimensions")
+    return self if order == tuple(range(self.ndim)) else self._mop(Ops.PERMUTE, order)
+
+  def expand(self: Tensor, shape: int | Sequence[int], *args: int) -> Tensor:
+    """Broadcasts dimensions of size 1 (and prepends new ones); -1 keeps a dimension."""
+    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, int) else tuple(shape))
+    if len(new) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {new}")
+    cur = (1,) * (len(new) - self.ndim) + self.shape
+    new = tuple(c if n == -1 else n for c, n in zip(cur, new))
+    if any(c != n and c != 1 for c, n in zip(cur, new)): raise ValueError(f"expand: cannot expand {self.shape} to {new}")
+    t = self.reshape(cur) if cur != self.shape else self
+    return t if new == cur else t._mop(Ops.EXPAND, new)
+
+  def pad(self: Tensor, padding: Sequence[int] | Sequence[tuple[int, int] | None], mode: str = "constant", value: float = 0.0) -> Tensor:
+    """Pads with `value` (mode constant) or by reflect, replicate or circular. padding is per dimension (before, after),
+    or flat in torch's order (last dimension first)."""
+    if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad mode {mode!r}")
+    if all(isinstance(p, int) for p in padding):
+      flat = list(padding)
+      if len(flat) % 2 or len(flat) // 2 > self.ndim: raise ValueError(f"pad: bad padding {padding} for shape {self.shape}")
+      pads = [(0, 0)] * (self.ndim - len(flat) // 2) + [(flat[i], flat[i + 1]) for i in range(len(flat) - 2, -1, -2)]
+    else:
+      if len(padding) != self.ndim: raise ValueError(f"pad: {len(padding)} pads for {self.ndim} dimensions")
+      pads = [(0, 0) if p is None else tuple(p) for p in padding]  # type: ignore[misc]
+    if mode != "constant": return self._pad_mode(pads, mode)
+    # negative padding shrinks first
+    t = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for s, (b, a) in zip(self.shape, pads)))
+    pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
+    if all(p == (0, 0) for p in pos): return t
+    if value == 0: return t._mop(Ops.PAD, pos)
+    mask = t.ones_like(dtype="bool")._mop(Ops.PAD, pos)
+    return mask.where(t._mop(Ops.PAD, pos), value)
+
+  def _pad_mode(self: Tensor, pads: list, mode: str) -> Tensor:
+    t = self
+    for d, (b, a) in enumerate(pads):
+      if b == 0 and a == 0: continue
+      n = t.shape[d]
+      if mode == "reflect" and (b >= n or a >= n): raise ValueError(f"pad: reflect padding {b, a} must be < the size {n}")
+      if mode == "circular" and (b > n or a > n): raise ValueError(f"pad: circular padding {b, a} must be <= the size {n}")
+      sl = lambda s, e: t.shrink(tuple((s, e) if i == d else (0, x) for i, x in enumerate(t.shape)))  # noqa: E731
+      if mode == "reflect": before, after = (sl(1, b + 1).flip(d) if b else None), (sl(n - a - 1, n - 1).flip(d) if a else None)
+      elif mode == "replicate": before, after = (sl(0, 1).expand_dim(d, b) if b else None), (sl(n - 1, n).expand_dim(d, a) if a else None)
+      else: before, after = (sl(n - b, n) if b else None), (sl(0, a) if a else None)
+      t = t.cat(*[x for x in (after,) if x is not None], dim=d) if before is None else before.cat(*[x for x in (t, after) if x is not None], dim=d)
+    return t
+
+  def expand_dim(self: Tensor, d: int, n: int) -> Tensor:
+    return self.expand(tuple(n if i == d else s for i, s in enumerate(self.shape)))
+
+  def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    """Keeps [start, end) of each dimension (None keeps all of it)."""
+    if len(arg) != self.ndim: raise ValueError(f"shrink: {len(arg)} ranges for {self.ndim} dimensions")
+    bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, self.shape)): raise ValueError(f"shrink: {bounds} out of range for {self.shape}")
+    return self if bounds == tuple((0, s) for s in self.shape) else self._mop(Ops.SHRINK, bounds)
+
+  def flip(self: Tensor, axis: int | Sequence[int], *args: int) -> Tensor:
+    """Reverses the order of the given dimensions."""
+    axes = {self._resolve_dim(a) for a in (_dims((axis, *args)) if args else ((axis,) if isinstance(axis, int) else axis))}
+    return self if not axes else self._mop(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
+
+  def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+    order = list(range(self.ndim))
+    order[self._resolve_dim(dim0)], order[self._resolve_dim(dim1)] = order[self._resolve_dim(dim1)], order[self._resolve_dim(dim0)]
+    return self.permute(order)
+
+  @property
+  def T(self: Tensor) -> Tensor: return self.permute(tuple(range(self.ndim))[::-1])  # noqa: N802
+
+  def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+  def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    d = self._resolve_dim(dim)
+    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+  def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    dims = {self._resolve_dim(d) for d in ((dim,) if isinstance(dim, int) else dim)}
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims or s != 1))
+
+  def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    d = self._resolve_dim(dim, extra=True)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+  def repeat(self: Tensor, repeats: int | Sequence[int], *args: int) -> Tensor:
+    reps = _dims((repeats, *args)) if args else ((repeats,) if isinstance(repeats, int) else tuple(repeats))
+    if len(reps) < self.ndim: raise ValueError(f"repeat: {len(reps)} repeats for {self.ndim} dimensions")
+    base = (1,) * (len(reps) - self.ndim) + self.shape
+    t = self.reshape(tuple(x for s in base for x in (1, s)))
+    t = t.expand(tuple(x for r, s in zip(reps, base) for x in (r, s)))
+    return t.reshape(tuple(r * s for r, s in zip(reps, base)))
+
+  def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    """Concatenates along `dim`: each piece is padded to the full length and the pieces are added."""
+    tensors = [self, *args]
+    d = self._resolve_dim(dim)
+    for t in tensors:
+      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+        raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside dimension {d}")
+    total, off, out = sum(t.shape[d] for t in tensors), 0, None
+    for t in tensors:
+      p = t.pad(tuple((off, total - off - t.shape[d]) if i == d else None for i in range(t.ndim)))
+      out, off = p if out is None else out + p, off + t.shape[d]
+    return out  # type: ignore[return-value]
+
+  def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    d = self._resolve_dim(dim, extra=True)
+    return self.unsqueeze(d).cat(*[t.unsqueeze(d) for t in args], dim=d)
+
+  def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    d = self._resolve_dim(dim)
+    n = self.shape[d]
+    if isinstance(sizes, int): sizes = [min(sizes, n - i) for i in range(0, max(n, 1), max(sizes, 1))] if n else [0]
+    if sum(sizes) != n: raise ValueError(f"split: sizes {list(sizes)} do not add up to {n}")
+    offs = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(self.shrink(tuple((o, o + s) if i == d else None for i in range(self.ndim))) for o, s in zip(offs, sizes))
+
+  def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    if chunks <= 0: raise ValueError(f"chunk: chunks must be positive, got {chunks}")
+    n = self.shape[self._resolve_dim(dim)]
+    return self.split(max(1, -(-n // chunks)) if n else 1, dim)

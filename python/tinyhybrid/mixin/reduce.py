@@ -1,0 +1,162 @@
+"""Reductions, matmul and the functions built on them (softmax, losses, attention)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+from tinyhybrid.dtype import dtypes, least_upper_float, sum_acc_dtype
+from tinyhybrid.uop import Ops
+
+if TYPE_CHECKING:
+  from tinyhybrid.tensor import Tensor
+
+Axis = int | Sequence[int] | None
+
+
+class ReduceMixin:
+  __slots__ = ()
+
+  def _axes(self: Tensor, axis: Axis) -> tuple[int, ...]:
+    if axis is None: return tuple(range(self.ndim))
+    return tuple(self._resolve_dim(a) for a in ((axis,) if isinstance(axis, int) else axis))
+
+  def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype=None) -> Tensor:
+    """Sum over axis; ints accumulate in at least int32, half and bfloat16 accumulate in float32 and cast back."""
+    acc = sum_acc_dtype(self.dtype) if dtype is None else dtype
+    ret = self.cast(acc)._reduce(Ops.ADD, self._axes(axis), keepdim)
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+  def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype=None) -> Tensor:
+    return self.cast(dtype if dtype is not None else self.dtype)._reduce(Ops.MUL, self._axes(axis), keepdim)
+
+  def max(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor: return self._reduce(Ops.MAX, self._axes(axis), keepdim)
+  def min(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    if self.dtype is dtypes.bool: return self.logical_not().max(axis, keepdim).logical_not()
+    if self.dtype._is_unsigned: return (self.dtype.max - (self.dtype.max - self).max(axis, keepdim)).cast(self.dtype)
+    return -((-self).max(axis, keepdim))
+
+  def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor: return self.cast(dtypes.bool).max(axis, keepdim)
+  def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(axis, keepdim).logical_not()
+
+  def mean(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    out_dt = self.dtype if self.dtype._is_float else dtypes.default_float
+    n = math.prod(self.shape[a] for a in self._axes(axis))
+    s = self.cast(out_dt).sum(axis, keepdim)
+    return s / n if n else s * math.nan
+
+  def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    n = math.prod(self.shape[a] for a in self._axes(axis))
+    sq = (self - self.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
+
+  def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    return self.var(axis, keepdim, correction).sqrt()
+
+  def var_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def std_mean(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+  def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+    m = self.max(axis, keepdim=True)
+    m = m.isinf().where(0, m)
+    ret = (self - m).exp().sum(axis, keepdim=True).log() + m
+    return ret if keepdim else ret.squeeze(self._axes(axis))
+
+  def _softmax(self: Tensor, axis: int, dtype=None) -> tuple[Tensor, Tensor, Tensor]:
+    x = self.cast(dtype) if dtype is not None else self._float()
+    m = x - x.max(axis, keepdim=True).detach()
+    e = m.exp()
+    return m, e, e.sum(axis, keepdim=True)
+
+  def softmax(self: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    _, e, ss = self._softmax(axis, dtype)
+    return e.div(ss)
+
+  def log_softmax(self: Tensor, axis: int = -1, dtype=None) -> Tensor:
+    m, _, ss = self._softmax(axis, dtype)
+    return m - ss.log()
+
+  def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum (of the flattened tensor when axis is None)."""
+    if axis is None: return self.flatten().argmax(0)
+    a = self._resolve_dim(axis)
+    n = self.shape[a]
+    is_max = self == self.max(a, keepdim=True)
+    idx = self.arange(n, 0, -1).reshape((n,) + (1,) * (self.ndim - a - 1))
+    return (n - (is_max * idx).max(a, keepdim)).cast(dtypes.int32)
+
+  def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    return (-self if not self.dtype is dtypes.bool else self.logical_not()).argmax(axis, keepdim)
+
+  # ** matmul **
+  def dot(self: Tensor, w: Tensor, dtype=None) -> Tensor:
+    """Matrix product with numpy's broadcasting rules (1-D operands are vectors)."""
+    if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {w.shape}")
+    x, y = (self.unsqueeze(0) if self.ndim == 1 else self), (w.unsqueeze(-1) if w.ndim == 1 else w)
+    if x.shape[-1] != y.shape[-2]: raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not align ({x.shape[-1]} != {y.shape[-2]})")
+    out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=dtype)
+    if self.ndim == 1: out = out.squeeze(-2)
+    if w.ndim == 1: out = out.squeeze(-1)
+    return out
+  def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype=None) -> Tensor: return x.dot(self, dtype) if reverse else self.dot(x, dtype)
+
+  def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    x = self.mul(weight) if weight.ndim == 1 else self.dot(weight)
+    return x.add(bias) if bias is not None else x
+
+  # ** cumulative **
+  def _cumulative(self: Tensor, axis: int, op: str) -> Tensor:
+    a = self._resolve_dim(axis)
+    n = self.shape[a]
+    if n == 0: return self
+    # rows of a lower-triangular window: out[i] = reduce over j <= i
+    x = self.transpose(a, -1).unsqueeze(-2).expand(*self.transpose(a, -1).shape[:-1], n, n)
+    tri = self.ones(n, n, dtype="bool").tril()
+    if op == "sum": out = tri.where(x, 0).sum(-1, dtype=self.dtype if self.dtype._is_float else None)
+    elif op == "prod": out = tri.where(x, 1).prod(-1)
+    else: out = tri.where(x, self.dtype.min if not self.dtype._is_float else -math.inf).max(-1)
+    return out.transpose(a, -1)
+  def cumsum(self: Tensor, axis: int = 0) -> Tensor: return self._cumulative(axis, "sum")
+  def cumprod(self: Tensor, axis: int = 0) -> Tensor: return self._cumulative(axis, "prod")
+  def cummax(self: Tensor, axis: int = 0) -> Tensor: return self._cumulative(axis, "max")
+
+  # ** losses **
+  def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    log_probs = self.log_softmax()
+    mask = Y != ignore_index
+    counter = self.arange(self.shape[-1]).reshape((1,) * (Y.ndim) + (self.shape[-1],))
+    y = ((counter == Y.unsqueeze(-1)) & mask.unsqueeze(-1)).cast(log_probs.dtype)
+    smoothing = label_smoothing * (log_probs.mean(-1) * mask)
+    loss = -(y * log_probs).sum(-1) * (1 - label_smoothing) - smoothing
+    if reduction == "none": return loss
+    if reduction == "sum": return loss.sum()
+    return loss.sum() / mask.sum()
+
+  def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    if Y.dtype._is_int: return self.sparse_categorical_crossentropy(Y, -100, label_smoothing, reduction)
+    Y = (1 - label_smoothing) * Y + label_smoothing / self.shape[1]
+    ret = -self.log_softmax(axis=1).mul(Y).sum(axis=1)
+    return ret if reduction == "none" else ret.sum() if reduction == "sum" else ret.mean()
+
+  def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    ret = -(Y * self.log() + (1 - Y) * (1 - self).log())
+    return ret if reduction == "none" else ret.sum() if reduction == "sum" else ret.mean()
+
+  def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+    ret = (1 - Y) * self - self.logsigmoid()
+    return ret if reduction == "none" else ret.sum() if reduction == "sum" else ret.mean()
+
+  def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                   dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> Tensor:
+    q = self
+    s = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
+    w = q.matmul(key.transpose(-2, -1)) * s
+    if is_causal:
+      L, S = q.shape[-2], key.shape[-2]
+      w = self.ones(L, S, dtype="bool").tril().where(w, -math.inf)
+    if attn_mask is not None: w = attn_mask.where(w, -math.inf) if attn_mask.dtype is dtypes.bool else w + attn_mask
+    w = w.softmax(-1)
+    if dropout_p and self.training: w = w.dropout(dropout_p)
+    return w.matmul(value)

@@ -1,0 +1,305 @@
+"""Tensor: a lazy, device-aware array whose value is a UOp graph. Operations build the graph; realize() (or
+reading the data) schedules it into kernels, compiles them and runs them. The method names and semantics follow
+tinygrad's Tensor."""
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any, ClassVar, Iterable, Sequence
+
+import numpy as np
+
+from tinyhybrid.device import Buffer, Device, np_storage
+from tinyhybrid.dtype import DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
+from tinyhybrid.helpers import prod
+from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.shape import shape_of
+from tinyhybrid.mixin.api import TensorAPI
+
+ConstType = int | float | bool
+
+
+def _np_to_dtype(d: np.dtype) -> DType:
+  return {np.bool_: dtypes.bool, np.int8: dtypes.int8, np.uint8: dtypes.uint8, np.int16: dtypes.int16, np.uint16: dtypes.uint16,
+          np.int32: dtypes.int32, np.uint32: dtypes.uint32, np.int64: dtypes.int64, np.uint64: dtypes.uint64,
+          np.float16: dtypes.float16, np.float32: dtypes.float32, np.float64: dtypes.float64}[d.type]
+
+
+def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
+  """A nested list's items in row-major order and its shape; ragged lists are an error."""
+  if not isinstance(x, (list, tuple)): return [x], ()
+  if len(x) == 0: return [], (0,)
+  parts = [_flatten_list(e) for e in x]
+  if any(p[1] != parts[0][1] for p in parts): raise ValueError(f"Tensor: ragged nested list, sub-shapes {[p[1] for p in parts]}")
+  return [v for p in parts for v in p[0]], (len(x),) + parts[0][1]
+
+
+def _buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+  b = UOp(Ops.BUFFER, buf.dtype, (), buf)
+  return b if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+
+
+# every live tensor, so a realize can point all of them at the buffers it filled
+_all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+
+
+class Tensor(TensorAPI):
+  """A lazy n-dimensional array. `Tensor([1, 2, 3])`, `Tensor(np_array)`, `Tensor.zeros(2, 3)`, ..."""
+  __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+  training: ClassVar[bool] = False
+  no_grad: ClassVar[bool] = False
+
+  def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
+    _all_tensors.add(self)
+    self.device = Device.canonicalize(device)
+    self.requires_grad: bool | None = requires_grad
+    self.grad: Tensor | None = None
+    dt = to_dtype(dtype) if dtype is not None else None
+    if isinstance(data, UOp):
+      self.uop = data if dt is None or data.dtype is dt else data.cast(dt)
+      return
+    if isinstance(data, Tensor): data = data.numpy()
+    if isinstance(data, (bool, int, float)):
+      dt = dt or strong_dtype(dtypes.from_py(data))
+      self.uop = UOp.const(dt, data)
+      return
+    if isinstance(data, bytes):
+      arr: np.ndarray = np.frombuffer(data, dtype=np.uint8)
+      dt = dt or dtypes.uint8
+    elif isinstance(data, np.ndarray):
+      arr = data
+      if dt is None: dt = _np_to_dtype(arr.dtype)
+    elif isinstance(data, (list, tuple)):
+      flat, shape = _flatten_list(data)
+      if dt is None: dt = dtypes.from_py(data) if flat else dtypes.default_float
+      dt = strong_dtype(dt)
+      arr = np.array(flat, dtype=np_storage(dt) if dt is not dtypes.bfloat16 else np.float32).reshape(shape)
+    elif data is None:
+      raise TypeError("Tensor(None): use Tensor.empty(shape) for an uninitialized tensor")
+    else:
+      raise TypeError(f"Tensor: can't make a tensor from {type(data).__name__}")
+    self.uop = Tensor._from_numpy(arr, dt, self.device)
+
+  @staticmethod
+  def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
+    shape = arr.shape  # ascontiguousarray makes a 0-d array 1-d
+    if dt is dtypes.bfloat16:  # numpy has no bfloat16: round float32 to its top 16 bits (nearest even)
+      bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
+      arr = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    else:
+      arr = np.ascontiguousarray(arr, dtype=np_storage(dt))
+    buf = Buffer(device, arr.size, dt, arr)
+    return _buffer_uop(buf, shape)
+
+  # ** basic properties **
+  @property
+  def shape(self) -> tuple[int, ...]: return shape_of(self.uop) or ()
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def element_size(self) -> int: return self.dtype.itemsize
+  def nbytes(self) -> int: return self.numel() * self.element_size()
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self) -> str:
+    return f"<Tensor {self.uop.op.name} on {self.device} with shape {self.shape} dtype {self.dtype}{' grad' if self.requires_grad else ''}>"
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self) -> bool: raise TypeError("__bool__ on Tensor is not defined: use .item() or .any()/.all()")
+
+  # ** the primitives every other operation is built from **
+  def _wrap(self, u: UOp) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t.uop, t.device, t.grad = u, self.device, None
+    t.requires_grad = None
+    _all_tensors.add(t)
+    return t
+
+  def _mop(self, op: Ops, arg: Any) -> Tensor: return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
+
+  def _reduce(self, op: Ops, axis: tuple[int, ...], keepdim: bool = False) -> Tensor:
+    axis = tuple(sorted({self._resolve_dim(a) for a in axis}))
+    # an empty sum or product is its identity (the kernel's loop runs zero times); max has none, as in torch
+    if op is Ops.MAX and any(self.shape[a] == 0 for a in axis):
+      raise ValueError(f"max reduce over a zero-size axis of shape {self.shape} has no identity")
+    ret = self._wrap(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axis))) if axis else self
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axis))
+
+  def _alu(self, op: Ops, *src: Tensor) -> Tensor:
+    dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else None
+    return self._wrap(UOp(op, dt, (self.uop, *[s.uop for s in src])))
+
+  def cast(self, dtype: DTypeLike) -> Tensor:
+    dt = to_dtype(dtype)
+    return self if self.dtype is dt else self._wrap(UOp(Ops.CAST, dt, (self.uop,)))
+
+  def bitcast(self, dtype: DTypeLike) -> Tensor:
+    dt = to_dtype(dtype)
+    if dt.itemsize != self.dtype.itemsize:
+      raise ValueError(f"bitcast: {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes) needs equal sizes")
+    return self if self.dtype is dt else self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
+
+  # ** creation **
+  @staticmethod
+  def full(shape: int | Sequence[int], fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None, **kwargs) -> Tensor:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"full: invalid shape {shape}")
+    dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
+    requires_grad = kwargs.pop("requires_grad", None)
+    t = Tensor(UOp.const(dt, fill_value), device=device, **kwargs)
+    if shape: t = t.reshape((1,) * len(shape)).expand(shape)
+    t.requires_grad = requires_grad
+    return t
+
+  @staticmethod
+  def _iota(n: int, device: str | None = None) -> Tensor:
+    """0, 1, ..., n-1 as int32: the loop index itself once lowered, so it costs no memory traffic."""
+    return Tensor(UOp(Ops.IOTA, dtypes.int32, (), n), device=device)
+
+  @staticmethod
+  def empty(*shape, dtype: DTypeLike | None = None, device: str | None = None, **kwargs) -> Tensor:
+    shape = Tensor._shape_arg(shape)
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    t = Tensor.__new__(Tensor)
+    t.device, t.grad, t.requires_grad = Device.canonicalize(device), None, kwargs.get("requires_grad")
+    t.uop = _buffer_uop(Buffer(t.device, prod(shape), dt), shape)
+    _all_tensors.add(t)
+    return t
+
+  @staticmethod
+  def _shape_arg(shape: tuple) -> tuple[int, ...]:
+    s = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    if any(not isinstance(x, int) or x < 0 for x in s): raise ValueError(f"invalid shape {s}")
+    return s
+
+  # ** realize and read **
+  def realize(self, *lst: Tensor) -> Tensor:
+    """Compute this tensor (and lst) now."""
+    from tinyhybrid.engine.realize import realize_tensors
+    realize_tensors([self, *lst])
+    return self
+
+  # ** autograd **
+  def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+    """d(self)/d(target) for each target (self must be a scalar unless gradient is given)."""
+    from tinyhybrid.gradient import compute_gradient
+    if gradient is None:
+      if self.shape != (): raise ValueError(f"gradient: implicit only for scalar outputs, this one has shape {self.shape}")
+      gradient = Tensor(1.0, device=self.device, dtype=self.dtype)
+    grads = compute_gradient(self, gradient, [t.uop for t in targets])
+    out = []
+    for t in targets:
+      if t.uop not in grads: raise RuntimeError(f"gradient: a target with shape {t.shape} is not in the graph of this tensor")
+      out.append(grads[t.uop])
+    return out
+
+  def backward(self, gradient: Tensor | None = None) -> Tensor:
+    """Accumulates d(self)/d(t) into t.grad for every tensor t in the graph that has requires_grad set."""
+    nodes = set(self.uop.toposort())
+    live = [t for t in list(_all_tensors) if t.uop in nodes and t is not self]
+    targets = [t for t in live if t.requires_grad]
+    # as tinygrad does when nothing asks for gradients: every float tensor in the graph that did not opt out
+    if not targets: targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and _is_buffer_view(t.uop)]
+    if not targets: raise RuntimeError("backward: no tensor in this graph requires grad")
+    for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
+      g = g.cast(t.dtype) if g.dtype is not t.dtype else g
+      t.grad = g if t.grad is None else t.grad + g
+    return self
+
+  def assign(self, x: Any) -> Tensor:
+    """Writes x into this tensor's memory (broadcast and cast to its shape and dtype); lazy like any op."""
+    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+    if x.device != self.device: raise ValueError(f"assign: value on {x.device}, target on {self.device}")
+    x = x.cast(self.dtype).expand(self.shape) if x.shape != self.shape or x.dtype is not self.dtype else x
+    if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
+    from tinyhybrid.schedule.kernelize import buffer_view
+    if not buffer_view(self.uop): self.realize()
+    if not buffer_view(self.uop): self.uop = self.contiguous().realize().uop
+    value = x.uop
+    if _reads_buffer_differently(value, self.uop): value = x.contiguous().uop
+    self.uop = UOp(Ops.STORE, self.dtype, (self.uop, value))
+    return self
+
+  def clone(self, device: str | None = None) -> Tensor:
+    """A copy with its own memory (on `device` if given)."""
+    return self.to(device) if device is not None and Device.canonicalize(device) != self.device else self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,))).realize()
+
+  def to(self, device: str | None) -> Tensor:
+    """This tensor on another device (the same tensor when it is already there)."""
+    dev = Device.canonicalize(device)
+    if dev == self.device: return self
+    out = Tensor.empty(self.shape, dtype=self.dtype, device=dev)
+    if self.numel(): out._buffer().copyin(self._buffer().numpy())
+    out.requires_grad = self.requires_grad
+    return out
+
+  def __iadd__(self, x: Any) -> Tensor: return self.assign(self + x)
+  def __isub__(self, x: Any) -> Tensor: return self.assign(self - x)
+  def __imul__(self, x: Any) -> Tensor: return self.assign(self * x)
+  def __itruediv__(self, x: Any) -> Tensor: return self.assign(self / x)
+
+  def detach(self) -> Tensor: return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)))
+
+  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+    self.requires_grad = requires_grad
+    return self
+
+  def contiguous(self) -> Tensor:
+    if _is_buffer_view(self.uop, contiguous_only=True): return self
+    return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+
+  def _buffer(self) -> Buffer:
+    t = self.realize()
+    if not _is_buffer_view(t.uop, contiguous_only=True): t = t.contiguous().realize()
+    base = t.uop.src[0] if t.uop.op is Ops.AFTER else t.uop
+    return (base if base.op is Ops.BUFFER else base.src[0]).arg
+
+  def numpy(self) -> np.ndarray:
+    """The values as a numpy array (a copy)."""
+    if 0 in self.shape: return np.zeros(self.shape, dtype=_np_out_dtype(self.dtype))
+    out = self._buffer().numpy()
+    if self.dtype is dtypes.bfloat16: out = (out.astype(np.uint32) << 16).view(np.float32)
+    return out.reshape(self.shape)
+
+  def data(self) -> memoryview:
+    """The values as a memoryview with this tensor's shape."""
+    arr = np.ascontiguousarray(self.numpy())
+    return memoryview(arr).cast(arr.dtype.char, self.shape) if self.shape and 0 not in self.shape else memoryview(arr)
+
+  def tolist(self) -> Any: return self.numpy().tolist()
+
+  def item(self) -> ConstType:
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+    return self.numpy().reshape(()).item()
+
+  def _resolve_dim(self, dim: int, extra: bool = False) -> int:
+    total = self.ndim + int(extra)
+    if not -max(1, total) <= dim < max(1, total):
+      raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape}")
+    return dim + total if dim < 0 else dim
+
+
+def _reads_buffer_differently(value: UOp, target: UOp) -> bool:
+  """Whether value reads the target's buffer through another view (then it must be computed before the write)."""
+  base = target
+  while base.op is not Ops.BUFFER: base = base.src[0]
+  for u in value.toposort():
+    if u.op is Ops.BUFFER and u is base: break
+  else: return False
+  # reading exactly the target view, position for position, is safe
+  users = [u for u in value.toposort() if base in u.src or u is base]
+  return not all(u is target or (u is base and target is base) for u in users) or target not in set(value.toposort())
+
+
+def _np_out_dtype(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt is dtypes.bfloat16 else np_storage(dt)
+
+
+def _is_buffer_view(u: UOp, contiguous_only: bool = False) -> bool:
+  """A realized buffer, possibly reshaped (contiguous_only: nothing but a reshape of all of it)."""
+  if u.op is Ops.AFTER: u = u.src[0]
+  if u.op is Ops.BUFFER: return True
+  if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER: return True
+  return False if contiguous_only else (u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP) and _is_buffer_view(u.src[0]))

@@ -1,0 +1,43 @@
+"""Shapes of tensor-graph UOps. A node's shape follows from its sources' shapes and its own arg; it is computed
+once per Python object and kept in the object's __dict__ (iteratively, so deep graphs do not recurse)."""
+from __future__ import annotations
+
+from tinyhybrid.helpers import prod
+from tinyhybrid.uop import GroupOp, Ops
+from tinyhybrid.uop.ops import UOp
+
+_SAME_AS_SRC = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.AFTER}
+
+
+def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
+  op = u.op
+  if op is Ops.BUFFER: return (u.arg.size,)
+  if op is Ops.CONST: return ()
+  if op is Ops.IOTA: return (u.arg,)
+  if op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
+  s = src_shapes[0] if src_shapes else None
+  if s is None: return None
+  if op is Ops.PERMUTE: return tuple(s[i] for i in u.arg)
+  if op is Ops.PAD: return tuple(d + b + a for d, (b, a) in zip(s, u.arg))
+  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.FLIP: return s
+  if op is Ops.STORE: return s
+  if op is Ops.REDUCE: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
+  if op in _SAME_AS_SRC:
+    if op in GroupOp.ALU:
+      shapes = [x for x in src_shapes if x is not None]
+      if any(x != shapes[0] for x in shapes): raise ValueError(f"{op.name}: sources have different shapes {shapes}")
+    return s
+  return None
+
+
+def shape_of(u: UOp) -> tuple[int, ...] | None:
+  """The shape of a tensor-graph node (None for nodes without one)."""
+  if "_shape" in u.__dict__: return u.__dict__["_shape"]
+  # the list keeps every wrapper (and so its cached shape) alive while the sources' shapes are read
+  nodes = list(u.toposort(gate=lambda n: "_shape" not in n.__dict__))
+  for n in nodes: n.__dict__["_shape"] = _own_shape(n, [x.__dict__["_shape"] for x in n.src])
+  return u.__dict__["_shape"]
+
+
+def numel(u: UOp) -> int: return prod(shape_of(u) or ())

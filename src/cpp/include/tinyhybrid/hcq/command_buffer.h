@@ -1,0 +1,133 @@
+// CommandBuffer: a batch of queue commands encoded once into a flat stream of 64-bit words, then
+// submitted any number of times. Words that change between submits (buffer addresses, symbolic integer
+// values, signal values) are patch sites bound to numbered slots; a submit supplies one value per slot
+// and the queue writes them while copying the stream into its ring: nothing is re-encoded.
+//
+// The stream is device-independent: every command is a header word followed by its fields (layout
+// below). The CPU ring runs these words as they are (one command per ring slot); a GPU queue lowers the
+// stream once into its own packets (PM4, GPFIFO), maps the patch sites onto the lowered words, and keeps
+// the result in the buffer's lowered() cache.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "tinyhybrid/hcq/program.h"
+#include "tinyhybrid/hcq/signal.h"
+
+namespace th::hcq {
+
+enum class Op : uint8_t { Barrier = 0, Wait = 1, Signal = 2, Exec = 3, Copy = 4, Timestamp = 5 };
+const char* op_name(Op op) noexcept;
+
+// The word layout of each command. Word 0 is the header: the op in bits 0..7 and the command's word
+// count (header included) in bits 8..15.
+namespace layout {
+inline constexpr uint32_t kMaxWords = 64;  // one CPU ring slot
+constexpr uint64_t header(Op op, uint32_t nwords) { return uint64_t(op) | (uint64_t(nwords) << 8); }
+constexpr Op op_of(uint64_t header) { return Op(header & 0xff); }
+constexpr uint32_t words_of(uint64_t header) { return uint32_t((header >> 8) & 0xff); }
+
+// Wait (until *addr >= value) and Signal (*addr = value, release): [header, addr, value]
+inline constexpr uint32_t kSignalAddr = 1, kSignalValue = 2, kSignalWords = 3;
+// Exec: [header, function, global x y z, local x y z, args...]
+inline constexpr uint32_t kExecFn = 1, kExecGlobal = 2, kExecLocal = 5, kExecArgs = 8;
+inline constexpr uint32_t kMaxExecArgs = kMaxWords - kExecArgs;
+// Copy (non-overlapping, like a DMA engine): [header, dst, src, nbytes]
+inline constexpr uint32_t kCopyDst = 1, kCopySrc = 2, kCopySize = 3, kCopyWords = 4;
+// Timestamp (*addr = monotonic ns): [header, addr]
+inline constexpr uint32_t kTimestampAddr = 1, kTimestampWords = 2;
+}  // namespace layout
+
+// A reference to a patch slot, usable wherever an Operand goes.
+struct Patch {
+  uint32_t slot;
+};
+
+// A command field: a literal word (negative integers are stored in two's complement), or a patch slot.
+struct Operand {
+  static constexpr uint32_t kLiteral = UINT32_MAX;
+  uint64_t value = 0;
+  uint32_t slot = kLiteral;
+
+  constexpr Operand() = default;
+  constexpr Operand(uint64_t v) noexcept : value(v) {}  // NOLINT: literals read naturally
+  constexpr Operand(Patch p) noexcept : slot(p.slot) {}  // NOLINT
+  static Operand address(const void* p) noexcept { return Operand(reinterpret_cast<uint64_t>(p)); }
+  constexpr bool patched() const noexcept { return slot != kLiteral; }
+};
+
+// Launch dimensions; missing ones are 1. On the CPU only global x matters (how many parts run at once).
+struct Dims {
+  Operand x{1}, y{1}, z{1};
+  constexpr Dims() = default;
+  constexpr Dims(Operand x_, Operand y_ = Operand(1), Operand z_ = Operand(1)) : x(x_), y(y_), z(z_) {}  // NOLINT
+};
+
+class CommandBuffer {
+ public:
+  // One command field that takes its value from a slot at submit.
+  struct PatchSite {
+    uint32_t command;  // index of the command
+    uint32_t word;     // word within the command (header = 0)
+    uint32_t slot;
+  };
+
+  CommandBuffer();
+
+  // A new patch slot; submits that pass no patches use `initial`. Returns the slot index.
+  uint32_t add_slot(uint64_t initial = 0);
+  // Change what a slot holds for submits without patches.
+  void set_default(uint32_t slot, uint64_t value);
+
+  // The commands. Each validates its operands (std::invalid_argument, std::out_of_range for a bad slot)
+  // and keeps what it references (signals, loaded libraries) alive while the buffer or a submit of it lives.
+  void wait(const SignalRef& signal, Operand value);
+  void signal(const SignalRef& signal, Operand value);
+  void exec(const Program& program, std::span<const Operand> args, Dims global = {}, Dims local = {});
+  void exec(const Program& program, std::initializer_list<Operand> args, Dims global = {}, Dims local = {}) {
+    exec(program, std::span<const Operand>(args.begin(), args.size()), global, local);
+  }
+  void copy(Operand dst, Operand src, Operand nbytes);
+  void timestamp(const SignalRef& signal);  // the signal's word receives the time (a profiling slot)
+  void timestamp(uint64_t address);         // an 8-byte aligned host word the caller keeps alive
+  void barrier();                           // later commands see all memory effects of earlier ones
+
+  // What queues read.
+  size_t size() const noexcept { return offsets_.size(); }
+  bool empty() const noexcept { return offsets_.empty(); }
+  std::span<const uint64_t> words() const noexcept { return words_; }
+  std::span<const uint32_t> offsets() const noexcept { return offsets_; }  // first word of each command
+  std::span<const uint64_t> command(size_t i) const;                        // the words of command i
+  std::span<const PatchSite> sites() const noexcept { return sites_; }      // in command order
+  std::span<const uint64_t> slot_defaults() const noexcept { return defaults_; }
+  size_t num_slots() const noexcept { return defaults_.size(); }
+  // What a submit must keep alive until it completes (shared, so a queue can hold it cheaply).
+  std::shared_ptr<const void> retained() const noexcept { return refs_; }
+  // Bumped by every change; lowered forms are valid for one version.
+  uint64_t version() const noexcept { return version_; }
+
+  // A device queue's lowered form of this buffer, cached per (queue, version): null when there is none.
+  std::shared_ptr<const void> lowered(const void* queue) const;
+  void set_lowered(const void* queue, std::shared_ptr<const void> native) const;
+
+ private:
+  using Refs = std::vector<std::shared_ptr<const void>>;
+  uint64_t field(const Operand& op, uint32_t word);  // records a patch site for a slot operand
+  void begin(Op op, uint32_t nwords);
+  void keep(std::shared_ptr<const void> ref);
+
+  std::vector<uint64_t> words_;
+  std::vector<uint32_t> offsets_;
+  std::vector<PatchSite> sites_;
+  std::vector<uint64_t> defaults_;
+  std::shared_ptr<Refs> refs_;  // distinct references; copied on write while a submit shares them
+  uint64_t version_ = 0;
+  mutable const void* lowered_owner_ = nullptr;
+  mutable uint64_t lowered_version_ = 0;
+  mutable std::shared_ptr<const void> lowered_;
+};
+
+}  // namespace th::hcq

@@ -1,0 +1,78 @@
+// Signal: a 64-bit timeline value in host-visible memory. Producers (a device's queue, the host) only
+// raise it; consumers wait until it reaches a value. It is the one synchronisation primitive of HCQ:
+// queues wait on and write signals, the host waits on a device's timeline signal.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace th::hcq {
+
+// A wait that ran out of time. The message names the signal, the awaited value and the value seen, e.g.
+// "signal 'cpu:timeline' timed out after 1000 ms waiting for value >= 5 (saw 3)".
+class SignalTimeout : public std::runtime_error {
+ public:
+  SignalTimeout(const std::string& signal, uint64_t wanted, uint64_t seen, std::chrono::milliseconds timeout);
+  const std::string& signal() const noexcept { return signal_; }
+  uint64_t wanted() const noexcept { return wanted_; }
+  uint64_t seen() const noexcept { return seen_; }
+
+ private:
+  std::string signal_;
+  uint64_t wanted_, seen_;
+};
+
+// No time limit: wait() with this never throws.
+inline constexpr std::chrono::milliseconds kNoTimeout = std::chrono::milliseconds::max();
+// What synchronize() and Python waits use unless told otherwise (a long kernel, not a hang, must pass).
+inline constexpr std::chrono::milliseconds kDefaultTimeout{30'000};
+
+class Signal;
+using SignalRef = std::shared_ptr<Signal>;
+
+class Signal {
+ public:
+  // A signal with its own cache line (no false sharing with a neighbour signal or counter).
+  static SignalRef create(std::string name, uint64_t initial = 0);
+  // A signal whose value lives in memory someone else owns (a device's signal page). `owner` keeps that
+  // memory alive as long as the signal; `word` must be 8-byte aligned.
+  static SignalRef external(std::string name, std::atomic<uint64_t>* word, std::shared_ptr<void> owner);
+
+  // Only the factories can make the key; it lets make_shared reach the constructor.
+  class Key {
+    friend class Signal;
+    Key() = default;
+  };
+  struct alignas(64) Cell {
+    std::atomic<uint64_t> value;
+  };
+  Signal(Key, std::string name, std::unique_ptr<Cell> cell, std::atomic<uint64_t>* word, std::shared_ptr<void> owner);
+
+  Signal(const Signal&) = delete;  // its address is encoded into command streams: never moves
+  Signal& operator=(const Signal&) = delete;
+  ~Signal();
+
+  // Acquire: what the producer wrote before raising the value is visible after seeing it.
+  uint64_t value() const noexcept { return word_->load(std::memory_order_acquire); }
+  // Release: everything this thread wrote before is visible to whoever sees the new value.
+  void set(uint64_t v) noexcept { word_->store(v, std::memory_order_release); }
+  // Until value() >= v. Throws SignalTimeout after `timeout` (never with kNoTimeout).
+  void wait(uint64_t v, std::chrono::milliseconds timeout = kDefaultTimeout) const;
+  // Like wait, but returns false on timeout instead of throwing.
+  bool wait_for(uint64_t v, std::chrono::milliseconds timeout) const;
+
+  const std::string& name() const noexcept { return name_; }
+  // The address a command stream uses to reach the value (a device writes it with release order).
+  uint64_t address() const noexcept { return reinterpret_cast<uint64_t>(word_); }
+
+ private:
+  std::string name_;
+  std::unique_ptr<Cell> cell_;    // own storage, or null
+  std::atomic<uint64_t>* word_;   // into cell_ or into the owner's memory
+  std::shared_ptr<void> owner_;   // keeps external memory alive
+};
+
+}  // namespace th::hcq
