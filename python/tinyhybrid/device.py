@@ -89,6 +89,15 @@ class CompiledProgram:
   keepalive: Any = None
 
 
+class Runner:
+  """Runs a fixed list of kernels over numbered buffers: (program, the buffer slots it takes, threads) each."""
+  def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int):
+    self.items, self.nslots = items, nslots
+
+  def __call__(self, addresses: list[int]) -> None:
+    for prg, slots, threads in self.items: prg.call([addresses[s] for s in slots], threads)
+
+
 class Compiled:
   """A device that compiles and runs kernels: an allocator, a renderer, a compiler and a runtime."""
   def __init__(self, name: str, allocator: Allocator, renderer: Any, compile_fn: Callable[[str, str], CompiledProgram] | None):
@@ -100,6 +109,8 @@ class Compiled:
     if self._compile is None: raise RuntimeError(f"device {self.name} does not run kernels")
     if (key := (name, src)) not in self._cache: self._cache[key] = self._compile(name, src)
     return self._cache[key]
+
+  def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner: return Runner(items, nslots)
 
   def synchronize(self) -> None: pass
 

@@ -84,6 +84,7 @@ class LoweredKernel:
   ast: UOp                 # SINK of the store, in kernel IR
   buffers: list[BufferSlot]  # PARAM i is buffers[i]; 0 is the output
   outer: int               # trip count of the outermost loop (split across cores)
+  work: int                # total loop iterations, to decide whether splitting is worth it
 
 
 class Lowerer:
@@ -159,7 +160,7 @@ class Lowerer:
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (self.param(self.item.buffer), store_idx.simplify())), val))
     ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges)) if ranges else store).simplify()
     outer = ranges[0].src[0].arg if ranges else 1
-    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, outer)
+    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, outer, prod(full_shape))
 
 
 def _kernel_name(out: UOp, shape: tuple[int, ...]) -> str:

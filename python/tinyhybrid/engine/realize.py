@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinyhybrid.codegen.lower import lower
-from tinyhybrid.device import Buffer, CompiledProgram, Device
+from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
 from tinyhybrid.helpers import DEBUG
 from tinyhybrid.schedule.kernelize import BufferSlot, buffer_view, create_schedule, normalize
 from tinyhybrid.schedule.memory import plan_memory
@@ -29,11 +29,13 @@ class ExecItem:
 
 @dataclass
 class CompiledSchedule:
-  """Everything needed to run one graph structure again: programs, argument slots, the memory plan."""
+  """Everything needed to run one graph structure again: programs, argument slots, the memory plan, and the
+  device's runner (for the CPU: the whole schedule as one pre-encoded command buffer)."""
   items: list[ExecItem]
   new_slots: list[BufferSlot]
   physical: list[int]  # new slot j lives in physical buffer physical[j]
   outputs: list[tuple[str, int]]
+  runner: Runner
 
 
 # normalized sink -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently used
@@ -50,10 +52,16 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
     k = lower(item)
     src = dev.renderer.render(k)
     if DEBUG >= 4: print(src)
-    items.append(ExecItem(dev.compile(k.name, src), [b.index for b in k.buffers], max(1, min(k.outer, dev.max_threads))))
+    threads = max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1
+    items.append(ExecItem(dev.compile(k.name, src), [b.index for b in k.buffers], threads))
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
-  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs)
+  runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_inputs + len(spec.new_slots))
+  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner)
+
+
+# below this many loop iterations a kernel runs on one core: waking the others costs more than it saves
+PARALLEL_WORK = 1 << 15
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
@@ -86,10 +94,13 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     for slot, p in zip(cs.new_slots, cs.physical):
       if p not in phys: phys[p] = Buffer(device, slot.size, slot.dtype)
       bufs.append(phys[p] if phys[p].size == slot.size and phys[p].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
-    for ei in cs.items:
-      st = time.perf_counter()
-      ei.prg.call([bufs[s].address for s in ei.slots], ei.threads)
-      if DEBUG >= 2: print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} buffers  {ei.threads} threads")
+    if DEBUG >= 2:
+      for ei in cs.items:  # one at a time, so each kernel's time is seen
+        st = time.perf_counter()
+        ei.prg.call([bufs[s].address for s in ei.slots], ei.threads)
+        print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} buffers  {ei.threads} threads")
+    elif cs.items:
+      cs.runner([b.address for b in bufs])
     wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
     history = bool(wants_grad) and any(u in wants_grad for u in nodes)
     becomes: dict[UOp, UOp] = {}

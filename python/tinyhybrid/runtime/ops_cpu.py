@@ -1,19 +1,49 @@
-"""The CPU device: C kernels compiled with the system compiler, run on the host's cores."""
+"""The CPU device: C kernels compiled with the system compiler, run through the native command queue (a ring
+consumed by one worker thread per usable core; each kernel's outer loop is split across them)."""
 from __future__ import annotations
 
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, to_ctypes_words
+from tinyhybrid._core import hcq
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner
 from tinyhybrid.renderer.cstyle import CRenderer
-from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, load_kernel
+from tinyhybrid.runtime.compiler import compile_shared, load_kernel
 
 
-def _compile(name: str, src: str) -> CompiledProgram:
-  lib, addr = load_kernel(compile_shared(src, name), name)
-  fn = KERNEL_FN(addr)
+class CPUQueueRunner(Runner):
+  """A schedule encoded once as a command buffer whose buffer addresses are patch slots: a run is one submit."""
+  def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int, dev: CPUDevice):
+    super().__init__(items, nslots)
+    self.dev = dev
+    self.cb = hcq.CommandBuffer()
+    slots = [self.cb.add_slot(0) for _ in range(nslots)]
+    for prg, args, threads in items:
+      self.cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
 
-  def call(args: list[int], threads: int) -> None:
-    words = to_ctypes_words(args)
-    for core in range(threads): fn(words, core, threads)
-  return CompiledProgram(name, src, addr, call, keepalive=(lib, fn))
+  def __call__(self, addresses: list[int]) -> None:
+    self.dev.queue.submit(self.cb, addresses)
+    self.dev.queue.synchronize()
 
 
-def make_device(name: str) -> Compiled: return Compiled(name, Allocator(), CRenderer(), _compile)
+class CPUDevice(Compiled):
+  def __init__(self, name: str):
+    super().__init__(name, Allocator(), CRenderer(), self._compile_program)
+    self.queue = hcq.CPUDevice()
+    self.max_threads = self.queue.num_threads
+
+  def _compile_program(self, name: str, src: str) -> CompiledProgram:
+    lib, addr = load_kernel(compile_shared(src, name), name)
+    prog = hcq.Program(addr, name)
+
+    def call(args: list[int], threads: int) -> None:
+      cb = hcq.CommandBuffer()
+      cb.exec(prog, args, global_size=(threads,))
+      self.queue.submit(cb)
+      self.queue.synchronize()
+    return CompiledProgram(name, src, addr, call, keepalive=(lib, prog))
+
+  def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner:
+    return CPUQueueRunner(items, nslots, self)
+
+  def synchronize(self) -> None: self.queue.synchronize()
+
+
+def make_device(name: str) -> Compiled: return CPUDevice(name)

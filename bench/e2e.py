@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""End-to-end Tensor benchmarks: ours side by side with NumPy, PyTorch and tinygrad (each when installed), in the
+same process. One JSON line per case: {"bench", "case", "unit", "ours", <anchor>: figure, "ratio_<anchor>": ...}.
+For throughput units (GB/s) a ratio above 1 means we are faster; for times (us) too (ratio = anchor / ours).
+
+  python bench/e2e.py            # all cases
+  python bench/e2e.py add_1m     # one case
+
+Install the anchors with the bench extra (pip install ".[bench]"); tinygrad's CPU device needs clang.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from tinyhybrid import Device, Tensor
+
+try:
+  import torch
+  torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+except ImportError: torch = None
+os.environ.setdefault("DEV", "CPU")  # both frameworks read it; tinygrad has no CPU default without it
+try:
+  from tinygrad import Device as TDevice, Tensor as TTensor
+except ImportError: TTensor = None
+
+
+def best_of(fn: Callable[[], None], reps: int = 7, warmup: int = 2) -> float:
+  """Fastest wall time of fn in seconds, back to back with the garbage collector paused (after warm-up runs that
+  compile kernels and fill caches)."""
+  for _ in range(warmup): fn()
+  gc.collect()
+  gc.disable()
+  try:
+    times = []
+    for _ in range(reps):
+      st = time.perf_counter()
+      fn()
+      times.append(time.perf_counter() - st)
+  finally:
+    gc.enable()
+  return min(times)
+
+
+def emit(case: str, unit: str, ours: float, anchors: dict[str, float | None], higher_is_better: bool, **extra) -> None:
+  line = {"bench": "e2e", "case": case, "unit": unit, "ours": round(ours, 4)}
+  for name, v in anchors.items():
+    line[name] = None if v is None else round(v, 4)
+    line[f"ratio_{name}"] = None if v is None else round(ours / v if higher_is_better else v / ours, 3)
+  print(json.dumps({**line, **extra}), flush=True)
+
+
+def _ours_sync() -> None: Device[Device.DEFAULT].synchronize()
+def _tg_sync() -> None: TDevice["CPU"].synchronize()
+
+
+def case_add_1m() -> None:
+  """a + b on 10^6 float32: bandwidth over the 12 MB moved (two reads, one write)."""
+  n = 10**6
+  a_np, b_np = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+  a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+  gbs = lambda s: 3 * 4 * n / s / 1e9  # noqa: E731
+  ours = gbs(best_of(lambda: (a + b).realize()))
+  np_out = np.empty_like(a_np)
+  anchors = {"numpy": gbs(best_of(lambda: np.add(a_np, b_np, out=np_out)))}
+  if torch is not None:
+    ta, tb = torch.from_numpy(a_np), torch.from_numpy(b_np)
+    anchors["torch"] = gbs(best_of(lambda: ta + tb))
+  if TTensor is not None:
+    ga, gb = TTensor(a_np).realize(), TTensor(b_np).realize()
+    anchors["tinygrad"] = gbs(best_of(lambda: ((ga + gb).realize(), _tg_sync())))
+  emit("add_1m", "GB/s", ours, anchors, True)
+
+
+def case_sum_10m() -> None:
+  """sum over 10^7 float32: read bandwidth."""
+  n = 10**7
+  x_np = np.random.rand(n).astype(np.float32)
+  x = Tensor(x_np).realize()
+  gbs = lambda s: 4 * n / s / 1e9  # noqa: E731
+  ours = gbs(best_of(lambda: x.sum().realize()))
+  assert abs(x.sum().item() - float(x_np.astype(np.float64).sum())) < 1e-3 * n
+  anchors = {"numpy": gbs(best_of(lambda: x_np.sum()))}
+  if torch is not None:
+    tx = torch.from_numpy(x_np)
+    anchors["torch"] = gbs(best_of(lambda: tx.sum()))
+  if TTensor is not None:
+    gx = TTensor(x_np).realize()
+    anchors["tinygrad"] = gbs(best_of(lambda: (gx.sum().realize(), _tg_sync())))
+  emit("sum_10m", "GB/s", ours, anchors, True)
+
+
+def case_conv2d_small() -> None:
+  """A small 3x3 convolution: batch 1, 16 -> 16 channels, 32x32, padding 1. GFLOPS."""
+  x_np = np.random.rand(1, 16, 32, 32).astype(np.float32)
+  w_np = np.random.rand(16, 16, 3, 3).astype(np.float32)
+  flops = 2 * 16 * 16 * 9 * 32 * 32
+  x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
+  gf = lambda s: flops / s / 1e9  # noqa: E731
+  ours = gf(best_of(lambda: x.conv2d(w, padding=1).realize()))
+  anchors: dict[str, float | None] = {}
+  if torch is not None:
+    tx, tw = torch.from_numpy(x_np), torch.from_numpy(w_np)
+    with torch.no_grad(): anchors["torch"] = gf(best_of(lambda: torch.nn.functional.conv2d(tx, tw, padding=1)))
+    np.testing.assert_allclose(x.conv2d(w, padding=1).numpy(), torch.nn.functional.conv2d(tx, tw, padding=1).numpy(), rtol=1e-4, atol=1e-4)
+  if TTensor is not None:
+    gx, gw = TTensor(x_np).realize(), TTensor(w_np).realize()
+    anchors["tinygrad"] = gf(best_of(lambda: (gx.conv2d(gw, padding=1).realize(), _tg_sync())))
+  emit("conv2d_small", "GFLOPS", ours, anchors, True)
+
+
+def case_realize_overhead() -> None:
+  """A plain (non-JIT) realize of one tiny elementwise kernel: the framework's own cost per realize, us."""
+  a_np = np.arange(16, dtype=np.float32)
+  a = Tensor(a_np).realize()
+  us = lambda s: s * 1e6  # noqa: E731
+  ours = us(best_of(lambda: ((a + 1).realize(), _ours_sync()), reps=200, warmup=20))
+  anchors: dict[str, float | None] = {}
+  if TTensor is not None:
+    ga = TTensor(a_np).realize()
+    anchors["tinygrad"] = us(best_of(lambda: ((ga + 1).realize(), _tg_sync()), reps=200, warmup=20))
+  emit("realize_overhead", "us", ours, anchors, False, target_ratio_tinygrad=5)
+
+
+CASES = {"add_1m": case_add_1m, "sum_10m": case_sum_10m, "conv2d_small": case_conv2d_small, "realize_overhead": case_realize_overhead}
+
+if __name__ == "__main__":
+  for name in (sys.argv[1:] or CASES):
+    if name not in CASES: raise SystemExit(f"unknown case {name!r}; cases: {', '.join(CASES)}")
+    CASES[name]()
