@@ -10,14 +10,13 @@ Install the anchors with the bench extra (pip install ".[bench]"); tinygrad's CP
 """
 from __future__ import annotations
 
-import gc
-import json
 import os
 import sys
-import time
-from typing import Callable
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import best_of, emit as emit_line  # noqa: E402
 
 from tinyhybrid import Device, Tensor
 
@@ -31,29 +30,12 @@ try:
 except ImportError: TTensor = None
 
 
-def best_of(fn: Callable[[], None], reps: int = 7, warmup: int = 2) -> float:
-  """Fastest wall time of fn in seconds, back to back with the garbage collector paused (after warm-up runs that
-  compile kernels and fill caches)."""
-  for _ in range(warmup): fn()
-  gc.collect()
-  gc.disable()
-  try:
-    times = []
-    for _ in range(reps):
-      st = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - st)
-  finally:
-    gc.enable()
-  return min(times)
-
-
 def emit(case: str, unit: str, ours: float, anchors: dict[str, float | None], higher_is_better: bool, **extra) -> None:
   line = {"bench": "e2e", "case": case, "unit": unit, "ours": round(ours, 4)}
   for name, v in anchors.items():
     line[name] = None if v is None else round(v, 4)
     line[f"ratio_{name}"] = None if v is None else round(ours / v if higher_is_better else v / ours, 3)
-  print(json.dumps({**line, **extra}), flush=True)
+  emit_line({**line, **extra})
 
 
 def _ours_sync() -> None: Device[Device.DEFAULT].synchronize()

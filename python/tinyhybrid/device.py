@@ -117,7 +117,7 @@ class Compiled:
 
 class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use); Device.DEFAULT is DEV= or CPU."""
-  _known = ("CPU", "NULL", "PYTHON")
+  _known = ("CPU", "NULL")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)

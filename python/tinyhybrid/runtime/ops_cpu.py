@@ -3,9 +3,9 @@ consumed by one worker thread per usable core; each kernel's outer loop is split
 from __future__ import annotations
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner, to_ctypes_words
 from tinyhybrid.renderer.cstyle import CRenderer
-from tinyhybrid.runtime.compiler import compile_shared, load_kernel
+from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, load_kernel
 
 
 class CPUQueueRunner(Runner):
@@ -33,14 +33,23 @@ class CPUDevice(Compiled):
     lib, addr = load_kernel(compile_shared(src, name), name)
     prog = hcq.Program(addr, name)
 
+    fn = KERNEL_FN(addr)
+
     def call(args: list[int], threads: int) -> None:
+      if len(args) > hcq.MAX_EXEC_ARGS:  # too many for a queue command: call it here, one core after another
+        self.queue.synchronize()
+        words = to_ctypes_words(args)
+        for core in range(threads): fn(words, core, threads)
+        return
       cb = hcq.CommandBuffer()
       cb.exec(prog, args, global_size=(threads,))
       self.queue.submit(cb)
       self.queue.synchronize()
-    return CompiledProgram(name, src, addr, call, keepalive=(lib, prog))
+    return CompiledProgram(name, src, addr, call, keepalive=(lib, prog, fn))
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner:
+    # a queue command carries a bounded number of arguments; a kernel past it is called directly
+    if any(len(args) > hcq.MAX_EXEC_ARGS for _, args, _ in items): return Runner(items, nslots)
     return CPUQueueRunner(items, nslots, self)
 
   def synchronize(self) -> None: self.queue.synchronize()

@@ -30,6 +30,12 @@ size_t InternTable::key_hash(Ops op, DType dtype, std::span<const UOpRef> src, c
   for (const UOpRef& s : src) h = mix(h, reinterpret_cast<uintptr_t>(s.get()) >> 4);
   h = mix(h, arg.hash());
   if (!tag.is_none()) h = mix(h, tag.hash());
+  // avalanche, so the low bits the table indexes with depend on every input bit (fewer, shorter probe runs)
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
   return h;
 }
 
@@ -90,7 +96,7 @@ UOpRef InternTable::create(Ops op, DType dtype, std::span<const UOpRef> src, Arg
 }
 
 void InternTable::insert_slot(const UOp* n) {
-  if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+  if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: short probe runs on insert, lookup and erase
   size_t i = n->hash_ & mask_;
   while (slots_[i]) i = (i + 1) & mask_;
   slots_[i] = n;
