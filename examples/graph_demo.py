@@ -1,49 +1,58 @@
-#!/usr/bin/env python3
-"""A tour of tinyhybrid: the UOp graph core (interning, walks, native simplification) and a Tensor computation
-that runs as compiled C kernels on the CPU, checked against NumPy."""
+"""A tour of tinyhybrid's graph core: the UOp, the node every later pass builds, walks and rewrites.
+
+  python examples/graph_demo.py
+
+The nodes live in a compiled C++ core; Python sees one object per live node."""
 import pickle
-import time
 
-import numpy as np
-
-from tinyhybrid import Tensor, UOp, dtypes, _core
-from tinyhybrid.dtype import least_upper_dtype
+from tinyhybrid import UOp, Ops, dtypes, _core
 
 
 def main() -> None:
-  print("== the graph core ==")
-  base = _core.live_uop_count()
-  x, y = UOp.variable("x", 0, 63, dtypes.weakint), UOp.variable("y", 0, 15, dtypes.weakint)
-  idx = (x * 4 + y * 8 + 3) // 4 + (x * 2 + 5 + x * 4) % 2
-  print(f"index expression : {idx.render()}")
-  print(f"simplified       : {idx.simplify().render()}  (range {idx.simplify().vmin}..{idx.simplify().vmax})")
-  print(f"built twice, one node: {((x + 1) * 2) is ((x + 1) * 2)}")
+  baseline = _core.live_uop_count()
+
+  # 1. An index expression over two symbolic variables, as a kernel would compute an address.
+  row = UOp.variable("row", 0, 31)
+  col = UOp.variable("col", 0, 63)
+  idx = (row * 64 + col) % 1024
+  print(f"expression    : {idx.render()}")
+  print(f"its dtype     : {idx.dtype}, op {idx.op.name}, {len(idx.src)} sources")
+
+  # 2. Toposort: sources before their users, each node once. The walk runs in C++.
   order = idx.toposort()
-  print(f"toposort: {len(order)} nodes, ops {[u.op.name for u in order][:6]}...")
-  print(f"pickle round trip is the same node: {pickle.loads(pickle.dumps(idx)) is idx}")
-  print(f"dtypes: {dtypes.float.vec(4)} is {dtypes.float.vec(4).itemsize} bytes; {dtypes.uint8} and {dtypes.int8} promote "
-        f"to {least_upper_dtype(dtypes.uint8, dtypes.int8)}")
-  chain = x
-  st = time.perf_counter()
-  for _ in range(100_000): chain = chain + chain
-  print(f"a 100,000-add chain built in {(time.perf_counter() - st) * 1e3:.1f} ms, walked: {len(chain.toposort())} nodes")
-  del chain, order, idx, x, y
-  print(f"live nodes back to {_core.live_uop_count() - base} above where we started")
+  print(f"toposort      : {len(order)} nodes: {' '.join(u.op.name for u in order)}")
+  assert order[-1] is idx
 
-  print("\n== tensors on the CPU ==")
-  rng = np.random.default_rng(0)
-  a_np, b_np = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((32, 16)).astype(np.float32)
-  a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
-  out = (a @ b).relu().softmax(-1)
-  loss = out.sum(0).max()
-  loss.backward()
-  print(f"softmax(relu(a @ b)) matches NumPy: {np.allclose(out.numpy(), _np_softmax(np.maximum(a_np @ b_np, 0)), atol=1e-5)}")
-  print(f"d loss / d a has shape {a.grad.shape}, |grad| = {float(np.abs(a.grad.numpy()).sum()):.4f}")
+  # 3. Interning: the same (op, dtype, src, arg) is the same node, and the same Python object.
+  again = (UOp.variable("row", 0, 31) * 64 + UOp.variable("col", 0, 63)) % 1024
+  print(f"interned      : rebuilt expression is the same object: {again is idx}")
+  print(f"              : 0, 0.0, -0.0 and False are different constants: "
+        f"{len({UOp(Ops.NOOP, arg=v) for v in (0, 0.0, -0.0, False)}) == 4}")
 
+  # 4. dtypes: sizes, vector and pointer forms, and constants committed to their dtype.
+  f4 = dtypes.float.vec(4)
+  print(f"dtypes        : {dtypes.half!r} is {dtypes.half.itemsize} bytes; {f4!r} is '{f4.name}', "
+        f"{f4.itemsize} bytes; {dtypes.float.ptr(16)!r} is '{dtypes.float.ptr(16).name}'")
+  print(f"constants     : uint(-4) = {UOp.const(dtypes.uint, -4).arg}, half(65519.0) = "
+        f"{UOp.const(dtypes.half, 65519.0).arg}, int8(200) = {UOp.const(dtypes.int8, 200).arg}")
 
-def _np_softmax(z: np.ndarray) -> np.ndarray:
-  e = np.exp(z - z.max(-1, keepdims=True))
-  return e / e.sum(-1, keepdims=True)
+  # 5. Rewriting by substitution: fix the row, every user of it is rebuilt.
+  fixed = idx.substitute({row: UOp.const(dtypes.int, 3)})
+  print(f"row := 3      : {fixed.render()}")
+
+  # 6. Pickling: a live node comes back as the very same object; a dead one is rebuilt by structure.
+  print(f"pickle        : round trip gives the same object: {pickle.loads(pickle.dumps(idx)) is idx}")
+  data = pickle.dumps(fixed)
+
+  # 7. Freeing: nodes die as soon as nothing refers to them.
+  live = _core.live_uop_count() - baseline
+  del idx, again, order, fixed, row, col
+  after = _core.live_uop_count() - baseline
+  print(f"live nodes    : {live} while in use, {after} after del")
+  back = pickle.loads(data)
+  print(f"unpickled     : {back.render()} ({_core.live_uop_count() - baseline} nodes alive again)")
+  del back
+  assert _core.live_uop_count() == baseline
 
 
 if __name__ == "__main__":

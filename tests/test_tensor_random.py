@@ -102,7 +102,10 @@ def test_same_values_in_another_process():
   here = Tensor.rand(16).numpy()
   code = ("from tinyhybrid import Tensor; Tensor.manual_seed(2024); "
           "print(' '.join(float(v).hex() for v in Tensor.rand(16).numpy()))")
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "python"), os.environ.get("PYTHONPATH", "")])}
+  # the child imports the same tinyhybrid this process did (installed, or a source tree on PYTHONPATH)
+  import tinyhybrid
+  pkg_root = os.path.dirname(os.path.dirname(tinyhybrid.__file__))
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([pkg_root, os.environ.get("PYTHONPATH", "")])}
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
   assert out.returncode == 0, out.stderr
   there = np.array([float.fromhex(v) for v in out.stdout.split()], dtype=np.float32)

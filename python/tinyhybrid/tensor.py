@@ -236,6 +236,26 @@ class Tensor(TensorAPI):
     out.requires_grad = self.requires_grad
     return out
 
+  def replace(self, x: Tensor) -> Tensor:
+    """Makes this tensor the value of x (same shape), without a copy."""
+    if x.shape != self.shape: raise ValueError(f"replace: shape {x.shape} does not match {self.shape}")
+    self.uop = x.uop
+    return self
+
+  def to_(self, device: str | None) -> Tensor:
+    """Moves this tensor to device in place."""
+    moved = self.to(device)
+    self.uop, self.device = moved.uop, moved.device
+    return self
+
+  def sequential(self, layers: list) -> Tensor:
+    """Applies each callable in turn."""
+    out = self
+    for f in layers: out = f(out)
+    return out
+
+  def contiguous_backward(self) -> Tensor: return self._wrap(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
+
   def __iadd__(self, x: Any) -> Tensor: return self.assign(self + x)
   def __isub__(self, x: Any) -> Tensor: return self.assign(self - x)
   def __imul__(self, x: Any) -> Tensor: return self.assign(self * x)

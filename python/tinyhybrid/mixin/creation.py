@@ -57,4 +57,6 @@ class CreationMixin:
   def full_like(self: Tensor, fill_value: Any, **kwargs) -> Tensor:
     return self.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
   def zeros_like(self: Tensor, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
+  def empty_like(self: Tensor, **kwargs) -> Tensor:
+    return self.empty(self.shape, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
   def ones_like(self: Tensor, **kwargs) -> Tensor: return self.full_like(1, **kwargs)

@@ -182,6 +182,58 @@ class ElementwiseMixin:
   clamp = clip
   def lerp(self: Tensor, end: Tensor, weight: Operand) -> Tensor: return self + (end - self) * weight
 
+  def asin(self: Tensor) -> Tensor:
+    # a polynomial-free form from atan: asin(x) = atan(x / sqrt(1 - x^2))
+    return (self / (1 - self * self).sqrt()).atan()
+  def acos(self: Tensor) -> Tensor: return math.pi / 2 - self.asin()
+  def atan(self: Tensor) -> Tensor:
+    """Range reduction to |x| <= tan(pi/12), then a short odd series (float32 accurate)."""
+    x = self._float()
+    a = x.abs()
+    inv = a > 1
+    a = inv.where(a.reciprocal(), a)
+    # atan(a) = pi/6 + atan((a*sqrt(3) - 1) / (a + sqrt(3))) for a > 2 - sqrt(3)
+    big = a > 2 - math.sqrt(3)
+    r = big.where((a * math.sqrt(3) - 1) / (a + math.sqrt(3)), a)
+    r2 = r * r
+    series = r * (1 + r2 * (-1 / 3 + r2 * (1 / 5 + r2 * (-1 / 7 + r2 * (1 / 9 + r2 * (-1 / 11))))))
+    out = big.where(math.pi / 6 + series, series)
+    out = inv.where(math.pi / 2 - out, out)
+    return (x < 0).where(-out, out)
+  def erf(self: Tensor) -> Tensor:
+    """Abramowitz-Stegun 7.1.26 (absolute error < 1.5e-7)."""
+    x = self._float()
+    t = 1.0 / (1.0 + 0.3275911 * x.abs())
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return x.sign() * (1 - poly * (-x * x).exp())
+  def copysign(self: Tensor, other: Operand) -> Tensor:
+    a, b = self._broadcasted(other)
+    neg = (b < 0) | ((b == 0) & ((1 / b) < 0)) if b.dtype._is_float else b < 0
+    return neg.where(-a.abs(), a.abs())
+  def fmod(self: Tensor, x: Operand) -> Tensor:
+    """C's remainder: the sign follows the dividend."""
+    a, b = self._broadcasted(x)
+    if a.dtype._is_int: return a._alu(Ops.CMOD, b)
+    return a - b * (a / b).trunc()
+  def logaddexp(self: Tensor, other: Operand) -> Tensor:
+    a, b = self._broadcasted(other)
+    m = a.maximum(b)
+    return m + ((a - m).exp() + (b - m).exp()).log()
+  def isclose(self: Tensor, other: Operand, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    a, b = self._broadcasted(other)
+    close = (a == b) | ((a - b).abs() <= atol + rtol * b.abs())
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+  def is_floating_point(self: Tensor) -> bool: return self.dtype._is_float
+  # dtype shortcuts, as in torch and tinygrad
+  def float(self: Tensor) -> Tensor: return self.cast(dtypes.float32)
+  def half(self: Tensor) -> Tensor: return self.cast(dtypes.float16)
+  def bfloat16(self: Tensor) -> Tensor: return self.cast(dtypes.bfloat16)
+  def double(self: Tensor) -> Tensor: return self.cast(dtypes.float64)
+  def int(self: Tensor) -> Tensor: return self.cast(dtypes.int32)
+  def long(self: Tensor) -> Tensor: return self.cast(dtypes.int64)
+  def short(self: Tensor) -> Tensor: return self.cast(dtypes.int16)
+  def bool(self: Tensor) -> Tensor: return self.cast(dtypes.bool)
+
   # ** activations **
   def relu(self: Tensor) -> Tensor: return (self > 0).where(self, 0)
   def sigmoid(self: Tensor) -> Tensor: return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()

@@ -74,6 +74,26 @@ class ReduceMixin:
     _, e, ss = self._softmax(axis, dtype)
     return e.div(ss)
 
+  def softmin(self: Tensor, axis: int = -1, dtype=None) -> Tensor: return (-self).softmax(axis, dtype)
+
+  def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    norm = self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+    return self / norm.maximum(eps)
+
+  def allclose(self: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+  def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None, reduction: str = "mean") -> Tensor:
+    """Negative log likelihood of log-probabilities self (N, C, ...) for class indices Y (N, ...)."""
+    classes = self.arange(self.shape[1]).reshape((1, self.shape[1]) + (1,) * (self.ndim - 2))
+    hit = (classes == Y.unsqueeze(1)).cast(self.dtype)
+    w = hit if weight is None else hit * weight.reshape((1, self.shape[1]) + (1,) * (self.ndim - 2))
+    if ignore_index is not None: w = w * (Y != ignore_index).unsqueeze(1)
+    loss = -(self * w).sum(1)
+    if reduction == "none": return loss
+    if reduction == "sum": return loss.sum()
+    return loss.sum() / w.sum()
+
   def log_softmax(self: Tensor, axis: int = -1, dtype=None) -> Tensor:
     m, _, ss = self._softmax(axis, dtype)
     return m - ss.log()
@@ -119,6 +139,11 @@ class ReduceMixin:
     else: out = tri.where(x, self.dtype.min if not self.dtype._is_float else -math.inf).max(-1)
     return out.transpose(a, -1)
   def cumsum(self: Tensor, axis: int = 0) -> Tensor: return self._cumulative(axis, "sum")
+  def cummin(self: Tensor, axis: int = 0) -> Tensor: return -((-self).cummax(axis))
+  def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
+    m = self.max(axis, keepdim=True).detach()
+    m = m.isinf().where(0, m)
+    return (self - m).exp().cumsum(axis).log() + m
   def cumprod(self: Tensor, axis: int = 0) -> Tensor: return self._cumulative(axis, "prod")
   def cummax(self: Tensor, axis: int = 0) -> Tensor: return self._cumulative(axis, "max")
 
