@@ -6,5 +6,6 @@ from tinyhybrid.uop import Ops, GroupOp, AxisType, AddrSpace  # noqa: F401
 from tinyhybrid.uop.ops import UOp, Variable  # noqa: F401
 from tinyhybrid.device import Device  # noqa: F401
 from tinyhybrid.tensor import Tensor  # noqa: F401
+from tinyhybrid.engine.jit import TinyJit  # noqa: F401
 
 __version__ = "0.1.0"

@@ -48,6 +48,7 @@ class Buffer:
     if size < 0: raise ValueError(f"Buffer: negative size {size}")
     self.device, self.size, self.dtype = device, size, dtype
     self._mem: np.ndarray | None = None
+    self._address = 0
     if initial is not None: self.copyin(initial)
 
   @property
@@ -55,11 +56,13 @@ class Buffer:
   def is_allocated(self) -> bool: return self._mem is not None
 
   def ensure_allocated(self) -> Buffer:
-    if self._mem is None: self._mem = Device[self.device].allocator.alloc(self.nbytes)
+    if self._mem is None:
+      self._mem = Device[self.device].allocator.alloc(self.nbytes)
+      self._address = self._mem.ctypes.data  # asked on every kernel launch: numpy's lookup is slow
     return self
 
   @property
-  def address(self) -> int: return self.ensure_allocated()._mem.ctypes.data  # type: ignore[union-attr]
+  def address(self) -> int: return self._address or self.ensure_allocated()._address
 
   def copyin(self, data: bytes | memoryview | np.ndarray) -> Buffer:
     raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")

@@ -63,6 +63,9 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
 # below this many loop iterations a kernel runs on one core: waking the others costs more than it saves
 PARALLEL_WORK = 1 << 15
 
+# While TinyJit captures, every kernel run is recorded here: (device, program, its buffers, threads).
+capturing: list[list[tuple[str, CompiledProgram, list[Buffer], int]]] = []
+
 
 def realize_tensors(tensors: list[Tensor]) -> None:
   from tinyhybrid.tensor import _all_tensors
@@ -101,6 +104,8 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} buffers  {ei.threads} threads")
     elif cs.items:
       cs.runner([b.address for b in bufs])
+    if capturing:
+      for ei in cs.items: capturing[-1].append((device, ei.prg, [bufs[s] for s in ei.slots], ei.threads))
     wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
     history = bool(wants_grad) and any(u in wants_grad for u in nodes)
     becomes: dict[UOp, UOp] = {}

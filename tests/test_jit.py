@@ -1,0 +1,67 @@
+"""TinyJit: capture on the second call, replay from the third with new inputs; errors on changed inputs; JIT=0."""
+import numpy as np
+import pytest
+
+from tinyhybrid import Context, Tensor, TinyJit
+from tinyhybrid.engine.jit import JitError
+
+RNG = np.random.default_rng(3)
+
+
+def test_replay_follows_new_inputs():
+  calls = []
+
+  @TinyJit
+  def f(a, b):
+    calls.append(1)  # Python side effects run only on the first two calls
+    return ((a + b) * 2).relu().sum(0)
+
+  for _ in range(6):
+    a_np, b_np = RNG.standard_normal((5, 7)).astype(np.float32), RNG.standard_normal((5, 7)).astype(np.float32)
+    out = f(Tensor(a_np), Tensor(b_np))
+    np.testing.assert_allclose(out.numpy(), np.maximum((a_np + b_np) * 2, 0).sum(0), rtol=1e-5, atol=1e-6)
+  assert len(calls) == 2
+
+
+def test_multiple_outputs_and_realize_inside():
+  @TinyJit
+  def g(x):
+    y = (x * 3).contiguous().realize()  # a realize in the middle is captured too
+    return y + 1, y.max()
+
+  for i in range(4):
+    x_np = RNG.standard_normal(10).astype(np.float32)
+    a, m = g(Tensor(x_np))
+    np.testing.assert_allclose(a.numpy(), x_np * 3 + 1, rtol=1e-6)
+    np.testing.assert_allclose(m.item(), (x_np * 3).max(), rtol=1e-6)
+
+
+def test_inputs_must_keep_shape_and_dtype():
+  @TinyJit
+  def f(a): return a * 2
+
+  for _ in range(3): f(Tensor.ones(4))
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor.ones(5))
+  with pytest.raises(JitError, match="inputs changed"): f(Tensor.ones(4, dtype="int32"))
+
+
+def test_lazy_and_strided_inputs_are_made_contiguous():
+  @TinyJit
+  def f(a): return a + 1
+
+  for i in range(4):
+    base = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) * (i + 1))
+    np.testing.assert_array_equal(f(base.T).numpy(), (np.arange(12, dtype=np.float32).reshape(3, 4) * (i + 1)).T + 1)
+
+
+def test_jit_off():
+  calls = []
+
+  @TinyJit
+  def f(a):
+    calls.append(1)
+    return a * 2
+
+  with Context(JIT=0):
+    for _ in range(4): f(Tensor.ones(3))
+  assert len(calls) == 4
