@@ -1,99 +1,118 @@
 #!/usr/bin/env python3
-"""UOp micro-benchmarks (issue 2: creation, add chain, toposort) and the symbolic / rewrite cases of
-symbolic_micro.py, side by side with tinygrad (bench extra) in the same process. One JSON line per case:
-{"bench", "case", "unit", "ours", "tinygrad", "ratio" (tinygrad / ours: how many times faster we are), "target"}.
+"""Micro-benchmarks of the UOp core against tinygrad, in the same process.
 
-  python bench/uop_micro.py
+  python bench/uop_micro.py          (tinygrad comes with the bench extra: pip install ".[bench]")
+
+Prints one JSON line per case (see bench/common.py): microseconds per op or per node, ours and tinygrad's,
+their ratio (tinygrad / ours) and the ratio issue 2 asks for. Without tinygrad its figures are null.
+
+  uop_create             10^4 constants, UOp.const(dtypes.int, i)                 us/op    target 5x
+  add_chain              a = a + a, 10^4 times                                     us/op    target 20x
+  toposort_len_chain     len(x.toposort()), x built by x = x + 1 20000 times       us/node  target 20x
+  toposort_len_doubling  len(x.toposort()), x built by x = x + x 10000 times       us/node  target 20x
+  toposort_visit         toposort of the x + 1 chain, then read .op of every node  us/node  target 5x
+
+Every repetition of the two creation cases builds nodes that do not exist yet (new constant values, a new
+variable name), so neither side is timed hitting its intern cache. Per-node figures divide by each side's own
+node count (tinygrad's variable is two nodes, ours one). The symbolic and rewrite cases of symbolic_micro.py
+follow, under the same "bench" name.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
-from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import best_of, emit  # noqa: E402
-import symbolic_micro  # noqa: E402
+from common import case, emit, import_tinyhybrid  # noqa: E402
 
-from tinyhybrid import UOp, dtypes  # noqa: E402
-
-try:
-  from tinygrad.dtype import dtypes as tdtypes
-  from tinygrad.uop.ops import UOp as TUOp
-except ImportError: TUOp = None
-
-N_CONSTS, N_ADDS, CHAIN, DOUBLING = 10_000, 10_000, 20_000, 10_000
+BENCH = "uop_micro"
+N_CONST = 10**4
+N_ADD = 10**4
+N_CHAIN = 20000
+N_DOUBLE = 10000
 
 
-def _sides() -> list[tuple[str, Any, Any, Callable]]:
-  out = [("ours", UOp, dtypes, lambda d, v: UOp.const(d.int, v))]
-  if TUOp is not None: out.append(("tinygrad", TUOp, tdtypes, lambda d, v: TUOp.const(v, d.int)))
-  return out
+class Side:
+  """One implementation's spelling of what the cases need (tinyhybrid and tinygrad differ in small ways)."""
+  def __init__(self, const, variable):
+    self.const = const        # const(value) -> an int32 constant
+    self.variable = variable  # variable(name) -> a variable in [0, 10]
+
+  def toposort_len(self, x) -> int: return len(x.toposort())
+
+  def toposort_visit(self, x) -> None:
+    for u in x.toposort(): u.op
 
 
-def _case(case: str, unit: str, target: float, per: int, make: Callable[[Any, Any, Callable], Callable[[], Any]],
-          reps: int = 7) -> None:
-  figures: dict[str, float] = {}
-  for name, U, d, const in _sides():
-    figures[name] = best_of(make(U, d, const), reps=reps) / per * 1e6
-  ours, theirs = figures["ours"], figures.get("tinygrad")
-  emit({"bench": "uop_micro", "case": case, "unit": unit, "ours": round(ours, 4),
-        "tinygrad": None if theirs is None else round(theirs, 4),
-        "ratio": None if theirs is None else round(theirs / ours, 2), "target": target})
+def ours() -> Side:
+  th = import_tinyhybrid()
+  UOp, dtypes = th.UOp, th.dtypes
+  return Side(lambda v: UOp.const(dtypes.int, v), lambda name: UOp.variable(name, 0, 10, dtypes.weakint))
 
 
-def uop_create() -> None:
-  """10^4 constants (new values each repetition, so nothing is already interned)."""
-  counter = [0]
-  def make(U, d, const):
-    def run():
-      counter[0] += 1
-      base = counter[0] * 1_000_003
-      return [const(d, base + i) for i in range(N_CONSTS)]
-    return run
-  _case("uop_create", "us/op", 5, N_CONSTS, make)
+def tinygrad() -> Side | None:
+  try:
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+  except ImportError:
+    return None
+  # tinygrad 0.14: UOp.const(value, dtype) value first; toposort() returns a dict
+  return Side(lambda v: UOp.const(v, dtypes.int), lambda name: UOp.variable(name, 0, 10, dtypes.weakint))
 
 
-def add_chain() -> None:
-  """a = a + a, 10^4 times (from a new variable each repetition)."""
-  counter = [0]
-  def make(U, d, const):
-    def run():
-      counter[0] += 1
-      a = U.variable(f"a{counter[0]}", 0, 10, d.weakint)
-      for _ in range(N_ADDS): a = a + a
-      return a
-    return run
-  _case("add_chain", "us/op", 20, N_ADDS, make)
+_fresh = itertools.count(1)
 
 
-def _chain(U, d, n: int, doubling: bool):
-  a = U.variable("t", 0, 10, d.weakint)
-  for _ in range(n): a = a + a if doubling else a + 1
-  return a
+def create(s: Side):
+  def run():
+    base = next(_fresh) * 1_000_003  # values no earlier repetition made
+    return [s.const(base + i) for i in range(N_CONST)]
+  return run
 
 
-def toposort_len() -> None:
-  """len(x.toposort()) of a 20001-node chain (x = x + 1), per node."""
-  _case("toposort_len_chain", "us/node", 20, CHAIN + 1,
-        lambda U, d, c: (lambda root: lambda: len(root.toposort()))(_chain(U, d, CHAIN, False)), reps=9)
+def add_chain(s: Side):
+  def run():
+    a = s.variable(f"a{next(_fresh)}")  # a variable no earlier repetition made
+    for _ in range(N_ADD): a = a + a
+    return a
+  return run
 
 
-def toposort_doubling() -> None:
-  """len(x.toposort()) of a 10001-node doubling chain (x = x + x), per node."""
-  _case("toposort_len_doubling", "us/node", 20, DOUBLING + 1,
-        lambda U, d, c: (lambda root: lambda: len(root.toposort()))(_chain(U, d, DOUBLING, True)), reps=9)
+def chain(s: Side):
+  x = s.variable("x")
+  for _ in range(N_CHAIN): x = x + 1
+  return x
 
 
-def toposort_visit() -> None:
-  """toposort, then read .op of every node in Python (20001-node chain), per node."""
-  _case("toposort_visit", "us/node", 5, CHAIN + 1,
-        lambda U, d, c: (lambda root: lambda: [u.op for u in root.toposort()])(_chain(U, d, CHAIN, False)), reps=9)
+def doubling(s: Side):
+  x = s.variable("y")
+  for _ in range(N_DOUBLE): x = x + x
+  return x
 
 
 def main() -> None:
-  for case in (uop_create, add_chain, toposort_len, toposort_doubling, toposort_visit): case()
-  for case in symbolic_micro.cases(): emit({"bench": "uop_micro", **case()})
+  o, t = ours(), tinygrad()
+  case("uop_create", create(o), create(t) if t else None, N_CONST, "us/op", 5, bench=BENCH)
+  case("add_chain", add_chain(o), add_chain(t) if t else None, N_ADD, "us/op", 20, bench=BENCH)
+
+  oc, tc = chain(o), (chain(t) if t else None)
+  case("toposort_len_chain", lambda: o.toposort_len(oc), (lambda: t.toposort_len(tc)) if t else None,
+       o.toposort_len(oc), "us/node", 20, bench=BENCH, anchor_n=t.toposort_len(tc) if t else None)
+
+  od, td = doubling(o), (doubling(t) if t else None)
+  case("toposort_len_doubling", lambda: o.toposort_len(od), (lambda: t.toposort_len(td)) if t else None,
+       o.toposort_len(od), "us/node", 20, bench=BENCH, anchor_n=t.toposort_len(td) if t else None)
+
+  case("toposort_visit", lambda: o.toposort_visit(oc), (lambda: t.toposort_visit(tc)) if t else None,
+       o.toposort_len(oc), "us/node", 5, bench=BENCH, anchor_n=t.toposort_len(tc) if t else None)
+
+  # the symbolic simplification and rewrite cases (bench/symbolic_micro.py), when that file is present
+  try:
+    import symbolic_micro
+  except ImportError:
+    return
+  for c in symbolic_micro.cases(): emit({"bench": BENCH, **c()})
 
 
 if __name__ == "__main__":

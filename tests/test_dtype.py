@@ -341,7 +341,7 @@ def test_strong_float_and_sum_acc():
   assert sum_acc_dtype(dtypes.double) is dtypes.double and sum_acc_dtype(dtypes.int64) is dtypes.int64
 
 
-# ---------------------------------------------------------------- known core bugs (see the report)
+# ---------------------------------------------------------------- regressions: core bugs these tests found
 
 def test_bug_vec_count_truncated():
   with pytest.raises((ValueError, OverflowError)):

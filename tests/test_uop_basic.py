@@ -680,7 +680,7 @@ def test_dtype_is_core_type():
   assert isinstance(UOp.variable("a", 0, 1).dtype, DType)
 
 
-# ---------------------------------------------------------------- known core bugs (see the report)
+# ---------------------------------------------------------------- regressions: core bugs these tests found
 
 def test_bug_huge_int_op_raises_overflow_error():
   with pytest.raises((TypeError, ValueError)):
@@ -708,3 +708,40 @@ def test_bug_toposort_negative_index_out_of_range():
   t = (UOp.variable("a", 0, 10) + 1).toposort()
   with pytest.raises(IndexError):
     t[-len(t) - 1]
+
+
+def test_bug_variable_bad_bound_message_names_op():
+  with pytest.raises(TypeError, match="DEFINE_VAR|variable"):
+    UOp.variable("x", 0, [1])
+
+
+_EQ_MAKES_NODE = """
+from tinyhybrid import UOp, Ops, dtypes
+class K:
+  def __hash__(self): return 1
+  def __eq__(self, other):
+    UOp.const(dtypes.int, 123456)  # Python code run by the intern lookup makes a node
+    return self is other
+assert UOp(Ops.NOOP, arg=K()) is not UOp(Ops.NOOP, arg=K())
+print("ok")
+"""
+_EQ_FREES_NODE = """
+from tinyhybrid import UOp, Ops
+victim = [UOp.variable("v", 0, 1) * 98765]
+class K:
+  def __hash__(self): return 1
+  def __eq__(self, other):
+    victim.clear()  # drops the last reference to nodes (as a GC pass inside __eq__ could)
+    return self is other
+assert UOp(Ops.NOOP, arg=K()) is not UOp(Ops.NOOP, arg=K())
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("code", [_EQ_MAKES_NODE, _EQ_FREES_NODE], ids=["eq_makes_node", "eq_frees_node"])
+def test_python_eq_during_intern_lookup_does_not_deadlock(code):
+  try:
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10)
+  except subprocess.TimeoutExpired:
+    pytest.fail("hung (deadlock)")
+  assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

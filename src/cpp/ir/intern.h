@@ -23,11 +23,13 @@ class InternTable {
   static bool same_key(const UOp* n, size_t hash, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg,
                        const Arg& tag);
   UOpRef create(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg, Arg&& tag, size_t hash);
+  UOpRef find_locked(size_t hash, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg, const Arg& tag);
   void insert_slot(const UOp* n);
   void erase_slot(const UOp* n);
   void grow();
 
-  std::mutex mu_;
+  // Recursive: comparing an opaque (Python) arg may run code that makes or frees nodes on this same thread.
+  std::recursive_mutex mu_;
   std::vector<const UOp*> slots_;
   size_t mask_;
   size_t size_ = 0;

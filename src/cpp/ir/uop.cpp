@@ -47,40 +47,45 @@ bool InternTable::same_key(const UOp* n, size_t hash, Ops op, DType dtype, std::
   return n->arg_ == arg && n->tag() == tag;
 }
 
+UOpRef InternTable::find_locked(size_t h, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg,
+                                const Arg& tag) {
+  // slots_ and mask_ are read afresh each step: a comparison or release below may change the table (then a probe can
+  // miss its key and the caller makes a second node for it, which only a key whose equality has side effects risks).
+  for (size_t i = h & mask_; i < slots_.size() && slots_[i]; i = (i + 1) & mask_) {
+    const UOp* n = slots_[i];
+    if (n->hash_ != h) continue;
+    // Hold the node while its arg is compared: the comparison may run Python that drops the node's last reference.
+    uint32_t c = n->refcount_.load(std::memory_order_relaxed);
+    while (c != 0 && !n->refcount_.compare_exchange_weak(c, c + 1, std::memory_order_relaxed)) {}
+    if (c == 0) {
+      // Its count reached zero on another thread, which waits on this lock to forget it: never revive it.
+      if (!same_key(n, h, op, dtype, src, arg, tag)) continue;
+      const_cast<UOp*>(n)->in_table_ = false;
+      erase_slot(n);
+      return nullptr;
+    }
+    UOpRef hold = UOpRef::adopt(n);
+    if (same_key(n, h, op, dtype, src, arg, tag)) return hold;  // a held node's key cannot change
+    hold = UOpRef();  // may free the node
+  }
+  return nullptr;
+}
+
 template <class Verify>
 UOpRef InternTable::get_or_create(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg, Arg&& tag,
                                   const Verify& verify) {
   const size_t h = key_hash(op, dtype, src, arg, tag);
   {
     std::lock_guard lock(mu_);
-    for (size_t i = h & mask_; slots_[i]; i = (i + 1) & mask_) {
-      const UOp* n = slots_[i];
-      if (!same_key(n, h, op, dtype, src, arg, tag)) continue;
-      // A node whose count already reached zero is being destroyed by another thread: never revive it.
-      uint32_t c = n->refcount_.load(std::memory_order_relaxed);
-      while (c != 0 && !n->refcount_.compare_exchange_weak(c, c + 1, std::memory_order_relaxed)) {}
-      if (c != 0) return UOpRef::adopt(n);
-      const_cast<UOp*>(n)->in_table_ = false;
-      erase_slot(n);
-      break;
-    }
+    if (UOpRef found = find_locked(h, op, dtype, src, arg, tag)) return found;
   }
   verify(op, dtype, src, arg);
   UOpRef fresh = create(op, dtype, src, std::move(arg), std::move(tag), h);
   std::lock_guard lock(mu_);
   // Another thread may have made the same node meanwhile; keep the first.
-  for (size_t i = h & mask_; slots_[i]; i = (i + 1) & mask_) {
-    const UOp* n = slots_[i];
-    if (!same_key(n, h, op, dtype, src, fresh->arg_, fresh->tag())) continue;
-    uint32_t c = n->refcount_.load(std::memory_order_relaxed);
-    while (c != 0 && !n->refcount_.compare_exchange_weak(c, c + 1, std::memory_order_relaxed)) {}
-    if (c != 0) {
-      const_cast<UOp*>(fresh.get())->in_table_ = false;
-      return UOpRef::adopt(n);
-    }
-    const_cast<UOp*>(n)->in_table_ = false;
-    erase_slot(n);
-    break;
+  if (UOpRef found = find_locked(h, op, dtype, src, fresh->arg_, fresh->tag())) {
+    const_cast<UOp*>(fresh.get())->in_table_ = false;
+    return found;
   }
   insert_slot(fresh.get());
   return fresh;

@@ -172,7 +172,16 @@ int uop_clear(PyObject* self) {
 
 // ---- attributes ----
 
-PyObject* get_op(PyObject* self, void*) { return from_arg(Arg::op(as_uop(self)->node->op())); }
+// Read for every node a pass looks at: straight to the registered Ops member, no Arg in between.
+PyObject* get_op(PyObject* self, void*) {
+  const auto op = static_cast<Py_ssize_t>(as_uop(self)->node->op());
+  if (PyObject* members = enums().members[static_cast<size_t>(EnumKind::Ops)]; members && op < PyTuple_GET_SIZE(members)) {
+    PyObject* m = PyTuple_GET_ITEM(members, op);
+    Py_INCREF(m);
+    return m;
+  }
+  return from_arg(Arg::op(as_uop(self)->node->op()));
+}
 PyObject* get_dtype(PyObject* self, void*) { return dtype_object(as_uop(self)->node->dtype()); }
 PyObject* get_src(PyObject* self, void*) {
   const UOp* n = as_uop(self)->node;
@@ -430,7 +439,7 @@ PyObject* m_variable(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObjec
   if (!name || !lo || !hi) return PyErr_Format(PyExc_TypeError, "variable(name, min_val, max_val, dtype=dtypes.int)");
   if (!PyUnicode_Check(name)) return PyErr_Format(PyExc_TypeError, "variable: name must be a str");
   Arg n, a, b;
-  if (!to_arg(name, n) || !to_arg(lo, a) || !to_arg(hi, b)) return nullptr;
+  if (!to_arg(name, n) || !to_arg(lo, a) || !to_arg(hi, b)) return name_op_in_error(Ops::DEFINE_VAR, "variable bound or name");
   DType dtype = DType::int32();
   if (dt && dt != Py_None && !dtype_arg(dt, dtype, "variable")) return nullptr;
   return guarded([&] {
