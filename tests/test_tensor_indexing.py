@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tinyhybrid import Tensor, dtypes
+from batching import realize_batched
 
 RNG = np.random.default_rng(1)
 A = RNG.uniform(-5, 5, size=(3, 5, 7)).astype(np.float32)
@@ -47,20 +48,10 @@ BASIC = [
 ]
 
 
-def _flat_batch(outs):
-  flat = [o.flatten() for o in outs if o.numel()]
-  arr = flat[0].cat(*flat[1:]).numpy() if flat else np.zeros(0)
-  res, off = [], 0
-  for o in outs:
-    res.append(arr[off:off + o.numel()].reshape(o.shape))
-    off += o.numel()
-  return res
-
-
 @pytest.fixture(scope="module")
 def basic_batch():
   x = Tensor(A)
-  return _flat_batch([x[idx] for idx in BASIC])
+  return realize_batched([x[idx] for idx in BASIC])
 
 
 @pytest.mark.parametrize("i", range(len(BASIC)), ids=[_id(b) for b in BASIC])
@@ -396,7 +387,7 @@ def test_diag_diagonal_unfold_repeat_interleave():
   gx, gy = Tensor([1.0, 2.0, 3.0]).meshgrid(Tensor([4.0, 5.0]), indexing="xy")
   ours += [gx, gy]
   refs += list(torch.meshgrid(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0]), indexing="xy"))
-  for o, r in zip(_flat_batch(ours), refs): _close(o, r)
+  for o, r in zip(realize_batched(ours), refs): _close(o, r)
   assert x.size() == (3, 5, 7) and x.size(-1) == 7
 
 

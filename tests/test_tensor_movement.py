@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tinyhybrid import Tensor, dtypes
+from batching import realize_batched
 
 RNG = np.random.default_rng(2)
 
@@ -79,17 +80,6 @@ CASES = {
 def _outs(o): return list(o) if isinstance(o, (tuple, list)) else [o]
 
 
-def _batched(tensors: list[Tensor]) -> list[np.ndarray]:
-  """Realizes float tensors with one kernel: flattened, concatenated, then split again."""
-  flat = [t.flatten() for t in tensors if t.numel()]
-  arr = flat[0].cat(*flat[1:]).numpy() if flat else np.zeros(0, np.float32)
-  res, off = [], 0
-  for t in tensors:
-    res.append(arr[off:off + t.numel()].reshape(t.shape))
-    off += t.numel()
-  return res
-
-
 @pytest.fixture(scope="module")
 def results():
   per_case, todo = {}, []
@@ -105,7 +95,7 @@ def results():
     grads = [x.grad if x.grad is not None else x.zeros_like() for x in ins]
     per_case[name] = (len(todo), len(outs), touts, [t.grad if t.grad is not None else torch.zeros_like(t) for t in tins])
     todo += outs + grads
-  arrays = _batched(todo)
+  arrays = realize_batched(todo)
   return {name: (arrays[i:i + n], arrays[i + n:i + n + len(tg)], to, tg) for name, (i, n, to, tg) in per_case.items()}
 
 

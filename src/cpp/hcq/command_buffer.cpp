@@ -81,25 +81,18 @@ void check_signal(const SignalRef& s, const char* what) {
 }
 }  // namespace
 
-void CommandBuffer::wait(const SignalRef& signal, Operand value) {
-  check_signal(signal, "wait");
+void CommandBuffer::signal_op(Op op, const SignalRef& signal, Operand value, const char* what) {
+  check_signal(signal, what);
   Rollback rb{words_, offsets_, sites_};
-  begin(Op::Wait, layout::kSignalWords);
+  begin(op, layout::kSignalWords);
   words_.push_back(signal->address());
   words_.push_back(field(value, layout::kSignalValue));
   keep(signal);
   rb.done = true;
 }
 
-void CommandBuffer::signal(const SignalRef& signal, Operand value) {
-  check_signal(signal, "signal");
-  Rollback rb{words_, offsets_, sites_};
-  begin(Op::Signal, layout::kSignalWords);
-  words_.push_back(signal->address());
-  words_.push_back(field(value, layout::kSignalValue));
-  keep(signal);
-  rb.done = true;
-}
+void CommandBuffer::wait(const SignalRef& signal, Operand value) { signal_op(Op::Wait, signal, value, "wait"); }
+void CommandBuffer::signal(const SignalRef& signal, Operand value) { signal_op(Op::Signal, signal, value, "signal"); }
 
 void CommandBuffer::exec(const Program& program, std::span<const Operand> args, Dims global, Dims local) {
   if (program.fn() == nullptr) throw std::invalid_argument("CommandBuffer.exec: program '" + program.name() + "' has no function");

@@ -117,6 +117,7 @@ class CommandBuffer {
   using Refs = std::vector<std::shared_ptr<const void>>;
   uint64_t field(const Operand& op, uint32_t word);  // records a patch site for a slot operand
   void begin(Op op, uint32_t nwords);
+  void signal_op(Op op, const SignalRef& signal, Operand value, const char* what);  // wait and signal share it
   void keep(std::shared_ptr<const void> ref);
 
   std::vector<uint64_t> words_;
