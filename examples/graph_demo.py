@@ -5,7 +5,9 @@
 The nodes live in a compiled C++ core; Python sees one object per live node."""
 import pickle
 
-from tinyhybrid import UOp, Ops, dtypes, _core
+import numpy as np
+
+from tinyhybrid import Ops, Tensor, UOp, dtypes, _core
 
 
 def main() -> None:
@@ -38,7 +40,8 @@ def main() -> None:
 
   # 5. Rewriting by substitution: fix the row, every user of it is rebuilt.
   fixed = idx.substitute({row: UOp.const(dtypes.int, 3)})
-  print(f"row := 3      : {fixed.render()}")
+  print(f"row := 3      : {fixed.render()}  simplifies to {fixed.simplify().render()}")
+  print(f"simplify      : {((row * 4 + col * 8 + 3) // 4).render()} -> {((row * 4 + col * 8 + 3) // 4).simplify().render()}")
 
   # 6. Pickling: a live node comes back as the very same object; a dead one is rebuilt by structure.
   print(f"pickle        : round trip gives the same object: {pickle.loads(pickle.dumps(idx)) is idx}")
@@ -53,6 +56,13 @@ def main() -> None:
   print(f"unpickled     : {back.render()} ({_core.live_uop_count() - baseline} nodes alive again)")
   del back
   assert _core.live_uop_count() == baseline
+
+  # 8. The same graph IR drives Tensors: a lazy expression becomes C kernels that run on the CPU.
+  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+  loss = (a @ a.T).relu().sum()
+  loss.backward()
+  print(f"tensors       : sum(relu(a @ a.T)) = {loss.item():.1f} (numpy: {float(np.maximum(a.numpy() @ a.numpy().T, 0).sum()):.1f}), "
+        f"d/da has shape {a.grad.shape}")
 
 
 if __name__ == "__main__":
