@@ -18,7 +18,7 @@ class InternTable {
   size_t size();
 
  private:
-  InternTable() : slots_(1024, nullptr), mask_(1023) {}
+  InternTable() : slots_(1024), mask_(1023) {}
   static size_t key_hash(Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg, const Arg& tag);
   static bool same_key(const UOp* n, size_t hash, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg,
                        const Arg& tag);
@@ -30,7 +30,12 @@ class InternTable {
 
   // Recursive: comparing an opaque (Python) arg may run code that makes or frees nodes on this same thread.
   std::recursive_mutex mu_;
-  std::vector<const UOp*> slots_;
+  // Each slot keeps its node's hash, so a probe compares hashes in this array and reads a node only on a match.
+  struct Slot {
+    size_t hash = 0;
+    const UOp* node = nullptr;
+  };
+  std::vector<Slot> slots_;
   size_t mask_;
   size_t size_ = 0;
 };

@@ -51,9 +51,9 @@ UOpRef InternTable::find_locked(size_t h, Ops op, DType dtype, std::span<const U
                                 const Arg& tag) {
   // slots_ and mask_ are read afresh each step: a comparison or release below may change the table (then a probe can
   // miss its key and the caller makes a second node for it, which only a key whose equality has side effects risks).
-  for (size_t i = h & mask_; i < slots_.size() && slots_[i]; i = (i + 1) & mask_) {
-    const UOp* n = slots_[i];
-    if (n->hash_ != h) continue;
+  for (size_t i = h & mask_; i < slots_.size() && slots_[i].node; i = (i + 1) & mask_) {
+    if (slots_[i].hash != h) continue;
+    const UOp* n = slots_[i].node;
     // Hold the node while its arg is compared: the comparison may run Python that drops the node's last reference.
     uint32_t c = n->refcount_.load(std::memory_order_relaxed);
     while (c != 0 && !n->refcount_.compare_exchange_weak(c, c + 1, std::memory_order_relaxed)) {}
@@ -75,18 +75,12 @@ template <class Verify>
 UOpRef InternTable::get_or_create(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg, Arg&& tag,
                                   const Verify& verify) {
   const size_t h = key_hash(op, dtype, src, arg, tag);
-  {
-    std::lock_guard lock(mu_);
-    if (UOpRef found = find_locked(h, op, dtype, src, arg, tag)) return found;
-  }
+  // One critical section: find, or verify and make and insert. Verifying and allocating under the lock is cheaper
+  // than a second lookup after them.
+  std::lock_guard lock(mu_);
+  if (UOpRef found = find_locked(h, op, dtype, src, arg, tag)) return found;
   verify(op, dtype, src, arg);
   UOpRef fresh = create(op, dtype, src, std::move(arg), std::move(tag), h);
-  std::lock_guard lock(mu_);
-  // Another thread may have made the same node meanwhile; keep the first.
-  if (UOpRef found = find_locked(h, op, dtype, src, fresh->arg_, fresh->tag())) {
-    const_cast<UOp*>(fresh.get())->in_table_ = false;
-    return found;
-  }
   insert_slot(fresh.get());
   return fresh;
 }
@@ -103,38 +97,38 @@ UOpRef InternTable::create(Ops op, DType dtype, std::span<const UOpRef> src, Arg
 void InternTable::insert_slot(const UOp* n) {
   if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: short probe runs on insert, lookup and erase
   size_t i = n->hash_ & mask_;
-  while (slots_[i]) i = (i + 1) & mask_;
-  slots_[i] = n;
+  while (slots_[i].node) i = (i + 1) & mask_;
+  slots_[i] = {n->hash_, n};
   ++size_;
 }
 
 void InternTable::erase_slot(const UOp* n) {
   size_t i = n->hash_ & mask_;
-  while (slots_[i] != n) i = (i + 1) & mask_;
+  while (slots_[i].node != n) i = (i + 1) & mask_;
   // Backward-shift deletion keeps probe chains intact without tombstones.
   size_t j = i;
   for (;;) {
     j = (j + 1) & mask_;
-    if (!slots_[j]) break;
-    const size_t home = slots_[j]->hash_ & mask_;
+    if (!slots_[j].node) break;
+    const size_t home = slots_[j].hash & mask_;
     if (((j - home) & mask_) >= ((j - i) & mask_)) {
       slots_[i] = slots_[j];
       i = j;
     }
   }
-  slots_[i] = nullptr;
+  slots_[i] = Slot{};
   --size_;
 }
 
 void InternTable::grow() {
-  std::vector<const UOp*> old(slots_.size() * 2, nullptr);
+  std::vector<Slot> old(slots_.size() * 2);
   old.swap(slots_);
   mask_ = slots_.size() - 1;
-  for (const UOp* n : old) {
-    if (!n) continue;
-    size_t i = n->hash_ & mask_;
-    while (slots_[i]) i = (i + 1) & mask_;
-    slots_[i] = n;
+  for (const Slot& old_slot : old) {
+    if (!old_slot.node) continue;
+    size_t i = old_slot.hash & mask_;
+    while (slots_[i].node) i = (i + 1) & mask_;
+    slots_[i] = old_slot;
   }
 }
 

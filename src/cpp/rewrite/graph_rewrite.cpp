@@ -1,3 +1,4 @@
+#include <array>
 #include <bit>
 #include <unordered_set>
 
@@ -7,45 +8,59 @@ namespace th {
 
 namespace {
 
-// The rewrite's memo: node -> its state (being rewritten, or done with a result). Open addressing on pointers with
-// entries in one array: most rewrites touch a handful of nodes, and this costs two allocations, not one per node.
+// The rewrite's memo: node -> its state (being rewritten, or done with a result). Open addressing on pointers, with
+// the first entries and slots inside the object: most rewrites (a simplify of one expression) touch a handful of
+// nodes and then allocate nothing.
 class Memo {
  public:
   struct Entry {
     UOpRef key;     // held so its address cannot be reused by a new node while the memo lives
     UOpRef result;  // null while the node is being rewritten
   };
-  Memo() : slots_(16, nullptr), mask_(15) {}
+  // The entry of n, or null. The pointer is good until the next get().
   Entry* find(const UOp* n) {
+    const uint32_t* slots = slot_data();
     for (size_t i = index(n);; i = (i + 1) & mask_) {
-      if (!slots_[i]) return nullptr;
-      if (slots_[i]->key.get() == n) return slots_[i];
+      if (!slots[i]) return nullptr;
+      Entry& e = entry(slots[i] - 1);
+      if (e.key.get() == n) return &e;
     }
   }
   Entry& get(const UOp* n) {
     if (Entry* e = find(n)) return *e;
-    if ((entries_.size() + 1) * 2 > slots_.size()) grow();
-    entries_.push_back(std::make_unique<Entry>(Entry{UOpRef(n), nullptr}));
-    place(entries_.back().get());
-    return *entries_.back();
+    if ((count_ + 1) * 2 > nslots_) grow();
+    const uint32_t idx = count_++;
+    if (idx < kInlineEntries) inline_entries_[idx] = Entry{UOpRef(n), nullptr};
+    else spill_.push_back(Entry{UOpRef(n), nullptr});
+    place(idx);
+    return entry(idx);
   }
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return count_; }
 
  private:
+  static constexpr size_t kInlineEntries = 16, kInlineSlots = 32;
   size_t index(const UOp* n) const { return ((reinterpret_cast<uintptr_t>(n) >> 4) * 0x9E3779B97F4A7C15ull >> 20) & mask_; }
-  void place(Entry* e) {
-    size_t i = index(e->key.get());
-    while (slots_[i]) i = (i + 1) & mask_;
-    slots_[i] = e;
+  uint32_t* slot_data() { return big_slots_.empty() ? inline_slots_.data() : big_slots_.data(); }
+  Entry& entry(uint32_t i) { return i < kInlineEntries ? inline_entries_[i] : spill_[i - kInlineEntries]; }
+  void place(uint32_t idx) {
+    uint32_t* slots = slot_data();
+    size_t i = index(entry(idx).key.get());
+    while (slots[i]) i = (i + 1) & mask_;
+    slots[i] = idx + 1;
   }
   void grow() {
-    slots_.assign(slots_.size() * 2, nullptr);
-    mask_ = slots_.size() - 1;
-    for (const auto& e : entries_) place(e.get());
+    nslots_ *= 2;
+    mask_ = nslots_ - 1;
+    big_slots_.assign(nslots_, 0);
+    for (uint32_t i = 0; i < count_; ++i) place(i);
   }
-  std::vector<Entry*> slots_;
-  size_t mask_;
-  std::vector<std::unique_ptr<Entry>> entries_;
+  std::array<Entry, kInlineEntries> inline_entries_;
+  std::vector<Entry> spill_;  // entries past the inline ones; slots hold indices, so these may move
+  std::array<uint32_t, kInlineSlots> inline_slots_{};
+  std::vector<uint32_t> big_slots_;  // used once the inline slots are outgrown
+  size_t nslots_ = kInlineSlots;
+  size_t mask_ = kInlineSlots - 1;
+  uint32_t count_ = 0;
 };
 
 class Rewriter {
@@ -56,6 +71,7 @@ class Rewriter {
   }
 
   UOpRef run(const UOpRef& root) {
+    stack_.reserve(16);
     stack_.push_back({root, root, Stage::Visit});
     while (!stack_.empty()) {
       Entry e = std::move(stack_.back());

@@ -1,6 +1,7 @@
 // The native symbolic rules. Each rule is exact for the semantics documented in symbolic.h: integers wrap, floats
 // round, -0.0 and NaN are kept (so float rules are limited to identities that hold bit for bit).
 #include <algorithm>
+#include <array>
 
 #include "algebra.h"
 #include "rule_sets.h"
@@ -23,13 +24,14 @@ namespace {
 
 UOpRef fold_constants(const Captured& c, void*) {
   const UOp* a = c.root();
-  std::vector<Arg> vals;
-  vals.reserve(a->nsrc());
-  for (const UOpRef& s : a->src()) {
+  if (a->nsrc() > 3) return nullptr;  // ALU ops, casts: at most three operands
+  std::array<Arg, 3> vals;
+  for (size_t i = 0; i < a->nsrc(); ++i) {
+    const UOp* s = a->src(i).get();
     if (s->op() != Ops::CONST || s->dtype().is_vector()) return nullptr;
-    vals.push_back(s->arg());
+    vals[i] = s->arg();
   }
-  const auto r = fold(a->op(), a->dtype(), vals, a->nsrc() ? a->src(0)->dtype() : DType());
+  const auto r = fold(a->op(), a->dtype(), std::span<const Arg>(vals.data(), a->nsrc()), a->nsrc() ? a->src(0)->dtype() : DType());
   if (!r) return nullptr;
   return UOp::const_of(a->dtype(), *r);
 }
