@@ -65,3 +65,21 @@ def test_jit_off():
   with Context(JIT=0):
     for _ in range(4): f(Tensor.ones(3))
   assert len(calls) == 4
+
+
+def test_profile_records_each_kernel_with_its_name():
+  import time
+  from tinyhybrid.device import profile_events
+  a = Tensor(np.arange(64, dtype=np.float32)).realize()
+  profile_events.clear()
+  before = time.monotonic_ns()
+  with Context(PROFILE=1):
+    ((a + 1).sum() * 2).realize()
+  after = time.monotonic_ns()
+  assert len(profile_events) >= 2, profile_events
+  for ev in profile_events:
+    assert ev.name and before <= ev.start_ns <= ev.end_ns <= after
+  assert [e.start_ns for e in profile_events] == sorted(e.start_ns for e in profile_events)
+  profile_events.clear()
+  ((a + 2).sum()).realize()  # PROFILE off: nothing recorded
+  assert profile_events == []

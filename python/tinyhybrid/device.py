@@ -6,13 +6,14 @@ import ctypes
 import functools
 import importlib
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.helpers import getenv
+from tinyhybrid.helpers import PROFILE, getenv
 
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
 _NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
@@ -92,13 +93,29 @@ class CompiledProgram:
   keepalive: Any = None
 
 
+@dataclass(frozen=True)
+class ProfileEvent:
+  """One kernel's run, in time.monotonic_ns() nanoseconds (PROFILE=1)."""
+  name: str
+  device: str
+  start_ns: int
+  end_ns: int
+
+
+# what PROFILE=1 records, in order; the user reads and clears it
+profile_events: list[ProfileEvent] = []
+
+
 class Runner:
   """Runs a fixed list of kernels over numbered buffers: (program, the buffer slots it takes, threads) each."""
   def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int):
     self.items, self.nslots = items, nslots
 
   def __call__(self, addresses: list[int]) -> None:
-    for prg, slots, threads in self.items: prg.call([addresses[s] for s in slots], threads)
+    for prg, slots, threads in self.items:
+      start = time.monotonic_ns() if PROFILE else 0
+      prg.call([addresses[s] for s in slots], threads)
+      if PROFILE: profile_events.append(ProfileEvent(prg.name, "", start, time.monotonic_ns()))
 
 
 class Compiled:

@@ -2,25 +2,46 @@
 consumed by one worker thread per usable core; each kernel's outer loop is split across them)."""
 from __future__ import annotations
 
+import numpy as np
+
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner, to_ctypes_words
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, load_kernel
 
 
 class CPUQueueRunner(Runner):
-  """A schedule encoded once as a command buffer whose buffer addresses are patch slots: a run is one submit."""
+  """A schedule encoded once as a command buffer whose buffer addresses are patch slots: a run is one submit.
+  With PROFILE=1 a second encoding (made on first use) brackets every exec with timestamps."""
   def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int, dev: CPUDevice):
     super().__init__(items, nslots)
     self.dev = dev
-    self.cb = hcq.CommandBuffer()
-    slots = [self.cb.add_slot(0) for _ in range(nslots)]
-    for prg, args, threads in items:
-      self.cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
+    self.cb = self._encode(None)
+    self.profiled: tuple[hcq.CommandBuffer, np.ndarray] | None = None
+
+  def _encode(self, stamps: np.ndarray | None) -> hcq.CommandBuffer:
+    cb = hcq.CommandBuffer()
+    slots = [cb.add_slot(0) for _ in range(self.nslots)]
+    for k, (prg, args, threads) in enumerate(self.items):
+      if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
+      cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
+      if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
+    return cb
 
   def __call__(self, addresses: list[int]) -> None:
-    self.dev.queue.submit(self.cb, addresses)
+    if not PROFILE:
+      self.dev.queue.submit(self.cb, addresses)
+      self.dev.queue.synchronize()
+      return
+    if self.profiled is None:
+      stamps = np.zeros(2 * len(self.items), dtype=np.uint64)
+      self.profiled = (self._encode(stamps), stamps)
+    cb, stamps = self.profiled
+    self.dev.queue.submit(cb, addresses)
     self.dev.queue.synchronize()
+    for k, (prg, _, _) in enumerate(self.items):
+      profile_events.append(ProfileEvent(prg.name, self.dev.name, int(stamps[2 * k]), int(stamps[2 * k + 1])))
 
 
 class CPUDevice(Compiled):
