@@ -83,3 +83,14 @@ def test_profile_records_each_kernel_with_its_name():
   profile_events.clear()
   ((a + 2).sum()).realize()  # PROFILE off: nothing recorded
   assert profile_events == []
+
+
+def test_inputs_realized_with_gradient_history():
+  # a realized tensor that keeps its history for autograd (an AFTER over its buffer) is still a plain input
+  @TinyJit
+  def f(a): return a * 3
+
+  for i in range(4):
+    w = Tensor(np.full(5, float(i), np.float32), requires_grad=True)
+    x = (w + 1).realize()
+    np.testing.assert_array_equal(f(x).numpy(), np.full(5, (i + 1) * 3, np.float32))

@@ -16,6 +16,7 @@ from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
 from tinyhybrid.mixin.api import TensorAPI
+from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
 
 ConstType = int | float | bool
 
@@ -33,11 +34,6 @@ def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
   parts = [_flatten_list(e) for e in x]
   if any(p[1] != parts[0][1] for p in parts): raise ValueError(f"Tensor: ragged nested list, sub-shapes {[p[1] for p in parts]}")
   return [v for p in parts for v in p[0]], (len(x),) + parts[0][1]
-
-
-def _buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-  b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-  return b if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
 
 
 # every live tensor, so a realize can point all of them at the buffers it filled
@@ -90,7 +86,7 @@ class Tensor(TensorAPI):
     else:
       arr = np.ascontiguousarray(arr, dtype=np_storage(dt))
     buf = Buffer(device, arr.size, dt, arr)
-    return _buffer_uop(buf, shape)
+    return buffer_uop(buf, shape)
 
   # ** basic properties **
   @property
@@ -165,7 +161,7 @@ class Tensor(TensorAPI):
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     t = Tensor.__new__(Tensor)
     t.device, t.grad, t.requires_grad = Device.canonicalize(device), None, kwargs.get("requires_grad")
-    t.uop = _buffer_uop(Buffer(t.device, prod(shape), dt), shape)
+    t.uop = buffer_uop(Buffer(t.device, prod(shape), dt), shape)
     _all_tensors.add(t)
     return t
 
@@ -202,7 +198,7 @@ class Tensor(TensorAPI):
     live = [t for t in list(_all_tensors) if t.uop in nodes and t is not self]
     targets = [t for t in live if t.requires_grad]
     # as tinygrad does when nothing asks for gradients: every float tensor in the graph that did not opt out
-    if not targets: targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and _is_buffer_view(t.uop)]
+    if not targets: targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and buffer_view(t.uop)]
     if not targets: raise RuntimeError("backward: no tensor in this graph requires grad")
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
       g = g.cast(t.dtype) if g.dtype is not t.dtype else g
@@ -215,7 +211,6 @@ class Tensor(TensorAPI):
     if x.device != self.device: raise ValueError(f"assign: value on {x.device}, target on {self.device}")
     x = x.cast(self.dtype).expand(self.shape) if x.shape != self.shape or x.dtype is not self.dtype else x
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
-    from tinyhybrid.schedule.kernelize import buffer_view
     if not buffer_view(self.uop): self.realize()
     if not buffer_view(self.uop): self.uop = self.contiguous().realize().uop
     value = x.uop
@@ -268,14 +263,13 @@ class Tensor(TensorAPI):
     return self
 
   def contiguous(self) -> Tensor:
-    if _is_buffer_view(self.uop, contiguous_only=True): return self
+    if contiguous_buffer(self.uop) is not None: return self
     return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
   def _buffer(self) -> Buffer:
     t = self.realize()
-    if not _is_buffer_view(t.uop, contiguous_only=True): t = t.contiguous().realize()
-    base = t.uop.src[0] if t.uop.op is Ops.AFTER else t.uop
-    return (base if base.op is Ops.BUFFER else base.src[0]).arg
+    if (buf := contiguous_buffer(t.uop)) is None: buf = contiguous_buffer(t.contiguous().realize().uop)
+    return buf
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (a copy)."""
@@ -303,23 +297,15 @@ class Tensor(TensorAPI):
 
 
 def _reads_buffer_differently(value: UOp, target: UOp) -> bool:
-  """Whether value reads the target's buffer through another view (then it must be computed before the write)."""
-  base = target
-  while base.op is not Ops.BUFFER: base = base.src[0]
-  for u in value.toposort():
-    if u.op is Ops.BUFFER and u is base: break
-  else: return False
-  # reading exactly the target view, position for position, is safe
-  users = [u for u in value.toposort() if base in u.src or u is base]
-  return not all(u is target or (u is base and target is base) for u in users) or target not in set(value.toposort())
+  """Whether value reads the target's buffer other than as the target itself; then it is computed into its own buffer
+  before the write. In practice any read through a view or an op counts, so `x += 1` copies first (conservative)."""
+  base = base_buffer(target)
+  nodes = list(value.toposort())
+  if base not in nodes: return False
+  if target not in nodes: return True
+  return not all(u is target or (u is base and target is base) for u in nodes if u is base or base in u.src)
 
 
 def _np_out_dtype(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt is dtypes.bfloat16 else np_storage(dt)
 
 
-def _is_buffer_view(u: UOp, contiguous_only: bool = False) -> bool:
-  """A realized buffer, possibly reshaped (contiguous_only: nothing but a reshape of all of it)."""
-  if u.op is Ops.AFTER: u = u.src[0]
-  if u.op is Ops.BUFFER: return True
-  if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER: return True
-  return False if contiguous_only else (u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP) and _is_buffer_view(u.src[0]))

@@ -9,7 +9,7 @@ from tinyhybrid.device import Buffer, Device
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.helpers import JIT
 from tinyhybrid.tensor import Tensor
-from tinyhybrid.uop import Ops
+from tinyhybrid.schedule.kernelize import contiguous_buffer
 
 ReturnType = TypeVar("ReturnType")
 
@@ -108,8 +108,5 @@ class TinyJit(Generic[ReturnType]):
 
 def _plain_buffer(t: Tensor) -> Buffer:
   """The contiguous buffer holding t, realizing it into one first if it is lazy or a strided view."""
-  u = t.uop
-  if u.op is Ops.BUFFER: return u.arg
-  if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER: return u.src[0].arg
-  t.replace(t.contiguous().realize())
-  return _plain_buffer(t)
+  if (buf := contiguous_buffer(t.uop)) is None: buf = contiguous_buffer(t.replace(t.contiguous().realize()).uop)
+  return buf

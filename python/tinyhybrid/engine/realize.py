@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tinyhybrid.codegen.lower import lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
 from tinyhybrid.helpers import DEBUG
-from tinyhybrid.schedule.kernelize import BufferSlot, buffer_view, create_schedule, normalize
+from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, create_schedule, normalize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
@@ -76,7 +76,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     roots = [t.uop for t in ts]
     key, inputs, nodes = normalize(roots)
     # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first
-    written = {id(_target_buffer(u)) for u in nodes if u.op is Ops.STORE}
+    written = {id(base_buffer(u.src[0]).arg) for u in nodes if u.op is Ops.STORE}
     if written:
       mine = set(map(id, ts))
       readers = [t for t in list(_all_tensors) if id(t) not in mine and not buffer_view(t.uop) and
@@ -115,22 +115,11 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         while base.op is Ops.RESHAPE: base = base.src[0]
         becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0],), r.arg)
       elif kind == "view":
-        view = _view(bufs[slot], shape_of(r) or ())
+        view = buffer_uop(bufs[slot], shape_of(r) or ())
         becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view
     for u in nodes:
       if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
     _apply_becomes(becomes)
-
-
-def _target_buffer(store: UOp) -> Buffer:
-  u = store.src[0]
-  while u.op is not Ops.BUFFER: u = u.src[0]
-  return u.arg
-
-
-def _view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-  b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-  return b if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:

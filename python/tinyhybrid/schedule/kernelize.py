@@ -74,10 +74,10 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
   new_slots: list[BufferSlot] = []
   for u in nodes:
     if u not in ends_kernel: continue
-    if u.op is Ops.CONTIGUOUS and _is_contiguous_buffer(u.src[0]):
-      realized[u] = _base(u.src[0]).arg
+    if u.op is Ops.CONTIGUOUS and (buf := contiguous_buffer(u.src[0])) is not None:
+      realized[u] = buf
       continue
-    if u.op is Ops.STORE: slot = _base(u.src[0]).arg  # an assign writes into the buffer under its target
+    if u.op is Ops.STORE: slot = base_buffer(u.src[0]).arg  # an assign writes into the buffer under its target
     else:
       slot = BufferSlot(n_inputs + len(new_slots), prod(shape_of(u) or ()), u.dtype)
       new_slots.append(slot)
@@ -93,11 +93,21 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
   return ScheduleSpec(items, n_inputs, new_slots, outputs)
 
 
-def _is_contiguous_buffer(u: UOp) -> bool:
-  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
+  """The buffer a node is all of, in order (a BUFFER, or a reshape of one; a realized AFTER is its view), or None."""
+  if u.op is Ops.AFTER: u = u.src[0]
+  if u.op is Ops.RESHAPE: u = u.src[0]
+  return u.arg if u.op is Ops.BUFFER else None
 
 
-def _base(u: UOp) -> UOp:
+def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+  """The node for a realized buffer seen with `shape`."""
+  b = UOp(Ops.BUFFER, buf.dtype, (), buf)
+  return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+
+
+def base_buffer(u: UOp) -> UOp:
+  """The BUFFER under a view (movement ops and realized AFTERs)."""
   while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
   if u.op is not Ops.BUFFER: raise ValueError("assign: the target is not a view of a buffer")
   return u
