@@ -3,9 +3,10 @@ reading the data) schedules it into kernels, compiles them and runs them. The me
 tinygrad's Tensor."""
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,8 +37,19 @@ def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
   return [v for p in parts for v in p[0]], (len(x),) + parts[0][1]
 
 
-# every live tensor, so a realize can point all of them at the buffers it filled
-_all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+class _LiveTensors:
+  """Every live tensor, so a realize can point all of them at the buffers it filled. Iteration is in creation order:
+  the same program then realizes the same tensors in the same order on every run, which keeps its schedules (and so
+  the schedule cache's keys) the same from one training step to the next."""
+  def __init__(self) -> None:
+    self._refs: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+    self._next = itertools.count()
+
+  def add(self, t: Tensor) -> None: self._refs[next(self._next)] = t
+  def __iter__(self) -> Iterator[Tensor]: return iter(list(self._refs.values()))
+
+
+_all_tensors = _LiveTensors()
 
 
 class Tensor(TensorAPI):

@@ -79,9 +79,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     written = {id(base_buffer(u.src[0]).arg) for u in nodes if u.op is Ops.STORE}
     if written:
       mine = set(map(id, ts))
-      readers = [t for t in list(_all_tensors) if id(t) not in mine and not buffer_view(t.uop) and
-                 any(u.op is Ops.BUFFER and id(u.arg) in written for u in t.uop.toposort(gate=lambda u: u.op is not Ops.STORE))]
-      if readers:
+      if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
         realize_tensors(readers)
         roots = [t.uop for t in ts]
         key, inputs, nodes = normalize(roots)
@@ -120,6 +118,16 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     for u in nodes:
       if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
     _apply_becomes(becomes)
+
+
+def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:
+  """The candidates whose lazy graph reads one of the written buffers (not through an assign of its own), found in
+  one walk over all their graphs."""
+  if not candidates: return []
+  reads: set[UOp] = set()
+  for u in UOp.sink(*[t.uop for t in candidates]).toposort():
+    if (u.op is Ops.BUFFER and id(u.arg) in written) or (u.op is not Ops.STORE and any(s in reads for s in u.src)): reads.add(u)
+  return [t for t in candidates if t.uop in reads]
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
