@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "tinyhybrid/rewrite.h"
+#include "util/small_vector.h"
 
 namespace th {
 
@@ -10,12 +11,12 @@ namespace {
 
 // The rewrite's memo: node -> its state (being rewritten, or done with a result). Open addressing on pointers, with
 // the first entries and slots inside the object: most rewrites (a simplify of one expression) touch a handful of
-// nodes and then allocate nothing.
+// nodes and then allocate nothing. Entries are raw pointers: the Rewriter keeps every node it meets alive.
 class Memo {
  public:
   struct Entry {
-    UOpRef key;     // held so its address cannot be reused by a new node while the memo lives
-    UOpRef result;  // null while the node is being rewritten
+    const UOp* key;
+    const UOp* result;  // null while the node is being rewritten
   };
   // The entry of n, or null. The pointer is good until the next get().
   Entry* find(const UOp* n) {
@@ -23,15 +24,15 @@ class Memo {
     for (size_t i = index(n);; i = (i + 1) & mask_) {
       if (!slots[i]) return nullptr;
       Entry& e = entry(slots[i] - 1);
-      if (e.key.get() == n) return &e;
+      if (e.key == n) return &e;
     }
   }
   Entry& get(const UOp* n) {
     if (Entry* e = find(n)) return *e;
     if ((count_ + 1) * 2 > nslots_) grow();
     const uint32_t idx = count_++;
-    if (idx < kInlineEntries) inline_entries_[idx] = Entry{UOpRef(n), nullptr};
-    else spill_.push_back(Entry{UOpRef(n), nullptr});
+    if (idx < kInlineEntries) inline_entries_[idx] = Entry{n, nullptr};
+    else spill_.push_back(Entry{n, nullptr});
     place(idx);
     return entry(idx);
   }
@@ -44,7 +45,7 @@ class Memo {
   Entry& entry(uint32_t i) { return i < kInlineEntries ? inline_entries_[i] : spill_[i - kInlineEntries]; }
   void place(uint32_t idx) {
     uint32_t* slots = slot_data();
-    size_t i = index(entry(idx).key.get());
+    size_t i = index(entry(idx).key);
     while (slots[i]) i = (i + 1) & mask_;
     slots[i] = idx + 1;
   }
@@ -63,38 +64,46 @@ class Memo {
   uint32_t count_ = 0;
 };
 
+// Node lifetimes: the caller holds the root, a held node holds its sources, and every node a rule or a rebuild makes
+// is moved into keep_ until the rewrite ends. So every node the walk meets outlives it, and the stack and the memo
+// work on raw pointers, with no reference counting on the hot path (and no address reused by a new node, which
+// would fool the memo).
 class Rewriter {
  public:
   Rewriter(const PatternMatcher& pm, void* ctx, bool bottom_up, std::string_view name, const RewriteLimits& limits)
       : pm_(pm), ctx_(ctx), bottom_up_(bottom_up), name_(name), limits_(limits) {
     if (limits_.time_limit.count()) start_ = std::chrono::steady_clock::now();
   }
+  ~Rewriter() {
+    for (const UOp* n : keep_) UOpRef::adopt(n);  // the references keep() took over
+  }
+  Rewriter(const Rewriter&) = delete;
+  Rewriter& operator=(const Rewriter&) = delete;
 
   UOpRef run(const UOpRef& root) {
-    stack_.reserve(16);
-    stack_.push_back({root, root, Stage::Visit});
+    stack_.push_back({root.get(), root.get(), Stage::Visit, SIZE_MAX});
     while (!stack_.empty()) {
-      Entry e = std::move(stack_.back());
+      const Entry e = stack_.back();
       stack_.pop_back();
-      if (done(e.key.get())) continue;
+      if (done(e.key)) continue;
       switch (e.stage) {
-        case Stage::Visit: visit(std::move(e)); break;
-        case Stage::Rebuild: rebuild(std::move(e)); break;
-        case Stage::Link: link(std::move(e)); break;
+        case Stage::Visit: visit(e); break;
+        case Stage::Rebuild: rebuild(e); break;
+        case Stage::Link: link(e); break;
       }
     }
     stats_.nodes = memo_.size();
-    return done(root.get())->result;
+    return UOpRef(done(root.get())->result);
   }
   const RewriteStats& stats() const { return stats_; }
 
  private:
   enum class Stage : uint8_t { Visit, Rebuild, Link };
   struct Entry {
-    UOpRef key;      // the node whose result this entry computes
-    UOpRef current;  // what it has become so far
+    const UOp* key;      // the node whose result this entry computes
+    const UOp* current;  // what it has become so far
     Stage stage;
-    size_t rule = SIZE_MAX;  // the rule that produced `current`, for loop errors
+    size_t rule;  // the rule that produced `current` (SIZE_MAX: none), for loop errors
   };
   // The memo entry of a finished node, or null.
   Memo::Entry* done(const UOp* n) {
@@ -105,44 +114,43 @@ class Rewriter {
     Memo::Entry* e = memo_.find(n);
     return e && !e->result;
   }
+  const UOp* keep(UOpRef n) {
+    const UOp* p = n.release();
+    keep_.push_back(p);
+    return p;
+  }
 
   // Bottom-up: rewrite the node to a fixed point first. Then its sources are visited.
   void visit(Entry e) {
     if (bottom_up_) {
       size_t rule;
-      if (UOpRef r = apply(e.current.get(), &rule)) {
-        // the chain is held, so a freed intermediate's address cannot come back as a false loop
-        std::vector<UOpRef> chain{e.current};
-        std::unordered_set<const UOp*> seen{e.current.get()};
+      if (UOpRef r = apply(e.current, &rule)) {
+        std::unordered_set<const UOp*> seen{e.current};
         do {
-          if (!seen.insert(r.get()).second) loop_error(rule, e.current.get(), r.get());
-          chain.push_back(r);
-          e.current = std::move(r);
-        } while ((r = apply(e.current.get(), &rule)));
+          if (!seen.insert(r.get()).second) loop_error(rule, e.current, r.get());
+          e.current = keep(std::move(r));
+        } while ((r = apply(e.current, &rule)));
       }
     }
-    memo_.get(e.key.get());  // marks it as being rewritten
-    const UOp* cur = e.current.get();
-    stack_.push_back({e.key, e.current, Stage::Rebuild});
+    memo_.get(e.key);  // marks it as being rewritten
+    const UOp* cur = e.current;
+    stack_.push_back({e.key, cur, Stage::Rebuild, SIZE_MAX});
     for (size_t i = cur->nsrc(); i-- > 0;) {
-      const UOpRef& s = cur->src(i);
-      if (!done(s.get())) stack_.push_back({s, s, Stage::Visit});
+      const UOp* s = cur->src(i).get();
+      if (!done(s)) stack_.push_back({s, s, Stage::Visit, SIZE_MAX});
     }
   }
 
   // Sources are done: rebuild with their results, or (top-down) rewrite the node itself.
   void rebuild(Entry e) {
-    const UOp* cur = e.current.get();
+    const UOp* cur = e.current;
     bool changed = false;
-    new_src_.clear();
-    for (const UOpRef& s : cur->src()) {
-      const UOpRef& r = done(s.get())->result;
-      changed |= r.get() != s.get();
-      new_src_.push_back(r);
-    }
+    for (const UOpRef& s : cur->src()) changed |= done(s.get())->result != s.get();
     UOpRef next;
     size_t rule = SIZE_MAX;
     if (changed) {
+      new_src_.clear();
+      for (const UOpRef& s : cur->src()) new_src_.emplace_back(done(s.get())->result);
       next = cur->replace_src(new_src_);
     } else if (!bottom_up_) {
       next = apply(cur, &rule);
@@ -152,13 +160,14 @@ class Rewriter {
       return;
     }
     if (in_progress(next.get())) loop_error(rule, cur, next.get());
-    stack_.push_back({e.key, next, Stage::Link, rule});
-    stack_.push_back({next, next, Stage::Visit});
+    const UOp* n = keep(std::move(next));
+    stack_.push_back({e.key, n, Stage::Link, rule});
+    stack_.push_back({n, n, Stage::Visit, SIZE_MAX});
   }
 
-  void link(Entry e) { finish(e.key, done(e.current.get())->result); }
+  void link(Entry e) { finish(e.key, done(e.current)->result); }
 
-  void finish(const UOpRef& key, UOpRef result) { memo_.get(key.get()).result = std::move(result); }
+  void finish(const UOp* key, const UOp* result) { memo_.get(key).result = result; }
 
   UOpRef apply(const UOp* n, size_t* rule) {
     UOpRef r = pm_.rewrite(n, ctx_, rule);
@@ -187,9 +196,10 @@ class Rewriter {
   std::string_view name_;
   RewriteLimits limits_;
   std::chrono::steady_clock::time_point start_;
-  std::vector<Entry> stack_;
+  SmallVector<Entry, 16> stack_;
   Memo memo_;
   std::vector<UOpRef> new_src_;
+  SmallVector<const UOp*, 8> keep_;  // owned references (see keep())
   RewriteStats stats_;
 };
 

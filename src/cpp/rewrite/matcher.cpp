@@ -60,6 +60,7 @@ UOpRef PatternMatcher::rewrite(const UOp* node, void* ctx, size_t* rule_index) c
     slots = big.data();
   }
   for (const Entry& e : entries) {
+    if (!e.program->guard.admits(node)) continue;
     std::fill_n(slots, e.rule->names.size(), nullptr);
     if (!run_program(*e.program, node, slots)) continue;
     UOpRef r = e.rule->rule.fn(Captured(node, slots, e.rule->names), ctx);

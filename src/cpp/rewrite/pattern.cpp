@@ -200,6 +200,25 @@ bool run_code(const MatchProgram& prog, const std::vector<MatchProgram::Instr>& 
   return true;
 }
 
+// The guard repeats checks the program makes anyway, so it never rejects a node the program would match.
+MatchProgram::Guard guard_of(const MatchProgram& prog) {
+  MatchProgram::Guard g;
+  if (prog.code.empty()) return g;
+  const MatchProgram::Instr& root = prog.code.front();
+  if (root.kind != MatchProgram::Instr::Kind::Check || root.reg != 0) return g;
+  g.nsrc = root.nsrc;
+  g.exact_len = root.exact_len;
+  for (const MatchProgram::Instr& in : prog.code) {
+    if (in.kind != MatchProgram::Instr::Kind::Check || !in.check_ops || in.reg < root.first_out) continue;
+    const size_t k = in.reg - root.first_out;
+    if (k < std::min<size_t>(root.nload, 2) && !g.has_src_ops[k]) {
+      g.has_src_ops[k] = true;
+      g.src_ops[k] = in.ops;
+    }
+  }
+  return g;
+}
+
 }  // namespace
 
 std::vector<std::string> capture_names(const Pattern& p) {
@@ -213,6 +232,7 @@ std::vector<MatchProgram> compile_pattern(const Pattern& p, const std::vector<st
   for (const Pattern& alt : expand(p)) {
     MatchProgram prog;
     Compiler(prog, names).emit(alt, 0, prog.code);
+    prog.guard = guard_of(prog);
     out.push_back(std::move(prog));
   }
   return out;

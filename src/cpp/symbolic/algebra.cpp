@@ -2,6 +2,7 @@
 
 #include "numeric.h"
 #include "tinyhybrid/const.h"
+#include "util/small_vector.h"
 
 namespace th::alg {
 
@@ -50,8 +51,8 @@ std::optional<LinearForm> LinearForm::of(const UOp* u, bool exact, size_t max_te
     const UOp* node;
     i128 mult;
   };
-  std::vector<Item> work{{u, 1}};
-  std::vector<Item> ordered;  // terms in left-to-right order
+  SmallVector<Item, 16> work{{u, 1}};
+  SmallVector<Item, 16> ordered;  // terms in left-to-right order
   // Depth-first, left source first, so terms keep their order of appearance. A shared subtree is expanded once per
   // path, so the walk is capped: a DAG with heavy sharing is not a sum worth normalizing.
   size_t budget = max_terms * 8;

@@ -1,6 +1,7 @@
 // Patterns are data: a Pattern tree (what tinygrad calls a UPat) compiles into small matching programs of
 // Check/Capture/ForEach instructions over registers, one program per ordering of its permuted sources.
 #pragma once
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,8 +57,23 @@ struct MatchProgram {
     uint16_t root_reg;
     std::vector<Instr> code;
   };
+  // What the program's first checks demand of the root: its source count and the ops of its first two sources.
+  // The matcher tests this before running the program; most rules fail here, for the cost of a few bit tests.
+  struct Guard {
+    uint16_t nsrc = 0;
+    bool exact_len = false;
+    std::array<bool, 2> has_src_ops{};
+    std::array<OpSet, 2> src_ops;
+    bool admits(const UOp* n) const {
+      if (exact_len ? n->nsrc() != nsrc : n->nsrc() < nsrc) return false;
+      for (size_t k = 0; k < 2; ++k)
+        if (has_src_ops[k] && !src_ops[k].contains(n->src(k)->op())) return false;
+      return true;
+    }
+  };
   std::vector<Instr> code;
   std::vector<Sub> subs;
+  Guard guard;
   std::vector<std::vector<DType>> dtype_sets;
   std::vector<Arg> args;
   uint16_t nregs = 1;  // register 0 holds the root
