@@ -36,7 +36,7 @@ i128 gcd(i128 a, i128 b) {
   if (a < 0) a = -a;
   if (b < 0) b = -b;
   while (b) {
-    const i128 t = a % b;
+    const i128 t = num::rem(a, b);
     a = b;
     b = t;
   }
@@ -118,47 +118,51 @@ bool is_const(const UOp* n, DType d, i128 v) {
   return c && *c == v && n->dtype() == d;
 }
 
-i128 terms_gcd(const Terms& t, size_t n) {
-  i128 g = 0;
-  for (size_t i = 0; i < n; ++i) g = gcd(g, t[i].second);
+// gcds[n]: the gcd of the first n coefficients, so each prefix's common factor is one lookup.
+using PrefixGcds = SmallVector<i128, 16>;
+PrefixGcds prefix_gcds(const Terms& t) {
+  PrefixGcds g{0};
+  for (const auto& tc : t) g.push_back(gcd(g.back(), tc.second));
   return g;
 }
 
 // The first n terms (the constant aside), built so that every prefix of the sum is itself in canonical form: a
 // prefix whose terms share a factor g > 1 is (prefix/g)*g. Parent and child sums then agree, so rewriting reaches a
 // fixed point.
-UOpRef build_terms(const Terms& t, size_t n, i128 scale, DType d) {
-  const i128 g = n >= 2 ? terms_gcd(t, n) / scale : 1;
+UOpRef build_terms(const Terms& t, PrefixGcds& gcds, size_t n, i128 scale, DType d) {
+  const i128 g = n >= 2 ? num::quot(gcds[n], scale) : 1;
   if (n >= 2 && g > 1) {
-    return UOp::make(Ops::MUL, d, {build_terms(t, n, scale * g, d), cint(d, g)});
+    return UOp::make(Ops::MUL, d, {build_terms(t, gcds, n, scale * g, d), cint(d, g)});
   }
   const auto [term, c] = t[n - 1];
   UOpRef last(term);
-  if (c / scale != 1) last = UOp::make(Ops::MUL, d, {last, cint(d, c / scale)});
-  return n == 1 ? last : UOp::make(Ops::ADD, d, {build_terms(t, n - 1, scale, d), last});
+  if (const i128 k = num::quot(c, scale); k != 1) last = UOp::make(Ops::MUL, d, {last, cint(d, k)});
+  return n == 1 ? last : UOp::make(Ops::ADD, d, {build_terms(t, gcds, n - 1, scale, d), last});
 }
 
-bool is_built_terms(const UOp* node, const Terms& t, size_t n, i128 scale, DType d) {
+bool is_built_terms(const UOp* node, const Terms& t, PrefixGcds& gcds, size_t n, i128 scale, DType d) {
   if (node->dtype() != d) return false;
-  const i128 g = n >= 2 ? terms_gcd(t, n) / scale : 1;
+  const i128 g = n >= 2 ? num::quot(gcds[n], scale) : 1;
   if (n >= 2 && g > 1)
-    return node->op() == Ops::MUL && is_const(node->src(1).get(), d, g) && is_built_terms(node->src(0).get(), t, n, scale * g, d);
+    return node->op() == Ops::MUL && is_const(node->src(1).get(), d, g) &&
+           is_built_terms(node->src(0).get(), t, gcds, n, scale * g, d);
   const auto [term, c] = t[n - 1];
+  const i128 k = num::quot(c, scale);
   const UOp* last = node;
   if (n > 1) {
     if (node->op() != Ops::ADD) return false;
     last = node->src(1).get();
   }
-  if (c / scale == 1 ? last != term
-                     : (last->op() != Ops::MUL || last->src(0).get() != term || !is_const(last->src(1).get(), d, c / scale)))
+  if (k == 1 ? last != term : (last->op() != Ops::MUL || last->src(0).get() != term || !is_const(last->src(1).get(), d, k)))
     return false;
-  return n == 1 || is_built_terms(node->src(0).get(), t, n - 1, scale, d);
+  return n == 1 || is_built_terms(node->src(0).get(), t, gcds, n - 1, scale, d);
 }
 }  // namespace
 
 UOpRef LinearForm::build() const {
   if (terms.empty()) return cint(dtype, constant);
-  UOpRef acc = build_terms(terms, terms.size(), 1, dtype);
+  PrefixGcds gcds = prefix_gcds(terms);
+  UOpRef acc = build_terms(terms, gcds, terms.size(), 1, dtype);
   return constant != 0 ? UOp::make(Ops::ADD, dtype, {acc, cint(dtype, constant)}) : acc;
 }
 
@@ -169,7 +173,8 @@ bool LinearForm::is_built(const UOp* n) const {
     if (n->op() != Ops::ADD || !is_const(n->src(1).get(), dtype, constant)) return false;
     n = n->src(0).get();
   }
-  return is_built_terms(n, terms, terms.size(), 1, dtype);
+  PrefixGcds gcds = prefix_gcds(terms);
+  return is_built_terms(n, terms, gcds, terms.size(), 1, dtype);
 }
 
 i128 LinearForm::coeff_gcd() const {

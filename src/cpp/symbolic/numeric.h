@@ -32,6 +32,20 @@ inline std::optional<i128> mul(i128 a, i128 b) {
 }
 inline std::optional<i128> neg(i128 a) { return sub(0, a); }
 
+inline bool fits64(i128 v) { return v >= std::numeric_limits<int64_t>::min() && v <= std::numeric_limits<int64_t>::max(); }
+// a / b truncating, through a 64-bit division when both fit (i128 division is a slow library call), b != 0 and
+// not kI128Min / -1.
+inline i128 quot(i128 a, i128 b) {
+  if (fits64(a) && fits64(b) && !(a == std::numeric_limits<int64_t>::min() && b == -1))
+    return static_cast<int64_t>(a) / static_cast<int64_t>(b);
+  return a / b;
+}
+inline i128 rem(i128 a, i128 b) {
+  if (b == -1) return 0;
+  if (fits64(a) && fits64(b)) return static_cast<int64_t>(a) % static_cast<int64_t>(b);
+  return a % b;
+}
+
 // Divisions for b != 0; nullopt only for kI128Min / -1, the one quotient i128 cannot hold.
 inline std::optional<i128> cdiv(i128 a, i128 b) {
   if (a == kI128Min && b == -1) return std::nullopt;
