@@ -745,3 +745,23 @@ def test_python_eq_during_intern_lookup_does_not_deadlock(code):
   except subprocess.TimeoutExpired:
     pytest.fail("hung (deadlock)")
   assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_shape_survives_collected_wrapper():
+  # a source's cached shape lives on its Python wrapper; a wrapper collected between the walk and the read must not
+  # lose the shape (it is worked out again)
+  from tinyhybrid.uop.shape import shape_of
+  for threshold in range(1, 60):
+    gc.collect()
+    gc.disable()
+    c = UOp.const(dtypes.float32, 15.0)
+    shape_of(c)
+    cycle = [c]
+    cycle.append(cycle)
+    del c, cycle
+    r = UOp(Ops.RESHAPE, dtypes.float32, (UOp.const(dtypes.float32, 15.0),), (1,))
+    old = gc.get_threshold()
+    gc.set_threshold(threshold)
+    gc.enable()
+    try: assert shape_of(r) == (1,)
+    finally: gc.set_threshold(*old)

@@ -3,6 +3,7 @@ reading the data) schedules it into kernels, compiles them and runs them. The me
 tinygrad's Tensor."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import weakref
@@ -57,6 +58,18 @@ class Tensor(TensorAPI):
   __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
   training: ClassVar[bool] = False
   no_grad: ClassVar[bool] = False
+
+  class train(contextlib.ContextDecorator):
+    """`with Tensor.train():` (or as a decorator) sets Tensor.training for the block, as in tinygrad."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self) -> None: self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc: Any) -> None: Tensor.training = self.prev
+
+  class test(contextlib.ContextDecorator):
+    """`with Tensor.test():` sets Tensor.no_grad for the block, as in tinygrad."""
+    def __init__(self, mode: bool = True): self.mode = mode
+    def __enter__(self) -> None: self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
+    def __exit__(self, *exc: Any) -> None: Tensor.no_grad = self.prev
 
   def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
     _all_tensors.add(self)

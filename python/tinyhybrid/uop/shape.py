@@ -34,10 +34,17 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
 def shape_of(u: UOp) -> tuple[int, ...] | None:
   """The shape of a tensor-graph node (None for nodes without one)."""
   if "_shape" in u.__dict__: return u.__dict__["_shape"]
-  # the list keeps every wrapper (and so its cached shape) alive while the sources' shapes are read
+  # the list keeps every wrapper it holds (and so its cached shape) alive while the sources' shapes are read
   nodes = list(u.toposort(gate=lambda n: "_shape" not in n.__dict__))
-  for n in nodes: n.__dict__["_shape"] = _own_shape(n, [x.__dict__["_shape"] for x in n.src])
+  for n in nodes: n.__dict__["_shape"] = _own_shape(n, [_cached(x) for x in n.src])
   return u.__dict__["_shape"]
+
+
+def _cached(x: UOp) -> tuple[int, ...] | None:
+  # a source the walk skipped had its shape cached, but its wrapper (and the cache with it) may have been collected
+  # since; then it is worked out again
+  try: return x.__dict__["_shape"]
+  except KeyError: return shape_of(x)
 
 
 def numel(u: UOp) -> int: return prod(shape_of(u) or ())
