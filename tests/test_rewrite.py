@@ -615,3 +615,27 @@ def test_cross_check_with_tinygrad():
         assert structure(ro) == structure(rt), f"{name} bottom_up={bu}: {ro.render()}"
         changed += ro is not go
   assert changed >= 20  # the rules did something on many graphs
+
+
+def test_native_rewrite_releases_the_gil():
+  import threading
+  import time
+  x = UOp.variable("gil_x", 0, 100, dtypes.weakint)
+  e = x
+  for i in range(20000): e = e + (x * (i % 7)) % 5
+  ticks: list[float] = []
+  stop = threading.Event()
+  def spin():
+    while not stop.is_set(): ticks.append(time.perf_counter())
+  t = threading.Thread(target=spin)
+  t.start()
+  time.sleep(0.02)
+  start = time.perf_counter()
+  out = graph_rewrite(e, sym)
+  end = time.perf_counter()
+  stop.set()
+  t.join()
+  assert out is e.simplify()
+  # with the GIL held for the whole native call, the other thread could not run Python inside this window at all
+  margin = (end - start) / 4
+  assert any(start + margin < s < end - margin for s in ticks), f"no Python ran during a {end - start:.3f} s native rewrite"

@@ -140,16 +140,32 @@ RuleFn python_rule(PyObject* fn, const std::vector<std::string>& names, PyObject
 struct PyMatcher {
   PyObject_HEAD
   PatternMatcher pm;  // constructed in place
+  bool calls_python;  // some rule is a Python callback, so rewriting needs the GIL
 };
 PyTypeObject MatcherType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-PyObject* wrap_matcher(PatternMatcher pm) {
+PyObject* wrap_matcher(PatternMatcher pm, bool calls_python) {
   auto* o = PyObject_New(PyMatcher, &MatcherType);
   if (!o) return nullptr;
   new (&o->pm) PatternMatcher(std::move(pm));
+  o->calls_python = calls_python;
   return reinterpret_cast<PyObject*>(o);
 }
 const PatternMatcher& matcher_of(PyObject* o) { return reinterpret_cast<PyMatcher*>(o)->pm; }
+bool calls_python(PyObject* o) { return reinterpret_cast<PyMatcher*>(o)->calls_python; }
+
+// Lets other threads run Python while native-only work runs; restores the GIL however the scope ends (an exception
+// reaches the caller's handlers with the GIL held).
+class GilRelease {
+ public:
+  GilRelease() : state_(PyEval_SaveThread()) {}
+  ~GilRelease() { PyEval_RestoreThread(state_); }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
 
 // PatternMatcher([(compiled_upat, fn, rule_name, pass_names, wants_ctx), ...])
 PyObject* matcher_new(PyTypeObject*, PyObject* args, PyObject*) {
@@ -170,7 +186,8 @@ PyObject* matcher_new(PyTypeObject*, PyObject* args, PyObject*) {
       r.fn = python_rule(fn, capture_names(r.pattern), pass, wants_ctx != 0);
       rules.push_back(std::move(r));
     }
-    return wrap_matcher(PatternMatcher(std::move(rules)));
+    const bool any_rules = !rules.empty();
+    return wrap_matcher(PatternMatcher(std::move(rules)), any_rules);
   });
   Py_DECREF(seq);
   return result;
@@ -183,7 +200,7 @@ void matcher_dealloc(PyObject* self) {
 
 PyObject* matcher_add(PyObject* a, PyObject* b) {
   if (Py_TYPE(a) != &MatcherType || Py_TYPE(b) != &MatcherType) Py_RETURN_NOTIMPLEMENTED;
-  return guarded([&] { return wrap_matcher(matcher_of(a) + matcher_of(b)); });
+  return guarded([&] { return wrap_matcher(matcher_of(a) + matcher_of(b), calls_python(a) || calls_python(b)); });
 }
 
 Py_ssize_t matcher_len(PyObject* self) { return static_cast<Py_ssize_t>(matcher_of(self).size()); }
@@ -242,7 +259,14 @@ PyObject* py_graph_rewrite(PyObject*, PyObject* args, PyObject* kwargs) {
   std::string nm = name == Py_None ? "" : PyUnicode_AsUTF8(name);
   return guarded([&] {
     try {
-      UOpRef r = graph_rewrite(uop_ref(sink), matcher_of(pm), ctx == Py_None ? nullptr : ctx, bottom_up != 0, nm, limits);
+      const UOpRef root = uop_ref(sink);
+      UOpRef r;
+      if (calls_python(pm)) {
+        r = graph_rewrite(root, matcher_of(pm), ctx == Py_None ? nullptr : ctx, bottom_up != 0, nm, limits);
+      } else {  // native rules only: no Python runs until it returns
+        GilRelease nogil;
+        r = graph_rewrite(root, matcher_of(pm), nullptr, bottom_up != 0, nm, limits);
+      }
       return uop_object(r.get());
     } catch (const RewriteError& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
@@ -260,7 +284,7 @@ PyMethodDef module_functions[] = {
 }  // namespace
 
 bool is_matcher(PyObject* o) { return Py_TYPE(o) == &MatcherType; }
-PyObject* matcher_object(PatternMatcher pm) { return wrap_matcher(std::move(pm)); }
+PyObject* matcher_object(PatternMatcher pm) { return wrap_matcher(std::move(pm), false); }
 
 bool init_rewrite(PyObject* module) {
   MatcherType.tp_name = "tinyhybrid._core.PatternMatcher";
