@@ -38,6 +38,16 @@ def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
   return [v for p in parts for v in p[0]], (len(x),) + parts[0][1]
 
 
+_unique_ids = itertools.count()
+
+
+def _new_memory(u: UOp) -> UOp:
+  """u, computed into memory of its own. The UNIQUE source gives every call its own node: two tensors built the same
+  way from constants (Tensor.zeros(3).contiguous(), twice) are then two buffers, and assigning to one leaves the other
+  alone, as in tinygrad. The scheduler numbers UNIQUEs by position, so schedules still repeat."""
+  return UOp(Ops.CONTIGUOUS, u.dtype, (u, UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))))
+
+
 class _LiveTensors:
   """Every live tensor, so a realize can point all of them at the buffers it filled. Iteration is in creation order:
   the same program then realizes the same tensors in the same order on every run, which keeps its schedules (and so
@@ -236,7 +246,8 @@ class Tensor(TensorAPI):
     if x.device != self.device: raise ValueError(f"assign: value on {x.device}, target on {self.device}")
     x = x.cast(self.dtype).expand(self.shape) if x.shape != self.shape or x.dtype is not self.dtype else x
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
-    if not buffer_view(self.uop): self.realize()
+    if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
+    # a lazy target gets memory of its own (not shared with a tensor that happens to have the same graph)
     if not buffer_view(self.uop): self.uop = self.contiguous().realize().uop
     value = x.uop
     if _reads_buffer_differently(value, self.uop): value = x.contiguous().uop
@@ -245,7 +256,7 @@ class Tensor(TensorAPI):
 
   def clone(self, device: str | None = None) -> Tensor:
     """A copy with its own memory (on `device` if given)."""
-    return self.to(device) if device is not None and Device.canonicalize(device) != self.device else self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,))).realize()
+    return self.to(device) if device is not None and Device.canonicalize(device) != self.device else self._wrap(_new_memory(self.uop)).realize()
 
   def to(self, device: str | None) -> Tensor:
     """This tensor on another device (the same tensor when it is already there)."""
@@ -289,7 +300,7 @@ class Tensor(TensorAPI):
 
   def contiguous(self) -> Tensor:
     if contiguous_buffer(self.uop) is not None: return self
-    return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+    return self._wrap(_new_memory(self.uop))
 
   def _buffer(self) -> Buffer:
     t = self.realize()

@@ -50,15 +50,20 @@ def buffer_view(u: UOp) -> bool:
 
 
 def normalize(roots: list[UOp]) -> tuple[UOp, list[Buffer], list[UOp]]:
-  """The graph with every BUFFER replaced by a BufferSlot, the Buffers in slot order, and the graph's nodes."""
+  """The graph with every BUFFER replaced by a BufferSlot and every UNIQUE numbered in order, the Buffers in slot
+  order, and the graph's nodes."""
   sink = UOp.sink(*roots)
   nodes = list(sink.toposort())
   inputs: list[Buffer] = []
   subs: dict[UOp, UOp] = {}
+  uniques = 0
   for u in nodes:
     if u.op is Ops.BUFFER and isinstance(u.arg, Buffer):
       subs[u] = UOp(Ops.BUFFER, u.dtype, (), BufferSlot(len(inputs), u.arg.size, u.dtype))
       inputs.append(u.arg)
+    elif u.op is Ops.UNIQUE:
+      subs[u] = UOp(Ops.UNIQUE, u.dtype, (), uniques)
+      uniques += 1
   return (sink.substitute(subs) if subs else sink), inputs, nodes
 
 
@@ -74,7 +79,8 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
   new_slots: list[BufferSlot] = []
   for u in nodes:
     if u not in ends_kernel: continue
-    if u.op is Ops.CONTIGUOUS and (buf := contiguous_buffer(u.src[0])) is not None:
+    # contiguous() of what is already a whole buffer is that buffer, unless it asked for memory of its own (UNIQUE)
+    if u.op is Ops.CONTIGUOUS and len(u.src) == 1 and (buf := contiguous_buffer(u.src[0])) is not None:
       realized[u] = buf
       continue
     if u.op is Ops.STORE: slot = base_buffer(u.src[0]).arg  # an assign writes into the buffer under its target

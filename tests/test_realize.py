@@ -1,0 +1,51 @@
+"""Realize semantics: which tensors share memory after a realize, an assign or a clone."""
+import numpy as np
+
+from tinyhybrid import Tensor
+from tinyhybrid.engine import realize as engine
+
+
+def test_clone_is_a_copy():
+  x = Tensor([1.0, 2.0])
+  c = x.clone()
+  x.assign(Tensor([5.0, 6.0])).realize()
+  np.testing.assert_equal(c.numpy(), [1.0, 2.0])
+  np.testing.assert_equal(x.numpy(), [5.0, 6.0])
+
+
+def test_contiguous_constants_get_their_own_memory():
+  a, b = Tensor.zeros(2).contiguous(), Tensor.zeros(2).contiguous()
+  Tensor.realize(a, b)
+  a.assign(Tensor([1.0, 2.0])).realize()
+  np.testing.assert_equal(b.numpy(), [0.0, 0.0])
+  np.testing.assert_equal(a.numpy(), [1.0, 2.0])
+
+
+def test_assign_to_lazy_constants_does_not_alias():
+  a, b = Tensor.zeros(2), Tensor.zeros(2)
+  a.assign(Tensor([1.0, 2.0])).realize()
+  b.assign(Tensor([3.0, 4.0])).realize()
+  np.testing.assert_equal(a.numpy(), [1.0, 2.0])
+  np.testing.assert_equal(b.numpy(), [3.0, 4.0])
+
+
+def test_views_still_see_assigns():
+  x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  v = x.reshape(2, 2)
+  x.assign(x * 10).realize()
+  np.testing.assert_equal(v.numpy(), [[10.0, 20.0], [30.0, 40.0]])
+
+
+def test_pending_assigns_land_in_order():
+  c = Tensor.zeros(3)
+  c.assign(Tensor([1.0, 2.0, 3.0]))
+  c.assign(c + 1)
+  np.testing.assert_equal(c.numpy(), [2.0, 3.0, 4.0])
+
+
+def test_contiguous_keeps_the_schedule_cache_warm():
+  def step() -> np.ndarray: return (Tensor.ones(4).contiguous() * 2).numpy()
+  step()
+  before = len(engine.schedule_cache)
+  for _ in range(3): np.testing.assert_equal(step(), [2.0] * 4)
+  assert len(engine.schedule_cache) == before  # fresh UNIQUEs each call, one plan
