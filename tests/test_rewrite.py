@@ -639,3 +639,27 @@ def test_native_rewrite_releases_the_gil():
   # with the GIL held for the whole native call, the other thread could not run Python inside this window at all
   margin = (end - start) / 4
   assert any(start + margin < s < end - margin for s in ticks), f"no Python ran during a {end - start:.3f} s native rewrite"
+
+
+def test_native_rewrites_with_python_args_in_threads():
+  # graphs whose nodes carry Python objects keep the GIL (their args compare through Python); rewriting them in
+  # several threads while others make nodes with Python args must neither deadlock nor mix results up
+  import threading
+  class Tagged:
+    def __init__(self, v: int): self.v = v
+    def __eq__(self, o: object) -> bool: return isinstance(o, Tagged) and o.v == self.v
+    def __hash__(self) -> int: return hash(self.v)
+  errors: list[BaseException] = []
+  def work(seed: int):
+    try:
+      for i in range(200):
+        x = UOp.variable(f"t{seed}", 0, 10, dtypes.weakint)
+        leaf = UOp(Ops.CUSTOM, dtypes.weakint, (x * 2 + x,), Tagged(i % 7))
+        out = graph_rewrite(leaf + 0, sym)
+        assert out.op is Ops.CUSTOM and out.arg == Tagged(i % 7) and out.src[0] is (x * 3).simplify()
+    except BaseException as e: errors.append(e)
+  threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+  for t in threads: t.start()
+  for t in threads: t.join(timeout=60)
+  assert not any(t.is_alive() for t in threads), "rewrite threads deadlocked"
+  assert not errors, errors

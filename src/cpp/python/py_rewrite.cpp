@@ -4,6 +4,7 @@
 #include <string>
 
 #include "convert.h"
+#include "tinyhybrid/graph.h"
 #include "tinyhybrid/rewrite.h"
 
 namespace th::py {
@@ -154,6 +155,24 @@ PyObject* wrap_matcher(PatternMatcher pm, bool calls_python) {
 const PatternMatcher& matcher_of(PyObject* o) { return reinterpret_cast<PyMatcher*>(o)->pm; }
 bool calls_python(PyObject* o) { return reinterpret_cast<PyMatcher*>(o)->calls_python; }
 
+// Whether an arg holds a Python object: comparing it with another (as interning does) runs Python code.
+bool is_python(const Arg& a) {
+  if (a.kind() == Arg::Kind::Opaque) return true;
+  if (a.kind() != Arg::Kind::Tuple) return false;
+  for (const Arg& e : a.as_tuple())
+    if (is_python(e)) return true;
+  return false;
+}
+// Whether any node of the graph carries a Python object in its arg or tag. A native rewrite of such a graph keeps
+// the GIL: rebuilding those nodes compares their args under the intern table's lock, which then needs the GIL too,
+// and a thread waiting for the GIL while holding that lock would deadlock with one holding the GIL and waiting for
+// the lock.
+bool holds_python(const UOpRef& root) {
+  for (const UOp* n : toposort(root.get()))
+    if (is_python(n->arg()) || is_python(n->tag())) return true;
+  return false;
+}
+
 // Lets other threads run Python while native-only work runs; restores the GIL however the scope ends (an exception
 // reaches the caller's handlers with the GIL held).
 class GilRelease {
@@ -261,7 +280,7 @@ PyObject* py_graph_rewrite(PyObject*, PyObject* args, PyObject* kwargs) {
     try {
       const UOpRef root = uop_ref(sink);
       UOpRef r;
-      if (calls_python(pm)) {
+      if (calls_python(pm) || holds_python(root)) {
         r = graph_rewrite(root, matcher_of(pm), ctx == Py_None ? nullptr : ctx, bottom_up != 0, nm, limits);
       } else {  // native rules only: no Python runs until it returns
         GilRelease nogil;
