@@ -36,7 +36,11 @@ def shape_of(u: UOp) -> tuple[int, ...] | None:
   if "_shape" in u.__dict__: return u.__dict__["_shape"]
   # the list keeps every wrapper it holds (and so its cached shape) alive while the sources' shapes are read
   nodes = list(u.toposort(gate=lambda n: "_shape" not in n.__dict__))
-  for n in nodes: n.__dict__["_shape"] = _own_shape(n, [_cached(x) for x in n.src])
+  for n in nodes:
+    srcs = n.src
+    # the node's wrapper keeps its sources' wrappers, and so their cached shapes, alive as long as it lives: a later
+    # shape_of on a new node built on this graph stops here instead of walking the whole graph below it again
+    n.__dict__["_shape"], n.__dict__["_srcs"] = _own_shape(n, [_cached(x) for x in srcs]), srcs
   return u.__dict__["_shape"]
 
 
