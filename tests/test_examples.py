@@ -47,3 +47,9 @@ def test_compile_error_names_compiler_message_and_source():
     compile_shared("void broken(const unsigned long long* args) { this is not C; }", "broken")
   assert isinstance(e.value, CompileError)
   assert "broken" in str(e.value) and "this is not C" in str(e.value) and "error" in str(e.value)
+
+
+def test_main_job_trains_digits():
+  # a shortened run of the README's main job: it trains, saves, reloads and scores the same (main checks that)
+  out = _load("train_digits").main(steps=120, batch=64)
+  assert out["test_accuracy"] > 0.9
