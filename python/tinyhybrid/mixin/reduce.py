@@ -185,3 +185,28 @@ class ReduceMixin:
     w = w.softmax(-1)
     if dropout_p and self.training: w = w.dropout(dropout_p)
     return w.matmul(value)
+
+  # ** sorting **
+  def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """Values and int32 indices of a stable sort along dim, as torch.sort(stable=True). Each element's place is the
+    number of elements that come before it (smaller, or equal and earlier), so the cost is n^2 compares per row."""
+    d = self._resolve_dim(dim)
+    n = self.shape[d]
+    x = self.transpose(d, -1)
+    a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a[..., i, j] = x_i, b[..., i, j] = x_j
+    ar = self.arange(n, device=self.device)
+    before = ((b > a) if descending else (b < a)) | ((b == a) & (ar.reshape(1, n) < ar.reshape(n, 1)))
+    rank = before.cast(dtypes.int32).sum(-1)
+    hit = rank.unsqueeze(-2) == ar.reshape(n, 1)  # hit[..., r, i]: element i goes to place r
+    vals = hit.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype) if x.dtype is not dtypes.bool else (hit & x.unsqueeze(-2)).any(-1)
+    idx = hit.where(ar, 0).sum(-1, dtype=dtypes.int32)
+    return vals.transpose(d, -1), idx.transpose(d, -1)
+
+  def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    """The k largest (or smallest) values along dim and their int32 indices, in order (sorted_ is there for tinygrad's
+    signature: the result is always sorted); ties keep the earlier index."""
+    d = self._resolve_dim(dim)
+    if not 0 <= k <= self.shape[d]: raise ValueError(f"topk: k={k} is out of range for dimension {d} of shape {self.shape}")
+    vals, idx = self.sort(d, descending=largest)
+    keep = tuple((0, k) if i == d else None for i in range(self.ndim))
+    return vals.shrink(keep), idx.shrink(keep)

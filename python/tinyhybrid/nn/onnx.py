@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
@@ -122,25 +123,17 @@ class Scope:
     if (h := self.host_of(name)) is not None: return h
     v = self.get(name)
     if v is None or isinstance(v, list): return v
-    arr = v.numpy()
-    return arr.astype(_ml_bfloat16()) if v.dtype is dtypes.bfloat16 else arr
-
-
-def _ml_bfloat16() -> Any:
-  import ml_dtypes
-  return ml_dtypes.bfloat16
+    return v.numpy().astype(ml_dtypes.bfloat16) if v.dtype is dtypes.bfloat16 else v.numpy()
 
 
 class Graph:
   """A GraphProto ready to run: initializers as Tensors (with a host copy), nodes with their ops looked up."""
 
   def __init__(self, g: onnx.GraphProto, opsets: dict[str, int]):
-    self.name = g.name
     self.inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     self.input_names = [i.name for i in g.input if i.name not in self.inits]
     self.input_types = {i.name: i.type for i in g.input}
     self.output_names = [o.name for o in g.output]
-    self.output_types = {o.name: o.type for o in g.output}
     self.nodes = [Node(n, opsets) for n in g.node]
     self._init_tensors: dict[str, Tensor] = {}
 
@@ -156,24 +149,16 @@ class Graph:
     for node in self.nodes: run_node(node, scope)
     return [scope.raw(n) for n in self.output_names]
 
-  def walk(self) -> list[Node]:
-    """Every node, those of subgraphs included."""
-    out = []
-    for n in self.nodes:
-      out.append(n)
-      for v in n.attrs.values():
-        for g in (v if isinstance(v, list) else [v]):
-          if isinstance(g, Graph): out.extend(g.walk())
-    return out
-
 
 class OnnxRunner:
-  """Runs an ONNX model (a file path, the serialized bytes, or an onnx.ModelProto) with tinyhybrid Tensors.
+  """Runs an ONNX model (a file path, the serialized bytes as bytes or a uint8 Tensor, or an onnx.ModelProto) with
+  tinyhybrid Tensors.
 
   `runner({"x": Tensor or np.ndarray, ...})` returns {output name: Tensor} (a list of Tensors for a sequence output,
   None for an empty optional). An op the runner does not know raises NotImplementedError when the model is loaded."""
 
-  def __init__(self, model: str | os.PathLike | bytes | onnx.ModelProto):
+  def __init__(self, model: str | os.PathLike | bytes | Tensor | onnx.ModelProto):
+    if isinstance(model, Tensor): model = model.numpy().tobytes()
     if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
     elif isinstance(model, (bytes, bytearray)): model = onnx.load_from_string(bytes(model))
     if not isinstance(model, onnx.ModelProto): raise TypeError(f"OnnxRunner: expected a path, bytes or ModelProto, got {type(model).__name__}")
@@ -186,26 +171,29 @@ class OnnxRunner:
   def __call__(self, inputs: dict[str, Any]) -> dict[str, Value]:
     missing = [n for n in self.graph.input_names if n not in inputs and not self.inputs[n].HasField("optional_type")]
     if missing: raise ValueError(f"OnnxRunner: missing inputs {missing}; the model takes {self.graph.input_names}")
-    feeds = {n: _input_value(inputs.get(n), self.inputs[n], n) for n in self.graph.input_names}
+    dims: dict[str, int] = {}  # a named (symbolic) dimension takes one size across all inputs
+    feeds = {n: _input_value(inputs.get(n), self.inputs[n], n, dims) for n in self.graph.input_names}
     return {n: to_tensor(v) if isinstance(v, np.ndarray) else v for n, v in zip(self.graph.output_names, self.graph.run(feeds))}
 
 
-def _input_value(x: Any, tp: onnx.TypeProto, name: str) -> Value:
-  """A user input as the runner holds it, checked against the model's declared element type and rank."""
+def _input_value(x: Any, tp: onnx.TypeProto, name: str, dims: dict[str, int]) -> Value:
+  """A user input as the runner holds it, checked against the model's declared element type and shape."""
   if tp.HasField("optional_type"):
-    return None if x is None else _input_value(x, tp.optional_type.elem_type, name)
+    return None if x is None else _input_value(x, tp.optional_type.elem_type, name, dims)
   if tp.HasField("sequence_type"):
     if not isinstance(x, (list, tuple)): raise TypeError(f"OnnxRunner: input {name!r} is a sequence, got {type(x).__name__}")
-    return [_input_value(e, tp.sequence_type.elem_type, name) for e in x]
+    return [_input_value(e, tp.sequence_type.elem_type, name, {}) for e in x]
   want = onnx_dtype(tp.tensor_type.elem_type)
   # host data is converted to the declared type; a Tensor must already have it
-  t = x if isinstance(x, Tensor) else to_tensor(np.asarray(x).astype(np.float32) if want is dtypes.bfloat16 else np.asarray(x, np_storage(want)), want)
+  if isinstance(x, Tensor): t = x
+  else: t = to_tensor(np.asarray(x).astype(np.float32) if want is dtypes.bfloat16 else np.asarray(x, np_storage(want)), want)
   if t.dtype is not want: raise TypeError(f"OnnxRunner: input {name!r} must be {want}, got {t.dtype}")
   if tp.tensor_type.HasField("shape"):
-    dims = tp.tensor_type.shape.dim
-    if len(dims) != t.ndim: raise ValueError(f"OnnxRunner: input {name!r} must have {len(dims)} dimensions, got shape {t.shape}")
-    for i, (d, s) in enumerate(zip(dims, t.shape)):
-      if d.HasField("dim_value") and d.dim_value != s:
-        raise ValueError(f"OnnxRunner: input {name!r} dimension {i} must be {d.dim_value}, got shape {t.shape}")
+    if (n := len(tp.tensor_type.shape.dim)) != t.ndim: raise ValueError(f"OnnxRunner: input {name!r} must have {n} dimensions, got shape {t.shape}")
+    for i, (d, s) in enumerate(zip(tp.tensor_type.shape.dim, t.shape)):
+      want_s = d.dim_value if d.HasField("dim_value") else dims.setdefault(d.dim_param, s) if d.HasField("dim_param") else s
+      if want_s != s:
+        what = f"{want_s}" if d.HasField("dim_value") else f"{want_s} (the size of {d.dim_param!r} in another input)"
+        raise ValueError(f"OnnxRunner: input {name!r} dimension {i} must be {what}, got shape {t.shape}")
   return t
 

@@ -1,5 +1,6 @@
-"""ONNX neural-network ops as Tensor ops: convolution, pooling, normalization, matmul, resize, attention, recurrent
-layers, quantization, losses and signal windows. Registered with onnx_ops.op (see onnx_ops.py for the conventions)."""
+"""ONNX neural-network ops as Tensor ops: convolution, pooling, matmul, quantization, normalization, resize, attention
+(softmax, flex and linear), recurrent layers, losses and the training ops. Registered with onnx_ops.op (see onnx_ops.py
+for the conventions)."""
 from __future__ import annotations
 
 import functools
@@ -71,10 +72,10 @@ def _pool_args(x: Tensor, kernel_shape: list, strides, dilations, pads, auto_pad
 
 
 @op("MaxPool")
-def MaxPool(x: Tensor, kernel_shape: list, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: list | None = None,
-            pads: list | None = None, storage_order: int = 0, strides: list | None = None, ctx: Ctx | None = None) -> Any:
+def MaxPool(x: Tensor, *, kernel_shape: list, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: list | None = None,
+            pads: list | None = None, storage_order: int = 0, strides: list | None = None, ctx: Ctx) -> Any:
   k_, s_, d_, p = _pool_args(x, kernel_shape, strides, dilations, pads, auto_pad)
-  if len(ctx.node.outputs) < 2 or not ctx.node.outputs[1]:  # type: ignore[union-attr]
+  if len(ctx.node.outputs) < 2 or not ctx.node.outputs[1]:
     return x.max_pool2d(k_, s_, d_, _torch(p), bool(ceil_mode))
   y, idx = x.max_pool2d(k_, s_, d_, _torch(p), bool(ceil_mode), return_indices=True)
   sp = x.shape[2:]
@@ -154,7 +155,7 @@ def ConvInteger(x: Tensor, w: Tensor, x_zero_point: Tensor | None = None, w_zero
 def Det(x: Tensor) -> Tensor:
   """Gaussian elimination with partial pivoting, one column per step; a zero pivot makes the determinant 0."""
   n = x.shape[-1]
-  a, det = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x, None
+  a, pivots = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x, []
   rows = Tensor.arange(n).reshape(n, 1)
   for k in range(n):
     # the pivot: the largest magnitude at or below row k
@@ -163,11 +164,10 @@ def Det(x: Tensor) -> Tensor:
     perm = (rows == k).where(p, (rows == p).where(k, rows)).expand(a.shape)
     a = a.gather(-2, perm)
     piv = a[..., k, k]
-    d = (p.reshape(piv.shape) != k).where(-piv, piv)
-    det = d if det is None else det * d
+    pivots.append((p.reshape(piv.shape) != k).where(-piv, piv))  # a swap flips the sign
     factor = (rows.reshape(n) > k).where(a[..., :, k] / (piv == 0).where(1.0, piv).unsqueeze(-1), 0.0).unsqueeze(-1)
     a = a - factor * a[..., k:k + 1, :]
-  return det.cast(x.dtype)  # type: ignore[union-attr]
+  return functools.reduce(Tensor.mul, pivots).cast(x.dtype)
 
 
 # ***** quantization *****
@@ -225,7 +225,8 @@ def _requantize(acc: Tensor, scale: Tensor, y_zero_point: Tensor | None, dt: DTy
 def QLinearMatMul(a: Tensor, a_scale: Tensor, a_zero_point: Tensor, b: Tensor, b_scale: Tensor, b_zero_point: Tensor, y_scale: Tensor,
                   y_zero_point: Tensor) -> Tensor:
   acc = _zp(a, a_zero_point, -2) @ _zp(b, b_zero_point, -1)
-  return _requantize(acc, a_scale.cast(dtypes.float32) * b_scale.cast(dtypes.float32) / y_scale.cast(dtypes.float32), y_zero_point, y_zero_point.dtype)
+  scale = a_scale.cast(dtypes.float32) * b_scale.cast(dtypes.float32) / y_scale.cast(dtypes.float32)
+  return _requantize(acc, scale, y_zero_point, y_zero_point.dtype)
 
 
 @op("QLinearConv")
@@ -305,22 +306,22 @@ def LpNormalization(x: Tensor, axis: int = -1, p: int = 2) -> Tensor:
 def LRN(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:
   c, before = x.shape[1], (size - 1) // 2
   sq = (x * x).pad(((0, 0), (before, size - 1 - before)) + ((0, 0),) * (x.ndim - 2))
-  win = sum(sq.shrink(((0, x.shape[0]), (j, j + c)) + tuple((0, s) for s in x.shape[2:])) for j in range(size))
+  win = functools.reduce(Tensor.add, [sq.shrink((None, (j, j + c), *[None] * (x.ndim - 2))) for j in range(size)])
   return x / (bias + (alpha / size) * win) ** beta
 
 
-# ***** activations with a dimension *****
+# ***** dropout *****
 
 @op("Dropout", consts=(1, 2))
 def Dropout(x: Tensor, ratio: Any = None, training_mode: Any = None, seed: int | None = None, is_test: int = 0,
-            ctx: Ctx | None = None) -> Any:
+            *, ctx: Ctx) -> Any:
   r = float(scalar(ratio)) if isinstance(ratio, np.ndarray) else (ratio if ratio is not None else 0.5)
   train = training_mode is not None and bool(scalar(training_mode))
   if not train or r == 0: y, mask = x, x.ones_like(dtype=dtypes.bool)
   else:
     mask = Tensor.rand(*x.shape) >= r
     y = mask.where(x / (1 - r), 0).cast(x.dtype)
-  return (y, mask) if len(ctx.node.outputs) > 1 else y  # type: ignore[union-attr]
+  return (y, mask) if len(ctx.node.outputs) > 1 else y
 
 
 # ***** resize *****
@@ -415,6 +416,7 @@ def Attention(Q: Tensor, K: Tensor, V: Tensor, attn_mask: Tensor | None = None, 
               qk_matmul_output_mode: int = 0, scale: float | None = None, softcap: float = 0.0, softmax_precision: int | None = None,
               left_window_size: int = -1, right_window_size: int = -1) -> tuple[Tensor, ...]:
   three_d, out_dt = Q.ndim == 3, Q.dtype
+  # half inputs run in float32 and round once at the end: each half-precision step would round again
   if out_dt.itemsize < 4: Q, K, V = Q.float(), K.float(), V.float()
   def heads(t: Tensor, h: int | None) -> Tensor: return t.reshape(t.shape[0], t.shape[1], h, -1).permute(0, 2, 1, 3)
   if three_d: Q, K, V = heads(Q, q_num_heads), heads(K, kv_num_heads), heads(V, kv_num_heads)
@@ -473,7 +475,7 @@ def RotaryEmbedding(x: Tensor, cos_cache: Tensor, sin_cache: Tensor, position_id
 
 @op("FlexAttention", domain="ai.onnx.preview")
 def FlexAttention(Q: Tensor, K: Tensor, V: Tensor, scale: float | None = None, score_mod: Any = None, prob_mod: Any = None,
-                  softmax_precision: int | None = None, ctx: Ctx | None = None) -> Tensor:
+                  softmax_precision: int | None = None, *, ctx: Ctx) -> Tensor:
   if Q.shape[1] != K.shape[1]: K, V = K.repeat_interleave(Q.shape[1] // K.shape[1], 1), V.repeat_interleave(Q.shape[1] // V.shape[1], 1)
   s = math.sqrt(scale if scale is not None else 1 / math.sqrt(Q.shape[3]))
   # the softmax runs in float32 for half inputs unless softmax_precision says otherwise
@@ -530,102 +532,6 @@ def TensorScatter(past: Tensor, update: Tensor, write_indices: Tensor | None = N
   if mode == "circular": src = src % M
   live = (src >= 0) & (src < S)
   return live.where(update.gather(a, src.clip(0, S - 1).expand(past.shape)), past)
-
-
-# ***** sampling grids *****
-
-def _reflect(v: Tensor, lo: float, hi: float) -> Tensor:
-  """Coordinates outside [lo, hi] folded back in by reflecting at the borders, as often as it takes."""
-  rng = hi - lo
-  below, above = v < lo, v > hi
-  dx = below.where(lo - v, v - hi)
-  n = (dx / rng).floor() if rng > 0 else dx * 0
-  r = dx - n * rng
-  even = (n % 2) == 0
-  return (below | above).where((below == even).where(lo + r, hi - r), v)
-
-
-def _cubic_t(t: Tensor, a: float = -0.75) -> Tensor:
-  t = t.abs()
-  return (t <= 1).where(((a + 2) * t - (a + 3)) * t * t + 1, (t < 2).where(((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
-
-
-@op("GridSample", since=16)
-def GridSample(x: Tensor, grid: Tensor, align_corners: int = 0, mode: str = "linear", padding_mode: str = "zeros") -> Tensor:
-  mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-  N, C, *D = x.shape
-  nd, O = len(D), grid.shape[1:-1]
-  dt = x.dtype if x.dtype.itemsize >= 4 else dtypes.float32
-  g = grid.cast(dt)
-  weights = []
-  for i, d in enumerate(D):
-    # the grid's last axis lists coordinates from the innermost dimension out
-    v = g[..., nd - 1 - i]
-    v = (v + 1) / 2 * (d - 1) if align_corners else ((v + 1) * d - 1) / 2
-    lo, hi = (0.0, d - 1.0) if align_corners else (-0.5, d - 0.5)
-    if mode == "nearest": v = v.round()
-    if padding_mode == "border": v = ((v < lo) | (v > hi)).where(v.clip(0, d - 1), v)
-    elif padding_mode == "reflection": v = _reflect(v, lo, hi)
-    if mode == "nearest": taps = [(v, None)]
-    else:
-      x0 = v.floor()
-      f = v - x0
-      taps = [(x0, 1 - f), (x0 + 1, f)] if mode == "linear" else [(x0 + j, _cubic_t(f - j)) for j in (-1, 0, 1, 2)]
-    # W[n, o..., p]: the weight of input index p along this dimension for output o
-    ar = Tensor.arange(d).reshape(*[1] * (1 + len(O)), d)
-    W = None
-    for t, w in taps:
-      if padding_mode == "border": t = t.clip(0, d - 1)
-      elif padding_mode == "reflection": t = _reflect(t, lo, hi)
-      hit = t.cast(dtypes.int32).unsqueeze(-1) == ar
-      if padding_mode == "zeros": hit = hit & ((t >= 0) & (t <= d - 1)).unsqueeze(-1)
-      term = hit.cast(dt) if w is None else hit.where(w.unsqueeze(-1), 0.0)
-      W = term if W is None else W + term
-    weights.append(W)
-  # contract the input's spatial dimensions with the weights, innermost first
-  y = x.cast(dt).reshape(N, C, *[1] * len(O), *D)
-  for i in range(nd - 1, -1, -1):
-    y = (y * weights[i].reshape(N, 1, *O, *[1] * i, D[i])).sum(-1)
-  return y.cast(x.dtype)
-
-
-@op("AffineGrid", since=20, consts=(1,))
-def AffineGrid(theta: Tensor, size: Any, align_corners: int = 0) -> Tensor:
-  N, _, *D = ints(size)
-  axes = [np.linspace(-1, 1, d) if align_corners else (np.arange(d) * 2 + 1) / d - 1 for d in D]
-  mesh = np.meshgrid(*axes, indexing="ij")
-  # homogeneous base coordinates (x, y[, z], 1), x along the innermost dimension
-  base = np.stack([*mesh[::-1], np.ones(D)], -1).reshape(-1, len(D) + 1).astype(np.float32)
-  return (Tensor(base).cast(theta.dtype) @ theta.transpose(1, 2)).reshape(N, *D, len(D))
-
-
-def _dilate(t: Tensor, axis: int, s: int) -> Tensor:
-  """s - 1 zeros between consecutive elements along axis."""
-  if s == 1: return t
-  n = t.shape[axis]
-  t = t.unsqueeze(axis + 1).pad(tuple((0, s - 1) if i == axis + 1 else (0, 0) for i in range(t.ndim + 1)))
-  t = t.reshape(*t.shape[:axis], n * s, *t.shape[axis + 2:])
-  return t.shrink(tuple((0, (n - 1) * s + 1) if i == axis else None for i in range(t.ndim)))
-
-
-@op("Col2Im", since=18, consts=(1, 2))
-def Col2Im(x: Tensor, image_shape: Any, block_shape: Any, dilations: list | None = None, pads: list | None = None,
-           strides: list | None = None) -> Tensor:
-  img, k = ints(image_shape), ints(block_shape)
-  nd = len(k)
-  d_, s_, p = dilations or [1] * nd, strides or [1] * nd, pads or [0] * (2 * nd)
-  N, C = x.shape[0], x.shape[1] // prod(k)
-  padded = [i + p[j] + p[j + nd] for j, i in enumerate(img)]
-  nb = [(P - (d * (kk - 1) + 1)) // s + 1 for P, kk, d, s in zip(padded, k, d_, s_)]
-  xr = x.reshape(N, C, prod(k), *nb)
-  out = None
-  # each kernel offset adds its column, spread by the stride and shifted by offset * dilation, into the padded image
-  for j, off in enumerate(np.ndindex(*k)):
-    blk = xr[:, :, j]
-    for a in range(nd): blk = _dilate(blk, 2 + a, s_[a])
-    blk = blk.pad(((0, 0), (0, 0)) + tuple((o * d, P - o * d - blk.shape[2 + a]) for a, (o, d, P) in enumerate(zip(off, d_, padded))))
-    out = blk if out is None else out + blk
-  return out.shrink((None, None, *[(p[j], p[j] + img[j]) for j in range(nd)]))  # type: ignore[union-attr]
 
 
 # ***** recurrent layers *****
@@ -747,9 +653,9 @@ op("SwiGLU", since=28)(lambda a, b, alpha=1.0: a * (a * alpha).sigmoid() * b)
 
 
 @op("Gradient", domain="ai.onnx.preview.training")
-def Gradient(*inputs: Tensor, xs: list[str], y: str, zs: list[str] | None = None, ctx: Ctx | None = None) -> tuple[Tensor, ...]:
+def Gradient(*inputs: Tensor, xs: list[str], y: str, zs: list[str] | None = None, ctx: Ctx) -> tuple[Tensor, ...]:
   """d y / d x for each input named in xs, by the autograd of the graph that computed y."""
-  out = ctx.scope.get(y)  # type: ignore[union-attr]
+  out = ctx.scope.get(y)
   return tuple(out.gradient(*inputs[:len(xs)], gradient=out.ones_like()))
 
 

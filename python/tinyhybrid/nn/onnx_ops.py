@@ -17,7 +17,7 @@ import numpy as np
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
-from tinyhybrid.nn.onnx import HOST_MAX, Node, Scope, np_dtype, onnx_dtype
+from tinyhybrid.nn.onnx import HOST_MAX, Node, Scope, np_dtype, onnx_dtype, to_tensor
 from tinyhybrid.tensor import Tensor
 
 
@@ -122,6 +122,15 @@ def _reshaped(shape: tuple, new, allowzero: int) -> list[int]:
   return [shape[i] if v == 0 and not allowzero else v for i, v in enumerate(ints(new))]
 
 
+def _binary(fn: Callable[[Any, Any], Any]):
+  """Before opset 7 a binary op broadcast only when asked (broadcast=1), b's dimensions lined up from axis on. Serves
+  Tensors and the host's numpy arrays alike."""
+  def impl(a: Any, b: Any, broadcast: int = 0, axis: int | None = None) -> Any:
+    if broadcast and axis is not None: b = b.reshape(list(b.shape) + [1] * (a.ndim - (axis + a.ndim if axis < 0 else axis) - b.ndim))
+    return fn(a, b)
+  return impl
+
+
 def _host_cast(x: np.ndarray, to: int, saturate: int = 1, round_mode: str = "up") -> np.ndarray | None:
   return x.astype(_NP[dt]) if (dt := onnx_dtype(to)) in _NP else None
 
@@ -140,29 +149,32 @@ host("Squeeze")(lambda x, axes=None: np.squeeze(x, tuple(norm_axes(axes, x.ndim)
 host("Reshape")(lambda x, shape, allowzero=0: x.reshape(_reshaped(x.shape, shape, allowzero)))
 host("Slice")(lambda x, starts, ends, axes=None, steps=None: x[_slices(x.shape, starts, ends, axes, steps)])
 host("Gather")(lambda x, i, axis=0: np.take(x, i, axis))
-host("Add")(lambda a, b: a + b)
-host("Sub")(lambda a, b: a - b)
-host("Mul")(lambda a, b: a * b)
-# ONNX integer division truncates toward zero
-host("Div")(lambda a, b: (a / b).astype(a.dtype) if a.dtype.kind == "f" else np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b)))
+
+def _host_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  # ONNX integer division truncates toward zero
+  return (a / b).astype(a.dtype) if a.dtype.kind == "f" else np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+
+
+for _name, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _host_div, "Equal": np.equal, "Less": np.less,
+                   "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal, "And": np.logical_and,
+                   "Or": np.logical_or}.items():
+  host(_name)(_binary(_fn))
 host("Mod")(lambda a, b, fmod=0: np.fmod(a, b) if fmod else np.mod(a, b))
-host("Neg")(lambda x: -x)
+host("Neg")(np.negative)
 host("Abs")(np.abs)
-host("And")(np.logical_and)
-host("Or")(np.logical_or)
-host("LessOrEqual")(np.less_equal)
-host("GreaterOrEqual")(np.greater_equal)
-host("Equal")(lambda a, b: np.equal(a, b))
-host("Less")(lambda a, b: np.less(a, b))
-host("Greater")(lambda a, b: np.greater(a, b))
 host("Not")(np.logical_not)
 host("Where")(np.where)
 host("Max")(lambda *xs: functools.reduce(np.maximum, xs))
 host("Min")(lambda *xs: functools.reduce(np.minimum, xs))
 host("Range")(lambda s, l, d: np.arange(scalar(s), scalar(l), scalar(d), dtype=s.dtype))
-host("ReduceProd")(lambda x, axes=None, keepdims=1, noop_with_empty_axes=0:
-                   None if axes is not None and not len(axes) and noop_with_empty_axes else
-                   np.prod(x, tuple(norm_axes(axes, x.ndim)) if axes is not None and len(axes) else None, keepdims=bool(keepdims)))
+
+
+@host("ReduceProd")
+def _host_prod(x: np.ndarray, axes: Any = None, keepdims: int = 1, noop_with_empty_axes: int = 0) -> np.ndarray:
+  if axes is None or not len(axes): return x if noop_with_empty_axes else np.prod(x, keepdims=bool(keepdims))
+  return np.prod(x, tuple(norm_axes(axes, x.ndim)), keepdims=bool(keepdims))
+
+
 host("Expand")(lambda x, shape: x * np.ones(ints(shape), x.dtype))
 
 
@@ -177,22 +189,14 @@ for _name, _fn in {"Abs": Tensor.abs, "Neg": Tensor.neg, "Reciprocal": Tensor.re
                    "Not": Tensor.logical_not, "BitwiseNot": Tensor.bitwise_not, "Identity": lambda x: x}.items():
   op(_name)(_fn)
 
-def _binary(fn: Callable[[Tensor, Tensor], Tensor]):
-  """Before opset 7 a binary op broadcast only when asked (broadcast=1), b's dimensions lined up from axis on."""
-  def impl(a: Tensor, b: Tensor, broadcast: int = 0, axis: int | None = None) -> Tensor:
-    if broadcast and axis is not None: b = b.reshape(list(b.shape) + [1] * (a.ndim - (axis + a.ndim if axis < 0 else axis) - b.ndim))
-    return fn(a, b)
-  return impl
-
-
+# integer Div and Mod get a kernel of their own: fused under a later pad (a Concat), the division also runs on the
+# padded positions, where the divisor reads as 0 and the CPU traps (SIGFPE)
 for _name, _fn in {"Add": Tensor.add, "Sub": Tensor.sub, "Mul": Tensor.mul, "Equal": Tensor.eq, "Less": Tensor.lt, "LessOrEqual": Tensor.le,
                    "Greater": Tensor.gt, "GreaterOrEqual": Tensor.ge, "And": Tensor.bitwise_and, "Or": Tensor.bitwise_or,
                    "Xor": Tensor.bitwise_xor, "BitwiseAnd": Tensor.bitwise_and, "BitwiseOr": Tensor.bitwise_or,
                    "BitwiseXor": Tensor.bitwise_xor,
                    "Div": lambda a, b: a.div(b, rounding_mode="trunc").contiguous() if a.dtype._is_int else a / b}.items():
   op(_name)(_binary(_fn))
-# integer Div and Mod get a kernel of their own: fused under a later pad (a Concat), the division also runs on the
-# padded positions, where the divisor reads as 0 and the CPU traps (SIGFPE)
 
 
 @op("Mod")
@@ -334,10 +338,10 @@ def Flatten(x: Tensor, axis: int = 1) -> Tensor:
 
 
 @op("Split", consts=(1,))
-def Split(x: Tensor, split: Any = None, axis: int = 0, num_outputs: int | None = None, ctx: Ctx | None = None) -> tuple[Tensor, ...]:
+def Split(x: Tensor, split: Any = None, *, axis: int = 0, num_outputs: int | None = None, ctx: Ctx) -> tuple[Tensor, ...]:
   n = x.shape[axis]
   if split is None:
-    k = num_outputs or len(ctx.node.outputs)  # type: ignore[union-attr]
+    k = num_outputs or len(ctx.node.outputs)
     size = -(-n // k)
     sizes = [size] * (k - 1) + [n - size * (k - 1)]
   else: sizes = ints(split)
@@ -359,9 +363,9 @@ def Pad(x: Tensor, pads: Any = None, constant_value: Any = None, axes: Any = Non
 
 
 @op("Gather")
-def Gather(x: Tensor, indices: Tensor, axis: int = 0, ctx: Ctx | None = None) -> Tensor:
+def Gather(x: Tensor, indices: Tensor, *, axis: int = 0, ctx: Ctx) -> Tensor:
   a = axis + x.ndim if axis < 0 else axis
-  h = ctx.scope.host_of(ctx.node.inputs[1]) if ctx is not None else None  # type: ignore[union-attr]
+  h = ctx.scope.host_of(ctx.node.inputs[1])
   # a host index is a view (a shrink) or a small constant index, with no index tensor to compare against
   idx: Any = indices if h is None else (int(h) if h.ndim == 0 else np.where(h < 0, h + x.shape[a], h))
   return x[(slice(None),) * a + (idx,)]
@@ -392,9 +396,9 @@ def ScatterElements(x: Tensor, indices: Tensor, updates: Tensor, axis: int = 0, 
 def ScatterND(x: Tensor, indices: Tensor, updates: Tensor, reduction: str = "none") -> Tensor:
   # as a scatter along one axis: the first m dimensions of x flattened, each index row made a linear position
   m, rest = indices.shape[-1], x.shape[indices.shape[-1]:]
-  lin = sum(nonneg(indices[..., k], x.shape[k]) * prod(x.shape[k + 1:m]) for k in range(m))
+  lin = functools.reduce(Tensor.add, [nonneg(indices[..., k], x.shape[k]) * prod(x.shape[k + 1:m]) for k in range(m)])
   n = prod(indices.shape[:-1])
-  pos = lin.reshape(n, *[1] * len(rest)).expand(n, *rest)  # type: ignore[union-attr]
+  pos = lin.reshape(n, *[1] * len(rest)).expand(n, *rest)
   xf, upd = x.reshape(prod(x.shape[:m]), *rest), updates.reshape(n, *rest)
   out = xf.scatter(0, pos, upd) if reduction == "none" else xf.scatter_reduce(0, pos, upd, _SCATTER_REDUCE[reduction])
   return out.reshape(x.shape)
@@ -411,6 +415,28 @@ def Compress(x: Tensor, condition: np.ndarray, axis: int | None = None) -> Tenso
 
 
 op("NonZero")(lambda x: x.nonzero().T.cast(dtypes.int64))
+
+
+@op("Unique")
+def Unique(x: Tensor, axis: int | None = None, sorted: int = 1) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # noqa: A002
+  a = None if axis is None else axis + x.ndim if axis < 0 else axis
+  rows = x.flatten().unsqueeze(-1) if a is None else x.permute(a, *[i for i in range(x.ndim) if i != a]).reshape(x.shape[a], -1)
+  n, m = rows.shape
+  ri, rj = rows.unsqueeze(1), rows.unsqueeze(0)
+  diff = ri != rj
+  eq = diff.logical_not().all(-1)  # eq[i, j]: rows i and j are equal
+  # row j sorts before row i where they first differ
+  before = ((diff.cast(dtypes.int32).argmax(-1).unsqueeze(-1) == Tensor.arange(m)) & (rj < ri)).any(-1)
+  first = eq.where(Tensor.arange(n), n).min(-1)  # the first row equal to row i
+  rank = (before & (first == Tensor.arange(n)).unsqueeze(0)).cast(dtypes.int32).sum(-1)
+  # how many there are depends on the data: read back the first occurrences, their ranks and counts
+  f, r, c = first.numpy(), rank.numpy(), eq.cast(dtypes.int32).sum(-1).numpy()
+  pos = np.nonzero(f == np.arange(n))[0]
+  order = pos[np.argsort(r[pos], kind="stable")] if sorted else pos
+  slot = np.empty(n, np.int64)
+  slot[order] = np.arange(len(order))
+  y = x.flatten()[order] if a is None else x[(slice(None),) * a + (order,)]
+  return y, Tensor(order.astype(np.int64)), Tensor(slot[f]), Tensor(c[order].astype(np.int64))
 
 
 @op("OneHot", consts=(1,))
@@ -464,9 +490,9 @@ def _cumulative(fn: Callable[[Tensor, int], Tensor], identity: int):
     a = int(scalar(axis))
     a = a + x.ndim if a < 0 else a
     if reverse: x = x.flip(a)
-    # exclusive: shift by one along the axis, the identity coming in first
-    if exclusive: x = x.pad(tuple((1, 0) if i == a else (0, 0) for i in range(x.ndim)), value=py_value(identity, x)).shrink(
-      tuple((0, s) for s in x.shape))
+    if exclusive:  # shifted by one along the axis, the identity coming in first
+      shape = x.shape
+      x = x.pad(tuple((1, 0) if i == a else (0, 0) for i in range(x.ndim)), value=py_value(identity, x)).shrink(tuple((0, n) for n in shape))
     out = fn(x, a).cast(x.dtype)
     return out.flip(a) if reverse else out
   return impl
@@ -546,7 +572,7 @@ def Loop(M: Any, cond: Any, *v_initial: Any, body: Any, ctx: Ctx) -> tuple:
 
 
 def _stack(xs: list, axis: int) -> Tensor:
-  ts = [x if isinstance(x, Tensor) else Tensor(x) for x in xs]
+  ts = [to_tensor(x) for x in xs]
   return ts[0].stack(*ts[1:], dim=axis)
 
 
@@ -634,4 +660,4 @@ def ConcatFromSequence(seq: list, axis: int, new_axis: int = 0) -> Tensor:
   return _stack(seq, axis) if new_axis else seq[0].cat(*seq[1:], dim=axis)
 
 
-from tinyhybrid.nn import onnx_nn, onnx_signal  # noqa: E402,F401  (they register their ops)
+from tinyhybrid.nn import onnx_nn, onnx_signal, onnx_vision  # noqa: E402,F401  (they register their ops)
