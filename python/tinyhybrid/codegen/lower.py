@@ -3,6 +3,7 @@ gated LOADs, a REDUCE over the reduce loops and the STORE. Index expressions are
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
@@ -10,6 +11,10 @@ from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
+
+if TYPE_CHECKING:
+  from tinyhybrid.codegen.opt import Opt
+  from tinyhybrid.device import Compiled
 
 IDX = dtypes.weakint
 
@@ -52,8 +57,10 @@ def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], U
     if op is Ops.RESHAPE:
       flat = _flat(idx, shape_of(u) or ())
       new, acc = [], 1
-      for s in reversed(ss):
-        new.append((flat // acc) % s if s != 1 else _c(0))
+      for d, s in reversed(list(enumerate(ss))):
+        # the outermost dim needs no modulo: an in-bounds flat index is below the total size (and an index that is
+        # not in bounds is masked), and without it the index stays affine, which vector loads need
+        new.append(_c(0) if s == 1 else flat // acc if d == 0 else (flat // acc) % s)
         acc *= s
       idx = tuple(x.simplify() for x in reversed(new))
     elif op is Ops.PERMUTE:
@@ -81,10 +88,11 @@ def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], U
 @dataclass
 class LoweredKernel:
   name: str
-  ast: UOp                 # SINK of the store, in kernel IR
+  ast: UOp                 # SINK of the store, in kernel IR (after optimize: expanded, see codegen/expand.py)
   buffers: list[BufferSlot]  # PARAM i is buffers[i]; 0 is the output
-  outer: int               # trip count of the outermost loop (split across cores)
+  outer: int               # trip count of the loop split across cores (1: the kernel runs on one core)
   work: int                # total loop iterations, to decide whether splitting is worth it
+  opts: tuple[Opt, ...] = ()  # the optimizations applied
 
 
 class Lowerer:
@@ -132,7 +140,8 @@ class Lowerer:
   def movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
     base, idx, cond = through_views(u, idx)
     val = self.value(base, idx, _and(valid, cond))
-    return val if cond is None else cond.where(val, UOp.const(val.dtype, 0))
+    # a load masked by the padding is already 0 outside it
+    return val if cond is None or val.op is Ops.LOAD else cond.where(val, UOp.const(val.dtype, 0))
 
   def lower(self) -> LoweredKernel:
     out = self.item.out
@@ -158,9 +167,8 @@ class Lowerer:
       val = self.value(out, tuple(rng), None)
       store_idx = _flat(tuple(rng), out_shape)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (self.param(self.item.buffer), store_idx.simplify())), val))
-    ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges)) if ranges else store).simplify()
-    outer = ranges[0].src[0].arg if ranges else 1
-    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, outer, prod(full_shape))
+    ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
+    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, prod(full_shape))
 
 
 def _kernel_name(out: UOp, shape: tuple[int, ...]) -> str:
@@ -168,4 +176,7 @@ def _kernel_name(out: UOp, shape: tuple[int, ...]) -> str:
   return f"{kind}_{'_'.join(str(s) for s in shape) if shape else 'scalar'}"[:60]
 
 
-def lower(item: KernelItem) -> LoweredKernel: return Lowerer(item).lower()
+def lower(item: KernelItem, dev: Compiled | None = None) -> LoweredKernel:
+  """The kernel of a schedule item, optimized for `dev` (heuristics, or BEAM search on it) and expanded."""
+  from tinyhybrid.codegen.search import optimize  # the optimizer builds on this module
+  return optimize(Lowerer(item).lower(), dev)

@@ -2,15 +2,18 @@
 rendering and compiling), bind buffers and run the kernels."""
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tinyhybrid.codegen.lower import lower
+from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
-from tinyhybrid.helpers import DEBUG
+from tinyhybrid.helpers import BEAM, DEBUG, getenv
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, create_schedule, normalize
+from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
@@ -44,16 +47,51 @@ schedule_cache: OrderedDict[UOp, CompiledSchedule] = OrderedDict()
 SCHEDULE_CACHE_SIZE = 256
 
 
+# A kernel's local form (schedule/localize.py), device and optimization settings -> it lowered and compiled: kernels repeated across a network
+# or a schedule are lowered once. Least recently added entries go first past the limit.
+kernel_cache: OrderedDict[tuple, tuple[LoweredKernel, CompiledProgram]] = OrderedDict()
+KERNEL_CACHE_SIZE = 4096
+
+
+# Seconds spent in each compile phase since the last reset (bench/resnet_null.py reads it): scheduling, lowering with
+# its rewrites and optimizations, rendering (which linearizes), compiling.
+phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0, "compile": 0.0}
+
+
 def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
+  t0 = time.perf_counter()
   spec = create_schedule(key, n_inputs)
   dev = Device[device]
-  items = []
+  t1 = time.perf_counter()
+  phase_times["schedule"] += t1 - t0
+  kernels: list[tuple[tuple, list[BufferSlot]]] = []
+  fresh: dict[tuple, tuple[LoweredKernel, str]] = {}
   for item in spec.items:
-    k = lower(item)
+    local, slots = localize(item)
+    kernels.append((ck := (local.out, local.buffer, device, BEAM.value, getenv("NOOPT")), slots))
+    if ck in kernel_cache or ck in fresh: continue
+    k = lower(local, dev)
+    t2 = time.perf_counter()
     src = dev.renderer.render(k)
+    t3 = time.perf_counter()
     if DEBUG >= 4: print(src)
+    fresh[ck] = (k, src)
+    phase_times["rewrite"] += t2 - t1
+    phase_times["render"] += t3 - t2
+    t1 = t3
+  # the compiler runs as a separate process per kernel, so kernels compile in parallel, one per core; kernels with
+  # the same source compile once
+  unique = list({(k.name, src): None for k, src in fresh.values()})
+  with ThreadPoolExecutor(max(1, min(len(unique), os.cpu_count() or 1))) as pool:
+    compiled = dict(zip(unique, pool.map(lambda name_src: dev.compile(*name_src), unique)))
+  for ck, (k, src) in fresh.items(): kernel_cache[ck] = (k, compiled[(k.name, src)])
+  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
+  phase_times["compile"] += time.perf_counter() - t1
+  items = []
+  for ck, slots in kernels:
+    k, prg = kernel_cache[ck]
     threads = max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1
-    items.append(ExecItem(dev.compile(k.name, src), [b.index for b in k.buffers], threads))
+    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers], threads))
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_inputs + len(spec.new_slots))

@@ -1,13 +1,16 @@
-"""Rendering the kernel IR to C. A kernel is `void name(const unsigned long long* args, unsigned core_id, unsigned
-num_cores)`: args holds buffer addresses, and the outermost loop is split between the cores that call it."""
+"""Rendering the expanded kernel IR (see codegen/expand.py) to C. A kernel is `void name(const unsigned long long*
+args, unsigned core_id, unsigned num_cores)`: args holds buffer addresses; the THREAD loop (or the GROUP_REDUCE
+reduce loop) is split between the cores that call it, every other loop runs whole on each core.
+
+Vectors are clang's ext_vector_type; a node is emitted at the depth of the innermost loop it depends on."""
 from __future__ import annotations
 
 import math
-import struct
 
+from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.uop import GroupOp, Ops
+from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
 # bfloat16 values are computed as float and stored as their top 16 bits
@@ -15,11 +18,24 @@ _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "uns
            "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
            "unsigned long": "unsigned long long", "weakint": "long long", "half": "_Float16", "float": "float",
            "double": "double", "weakfloat": "double"}
+_MASK_INT = {1: "signed char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
 
 PRELUDE = """#include <math.h>
 #include <stdbool.h>
-static inline long long th_fdiv(long long a, long long b) { long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static inline long long th_fmod(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+#ifdef __clang__
+#define TH_CONTRACT _Pragma("clang fp contract(fast)")
+#else
+#define TH_CONTRACT
+#endif
+/* an integer division by 0 gives 0 instead of a trap: it is computed even for lanes whose result is masked out */
+static inline long long th_fdiv(long long a, long long b) {
+  if (b == 0) return 0;
+  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline long long th_fmod(long long a, long long b) {
+  if (b == 0) return 0;
+  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
 static inline float th_bf2f(unsigned short b) { union { unsigned int u; float f; } v; v.u = (unsigned int)b << 16; return v.f; }
 static inline unsigned short th_f2bf(float f) {
   union { float f; unsigned int u; } v; v.f = f;
@@ -29,9 +45,16 @@ static inline unsigned short th_f2bf(float f) {
 static inline float th_round_bf16(float f) { return th_bf2f(th_f2bf(f)); }
 """
 
+# AVX-512 masked loads by (C type, lanes): a masked-off lane is never read, so a vector may overhang padding
+_MASKED = {("float", 16): "_mm512_maskz_loadu_ps", ("float", 8): "_mm256_maskz_loadu_ps", ("float", 4): "_mm_maskz_loadu_ps",
+           ("double", 8): "_mm512_maskz_loadu_pd", ("double", 4): "_mm256_maskz_loadu_pd", ("int", 16): "_mm512_maskz_loadu_epi32",
+           ("unsigned int", 16): "_mm512_maskz_loadu_epi32", ("int", 8): "_mm256_maskz_loadu_epi32", ("long long", 8): "_mm512_maskz_loadu_epi64"}
+
 _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|",
           Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.CDIV: "/", Ops.CMOD: "%", Ops.FDIV: "/", Ops.SUB: "-"}
 _MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+MAX_CORES = 1024  # the CPU queue's thread limit: a GROUP kernel keeps one slot of partial results per core
+CHUNKS = 64       # pieces the outermost THREAD loop is handed out in
 
 
 def storage_ctype(dt: DType) -> str: return "unsigned short" if dt.scalar() is dtypes.bfloat16 else ctype(dt)
@@ -58,60 +81,131 @@ def const_literal(v, dt: DType) -> str:
 
 
 class CRenderer:
-  def render(self, k: LoweredKernel) -> str:
-    return _KernelWriter(k).write()
+  """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's)."""
+  def __init__(self, vec: int = 16): self.vec = vec
+
+  def render(self, k: LoweredKernel) -> str: return _KernelWriter(k).write()
+
+
+def _identity(op: Ops, dt: DType):
+  return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dt.min}[op]
 
 
 class _KernelWriter:
   def __init__(self, k: LoweredKernel):
     self.k = k
+    end = k.ast.src[0]
+    self.stores, self.loops = list(end.src[0].src), list(end.src[1:])
+    self.order = list(k.ast.toposort())
+    self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
+    self.rloops = list(self.reduces[0].src[self.reduces[0].arg[1]:]) if self.reduces else []
     self.names: dict[UOp, str] = {}
+    self.types: dict[str, str] = {}    # vector typedefs
+    self.helpers: dict[str, str] = {}  # helper functions by name
+    self.statics: dict[str, str] = {}  # the kernel's state between cores
     self.lines: list[str] = []
     self.counter = 0
     self.depth = 1
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
+  # ** types and helpers **
+
+  def vtype(self, scalar: str, n: int) -> str:
+    name = f"th_{scalar.replace(' ', '_')}{n}"
+    self.types.setdefault(name, f"typedef {scalar} {name} __attribute__((ext_vector_type({n})));")
+    return name
+
+  def ctype(self, u: UOp) -> str:
+    dt = u.dtype
+    if dt.count == 1: return ctype(dt)
+    if dt.scalar() is dtypes.bool: return self.vtype(_MASK_INT[mask_size(u) or 4], dt.count)
+    return self.vtype(ctype(dt), dt.count)
+
+  def helper(self, name: str, body: str) -> str:
+    self.helpers.setdefault(name, body)
+    return name
+
+  def fma(self, t: str) -> str:
+    return self.helper(f"th_fma_{t}", f"static inline {t} th_fma_{t}({t} a, {t} b, {t} c) {{ TH_CONTRACT return a * b + c; }}")
+
+  def vload(self, u: UOp, t: str, ptr: str) -> str:
+    index = u.src[0]
+    mask = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.uint), None)
+    gate = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.bool), None)
+    scalar, n = ctype(u.dtype), u.dtype.count
+    intr = _MASKED.get((scalar, n))
+    if gate is not None and intr is not None:
+      # a gated load becomes a masked one: no branch, and a masked-off lane is never read
+      mask, gate = f"({gate} ? {mask or f'{(1 << n) - 1}u'} : 0u)", None
+    if mask is not None:
+      fn = f"th_mld_{t}"
+      fallback = f"{t} r = ({t})(0); for (int i = 0; i < {n}; i++) if ((m >> i) & 1u) r[i] = p[i]; return r;"
+      if intr is not None:
+        self.helpers.setdefault("#immintrin", "#ifdef __AVX512F__\n#include <immintrin.h>\n#endif")
+        body = f"#ifdef __AVX512F__\n  return ({t}){intr}(m, p);\n#else\n  {fallback}\n#endif"
+      else: body = f"  {fallback}"
+      self.helper(fn, f"static inline {t} {fn}(const {scalar}* p, unsigned int m) {{\n{body}\n}}")
+      ret = f"{fn}({ptr}, {mask})"
+    elif index.arg is True: ret = f"(*({t}*)({ptr}))"
+    else:
+      fn = self.helper(f"th_ld_{t}", f"static inline {t} th_ld_{t}(const {scalar}* p) {{ {t} r; __builtin_memcpy(&r, p, sizeof(r)); return r; }}")
+      ret = f"{fn}({ptr})"
+    return ret if gate is None else f"({gate} ? {ret} : ({t})(0))"
+
+  # ** expressions **
+
   def expr(self, u: UOp) -> str:
     """The C expression of a node whose sources are already named."""
-    s = [self.names[x] for x in u.src]
+    s = [self.names.get(x, "") for x in u.src]
     op, dt = u.op, u.dtype
+    vec = dt.count > 1
+    t = self.ctype(u)
     if op is Ops.CONST: return const_literal(u.arg, dt)
-    if op is Ops.INDEX: return f"{s[0]}[{s[1]}]"
+    if op is Ops.VECTORIZE:
+      if dt.scalar() is dtypes.bool: return f"({t}){{{', '.join(f'-({x})' for x in s)}}}"
+      return f"({t}){{{', '.join(s)}}}"
+    if op is Ops.GEP: return f"({s[0]}[{u.arg[0]}] != 0)" if dt is dtypes.bool else f"{s[0]}[{u.arg[0]}]"  # a mask lane is -1
     if op is Ops.LOAD:
-      v = f"th_bf2f({s[0]})" if dt is dtypes.bfloat16 else s[0]
+      buf, idx = (self.names[x] for x in u.src[0].src)
+      if vec: return self.vload(u, t, f"{buf} + {idx}")
+      v = f"th_bf2f({buf}[{idx}])" if dt is dtypes.bfloat16 else f"{buf}[{idx}]"
       return v if len(s) == 1 else f"({s[1]} ? {v} : ({ctype(dt)})0)"
     if op is Ops.CAST:
+      if vec: return f"__builtin_convertvector({s[0]}, {t})"
       if dt is dtypes.bool: return f"({s[0]} != 0)"
-      return f"th_round_bf16((float){s[0]})" if dt is dtypes.bfloat16 else f"(({ctype(dt)}){s[0]})"
+      return f"th_round_bf16((float){s[0]})" if dt is dtypes.bfloat16 else f"(({t}){s[0]})"
+    if op is Ops.BITCAST and vec: return f"(({t}){s[0]})"
     if op is Ops.BITCAST and dtypes.bfloat16 in (dt, u.src[0].dtype):
-      return f"th_bf2f((unsigned short){s[0]})" if dt is dtypes.bfloat16 else f"(({ctype(dt)})th_f2bf({s[0]}))"
+      return f"th_bf2f((unsigned short){s[0]})" if dt is dtypes.bfloat16 else f"(({t})th_f2bf({s[0]}))"
     if op is Ops.BITCAST:
-      return f"(__extension__({{ union {{ {ctype(u.src[0].dtype)} a; {ctype(dt)} b; }} th_u; th_u.a = {s[0]}; th_u.b; }}))"
+      return f"(__extension__({{ union {{ {ctype(u.src[0].dtype)} a; {t} b; }} th_u; th_u.a = {s[0]}; th_u.b; }}))"
     if op is Ops.WHERE: return f"({s[0]} ? {s[1]} : {s[2]})"
     if op is Ops.MAX:
-      if dt._is_float: return f"((({s[0]}) > ({s[1]}) || ({s[0]}) != ({s[0]})) ? {s[0]} : {s[1]})"
-      return f"(({s[0]}) > ({s[1]}) ? {s[0]} : {s[1]})"
+      if dt._is_float: return f"((({s[0]} > {s[1]}) | ({s[0]} != {s[0]})) ? {s[0]} : {s[1]})"
+      return f"(({s[0]} > {s[1]}) ? {s[0]} : {s[1]})"
     if op is Ops.RECIPROCAL: return f"(({ctype(dt)})1 / {s[0]})"
     if op in _MATH:
       fn = _MATH[op] + ("" if dt is dtypes.double else "f")
-      return f"{fn}({s[0]})" if dt in (dtypes.float, dtypes.double) else f"(({ctype(dt)}){fn}((float){s[0]}))"
+      return f"{fn}({s[0]})" if dt in (dtypes.float, dtypes.double) else f"(({t}){fn}((float){s[0]}))"
     if op is Ops.NEG: return f"(-{s[0]})"
-    if op is Ops.POW: return f"(({ctype(dt)})pow({s[0]}, {s[1]}))"
+    if op is Ops.POW: return f"(({t})pow({s[0]}, {s[1]}))"
     if op in (Ops.FLOORDIV, Ops.FLOORMOD):
       a, b = u.src
       if a.vmin >= 0 and b.op is Ops.CONST and b.arg > 0: return f"({s[0]} {'/' if op is Ops.FLOORDIV else '%'} {s[1]})"
-      return f"(({ctype(dt)}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
+      return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
+    if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float and not (u.src[1].op is Ops.CONST and u.src[1].arg != 0):
+      return f"({s[1]} == 0 ? ({t})0 : ({t})({s[0]} {_INFIX[op]} {s[1]}))"
     if op in _INFIX:
       e = f"({s[0]} {_INFIX[op]} {s[1]})"
       # C promotes small ints to int: narrow the result back to the node's type
-      return f"(({ctype(dt)}){e})" if dt.itemsize < 4 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
+      return f"(({t}){e})" if not vec and dt.itemsize < 4 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
     raise NotImplementedError(f"the C renderer can't render {op}")
 
   def name(self, u: UOp) -> None:
-    """Names a node: constants and loads of small things stay inline, anything else gets a local."""
-    if u in self.names: return
-    if u.op is Ops.CONST or u.op is Ops.INDEX:
+    """Names a node: constants and GEPs stay inline, anything else gets a local."""
+    if u in self.names or u.op in (Ops.INDEX, Ops.RANGE, Ops.PARAM): return
+    if u.op in (Ops.CONST, Ops.GEP):
       self.names[u] = self.expr(u)
       return
     self.counter += 1
@@ -119,70 +213,142 @@ class _KernelWriter:
     e = self.expr(u)
     # bfloat16 math runs in float: round every result, as the hardware type would
     if u.dtype is dtypes.bfloat16 and u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: e = f"th_round_bf16({e})"
-    self.emit(f"{ctype(u.dtype)} {nm} = {e};")
+    self.emit(f"{self.ctype(u)} {nm} = {e};")
     self.names[u] = nm
 
-  def emit_all(self, nodes: list[UOp]) -> None:
-    for u in nodes: self.name(u)
+  def update(self, acc: UOp, term: UOp) -> str:
+    """acc = acc op term, the step of a reduce."""
+    a, op, dt = self.names[acc], acc.arg[0], acc.dtype.scalar()
+    if term in self.fused: return f"{a} = {self.fma(self.ctype(acc))}({self.names[term.src[0]]}, {self.names[term.src[1]]}, {a});"
+    v = self.names[term]
+    if op is Ops.ADD: upd = f"{a} | {v}" if dt is dtypes.bool else f"{a} + {v}"
+    elif op is Ops.MUL: upd = f"{a} * {v}"
+    else: upd = f"(({v} > {a}) | ({v} != {v})) ? {v} : {a}" if dt._is_float else f"({v} > {a}) ? {v} : {a}"
+    if acc.dtype.count == 1 and dt.itemsize < 4 and dt is not dtypes.bool: upd = f"({ctype(dt)})({upd})"
+    return f"{a} = {upd};"
+
+  # ** structure **
+
+  def open_loop(self, r: UOp, nm: str) -> None:
+    self.names[r] = nm
+    end = r.src[0].arg
+    if r.arg[1] is AxisType.THREAD and r is self.loops[0]:
+      # the outermost loop is handed out in chunks, a chunk to whichever core asks first: a core that shares its
+      # time with other work does less of it instead of holding up the rest (a loop inside another, e.g. a blocked
+      # reduce's, keeps its fixed share: the next step of the outer loop reads what this core wrote)
+      self.statics["chunks"] = "static long long th_next;\nstatic unsigned int th_left;"
+      nch = min(end, CHUNKS)
+      self.emit(f"for (long long th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED); th_c < {nch}; "
+                f"th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED)) {{")
+      self.depth += 1
+      self.emit(f"long long {nm}_lo = ({end}ll * th_c) / {nch}, {nm}_hi = ({end}ll * (th_c + 1)) / {nch};")
+      self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
+    elif r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE):
+      self.emit(f"long long {nm}_lo = ({end}ll * core_id) / num_cores, {nm}_hi = ({end}ll * (core_id + 1)) / num_cores;")
+      self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
+    else: self.emit(f"for (long long {nm} = 0; {nm} < {end}; {nm}++) {{")
+    self.depth += 1
+
+  def close_loop(self) -> None:
+    self.depth -= 1
+    self.emit("}")
 
   def write(self) -> str:
     k = self.k
-    sink = k.ast
-    root = sink.src[0]
-    store = root.src[0] if root.op is Ops.END else root
-    ranges = list(root.src[1:]) if root.op is Ops.END else []
     header = f"void {k.name}(const unsigned long long* args, unsigned int core_id, unsigned int num_cores) {{"
     for i, b in enumerate(k.buffers):
       p = UOp(Ops.PARAM, b.dtype.ptr(b.size), (), i)
       self.names[p] = f"data{i}"
       self.emit(f"{storage_ctype(b.dtype)}* restrict data{i} = ({storage_ctype(b.dtype)}*)args[{i}];")
-    order = list(store.toposort())
-    depends: dict[UOp, frozenset[UOp]] = {}
-    for u in order:
-      depends[u] = frozenset([u]) if u.op is Ops.RANGE else frozenset().union(*[depends[s] for s in u.src]) if u.src else frozenset()
-    reduce = store.src[1] if store.src[1].op is Ops.REDUCE else None
-    red_ranges = frozenset(reduce.src[1:]) if reduce is not None else frozenset()
-    if not ranges: self.emit("if (core_id != 0) return;")
-    for n, r in enumerate(ranges):
-      end = r.src[0].arg
-      nm = f"ridx{r.arg[0]}"
-      self.names[r] = nm
-      if n == 0:
-        self.emit(f"long long {nm}_lo = ({end}ll * core_id) / num_cores, {nm}_hi = ({end}ll * (core_id + 1)) / num_cores;")
-        self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
-      else:
-        self.emit(f"for (long long {nm} = 0; {nm} < {end}; {nm}++) {{")
-      self.depth += 1
-    outer_nodes = [u for u in order if u.op not in (Ops.RANGE, Ops.PARAM, Ops.STORE, Ops.REDUCE) and u not in self.names
-                   and not (depends[u] & red_ranges)]
-    if reduce is not None:
-      body = reduce.src[0]
-      inner = [u for u in body.toposort() if u.op not in (Ops.RANGE, Ops.PARAM) and depends[u] & red_ranges]
-      self.emit_all([u for u in outer_nodes if u in set(body.toposort())])
-      acc = "acc"
-      op = reduce.arg
-      ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: reduce.dtype.min}[op]
-      self.emit(f"{ctype(reduce.dtype)} {acc} = {const_literal(ident, reduce.dtype)};")
-      for r in reduce.src[1:]:
-        nm = f"ridx{r.arg[0]}"
-        self.names[r] = nm
-        self.emit(f"for (long long {nm} = 0; {nm} < {r.src[0].arg}; {nm}++) {{")
-        self.depth += 1
-      self.emit_all(inner)
-      v = self.names[body]
-      upd = {Ops.ADD: f"{acc} + {v}", Ops.MUL: f"{acc} * {v}"}.get(op)
-      if op is Ops.MAX: upd = (f"(({v}) > {acc} || ({v}) != ({v})) ? ({v}) : {acc}" if reduce.dtype._is_float else f"({v}) > {acc} ? ({v}) : {acc}")
-      if reduce.dtype.itemsize < 4 and reduce.dtype is not dtypes.bool: upd = f"({ctype(reduce.dtype)})({upd})"
-      if reduce.dtype is dtypes.bool and op is Ops.ADD: upd = f"{acc} | {v}"
-      self.emit(f"{acc} = {upd};")
-      for _ in reduce.src[1:]:
-        self.depth -= 1
-        self.emit("}")
-      self.names[reduce] = acc
-    self.emit_all([u for u in outer_nodes if u not in self.names])
-    val = self.names[store.src[1]]
-    self.emit(f"{self.names[store.src[0]]} = {f'th_f2bf({val})' if store.src[1].dtype is dtypes.bfloat16 else val};")
-    for _ in ranges:
-      self.depth -= 1
-      self.emit("}")
-    return PRELUDE + header + "\n" + "\n".join(self.lines) + "\n}\n"
+    if not any(r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in self.loops + self.rloops): self.emit("if (core_id != 0) return;")
+    # where each node goes: the depth of the innermost loop it uses; a REDUCE (and what uses it) after its loops
+    n_out = len(self.loops)
+    written = {st.src[0].src[0] for st in self.stores}
+    depth: dict[UOp, int] = {}
+    post: set[UOp] = set()
+    users: dict[UOp, list[UOp]] = {}
+    for u in self.order:
+      for s in u.src: users.setdefault(s, []).append(u)
+      if u.op is Ops.RANGE: depth[u] = self.loops.index(u) + 1 if u in self.loops else n_out + 1 + self.rloops.index(u)
+      elif u.op is Ops.REDUCE: depth[u] = n_out
+      else: depth[u] = max((depth[s] for s in u.src), default=0)
+      # a load of what this kernel stores (a blocked reduce's partial result) must stay after the stores of the loops around it
+      if u.op is Ops.LOAD and u.src[0].src[0] in written: depth[u] = n_out
+      if u.op is Ops.REDUCE or any(s in post for s in u.src): post.add(u)
+    # a float product only added into an accumulator becomes a fused multiply-add
+    self.fused = {u for u in self.order if u.op is Ops.MUL and u.dtype.scalar()._is_float and users.get(u) and
+                  all(x.op is Ops.REDUCE and x.arg[0] is Ops.ADD and u in x.src[:x.arg[1]] for x in users[u])}
+    skip = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE}
+    body = [u for u in self.order if u.op not in skip and u not in self.fused]
+
+    def level(d: int) -> None:
+      for u in body:
+        if depth[u] == d and u not in post: self.name(u)
+      if d < n_out:
+        self.open_loop(self.loops[d], f"ridx{d}")
+        level(d + 1)
+        self.close_loop()
+        if d == 0 and "chunks" in self.statics:
+          self.close_loop()
+          # the last core out resets the counters for the next launch (launches of a kernel never overlap)
+          self.emit("if (__atomic_add_fetch(&th_left, 1u, __ATOMIC_ACQ_REL) == num_cores) "
+                    "{ __atomic_store_n(&th_next, 0, __ATOMIC_RELAXED); __atomic_store_n(&th_left, 0u, __ATOMIC_RELAXED); }")
+        return
+      if self.reduces: self.reduce_section(depth, body)
+      for u in body:
+        if u in post: self.name(u)
+      for st in self.stores: self.store(st)
+    level(0)
+    if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops):
+      size = sum(self.acc_bytes(a) for a in self.reduces)
+      self.statics["group"] = f"static unsigned char th_part[{MAX_CORES}][{size}] __attribute__((aligned(64)));\nstatic unsigned int th_done;"
+    return "\n".join([PRELUDE, *self.types.values(), *self.helpers.values(), *self.statics.values(), header, *self.lines, "}\n"])
+
+  def acc_bytes(self, acc: UOp) -> int: return acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 else csize(acc.dtype))
+
+  def reduce_section(self, depth: dict[UOp, int], body: list[UOp]) -> None:
+    n_out = len(self.loops)
+    for i, acc in enumerate(self.reduces):
+      nm = f"acc{i}"
+      t, dt = self.ctype(acc), acc.dtype.scalar()
+      self.emit(f"{t} {nm} = ({t})({const_literal(_identity(acc.arg[0], dt), dt)});")
+      self.names[acc] = nm
+    for j, r in enumerate(self.rloops):
+      self.open_loop(r, f"ridx{n_out + j}")
+      for u in body:
+        if depth[u] == n_out + j + 1: self.name(u)
+    for acc in self.reduces:
+      for term in acc.src[:acc.arg[1]]: self.emit(self.update(acc, term))
+    for _ in self.rloops: self.close_loop()
+    if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops): self.combine()
+
+  def combine(self) -> None:
+    """Two-stage reduce: each core leaves its accumulators in its slot; the last core to finish adds up the others'
+    and goes on to the store. Launches of one kernel never overlap (a queue runs commands in order)."""
+    offs, off = [], 0
+    for acc in self.reduces:
+      offs.append(off)
+      off += self.acc_bytes(acc)
+    for acc, o in zip(self.reduces, offs): self.emit(f"__builtin_memcpy(th_part[core_id] + {o}, &{self.names[acc]}, sizeof({self.names[acc]}));")
+    self.emit("if (__atomic_add_fetch(&th_done, 1u, __ATOMIC_ACQ_REL) != num_cores) return;")
+    self.emit("__atomic_store_n(&th_done, 0u, __ATOMIC_RELAXED);")
+    self.emit("for (unsigned int th_c = 0; th_c < num_cores; th_c++) {")
+    self.depth += 1
+    self.emit("if (th_c == core_id) continue;")
+    for acc, o in zip(self.reduces, offs):
+      t = self.ctype(acc)
+      part = UOp(Ops.NOOP, acc.dtype, (), o)
+      self.names[part] = f"th_p{o}"
+      self.emit(f"{{ {t} th_p{o}; __builtin_memcpy(&th_p{o}, th_part[th_c] + {o}, sizeof(th_p{o})); {self.update(acc, part)} }}")
+    self.close_loop()
+
+  def store(self, st: UOp) -> None:
+    index, val = st.src
+    buf, idx = (self.names[x] for x in index.src)
+    v = self.names[val]
+    if val.dtype.count > 1:
+      t = self.ctype(val)
+      if index.arg is True: self.emit(f"*({t}*)({buf} + {idx}) = {v};")
+      else: self.emit(f"__builtin_memcpy({buf} + {idx}, &{v}, sizeof({t}));")
+      return
+    self.emit(f"{buf}[{idx}] = {f'th_f2bf({v})' if val.dtype is dtypes.bfloat16 else v};")

@@ -28,8 +28,24 @@ def _compiler_id(cc: str) -> str:
   except (OSError, subprocess.CalledProcessError) as e: raise RuntimeError(f"C compiler {cc!r} does not run: {e}") from e
 
 
+def is_clang() -> bool:
+  """Whether the kernel compiler is clang (vector kernels use its ext_vector_type)."""
+  return "clang" in _compiler_id(c_compiler())
+
+
+def cache_root() -> Path:
+  """Where compiled kernels and BEAM's choices are kept (TINYHYBRID_CACHE overrides)."""
+  return Path(os.getenv("TINYHYBRID_CACHE", Path.home() / ".cache" / "tinyhybrid"))
+
+
+def compiler_key() -> str:
+  """The compiler and its version, for cache keys."""
+  cc = c_compiler()
+  return f"{cc}\0{_compiler_id(cc)}"
+
+
 def cache_dir() -> Path:
-  d = Path(os.getenv("TINYHYBRID_CACHE", Path.home() / ".cache" / "tinyhybrid")) / "kernels"
+  d = cache_root() / "kernels"
   d.mkdir(parents=True, exist_ok=True)
   return d
 
@@ -41,7 +57,7 @@ class CompileError(RuntimeError):
 def compile_shared(src: str, name: str) -> Path:
   """The path of a shared library built from `src` (from the cache when the same source and compiler built it)."""
   cc = c_compiler()
-  key = hashlib.sha256("\0".join((src, cc, _compiler_id(cc), *CFLAGS)).encode()).hexdigest()[:24]
+  key = hashlib.sha256("\0".join((src, compiler_key(), *CFLAGS)).encode()).hexdigest()[:24]
   out = cache_dir() / f"{name}-{key}.so"
   if out.exists(): return out
   with tempfile.TemporaryDirectory() as tmp:

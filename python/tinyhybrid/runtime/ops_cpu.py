@@ -1,5 +1,5 @@
 """The CPU device: C kernels compiled with the system compiler, run through the native command queue (a ring
-consumed by one worker thread per usable core; each kernel's outer loop is split across them)."""
+consumed by one worker thread per usable core; each kernel's THREAD loop is split across them)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ from tinyhybrid._core import hcq
 from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
 from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer
-from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, load_kernel
+from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
 
 
 class CPUQueueRunner(Runner):
@@ -46,7 +46,7 @@ class CPUQueueRunner(Runner):
 
 class CPUDevice(Compiled):
   def __init__(self, name: str):
-    super().__init__(name, Allocator(), CRenderer(), self._compile_program)
+    super().__init__(name, Allocator(), CRenderer(16 if is_clang() else 1), self._compile_program)
     self.queue = hcq.CPUDevice()
     self.max_threads = self.queue.num_threads
 

@@ -106,8 +106,8 @@ def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
   return u.arg if u.op is Ops.BUFFER else None
 
 
-def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-  """The node for a realized buffer seen with `shape`."""
+def buffer_uop(buf: Buffer | BufferSlot, shape: tuple[int, ...]) -> UOp:
+  """The node for a realized buffer (or a slot) seen with `shape`."""
   b = UOp(Ops.BUFFER, buf.dtype, (), buf)
   return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
 

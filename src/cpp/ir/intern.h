@@ -18,7 +18,8 @@ class InternTable {
   size_t size();
 
  private:
-  InternTable() : slots_(1024), mask_(1023) {}
+  static constexpr size_t kInitialSlots = 1024;
+  InternTable() : slots_(kInitialSlots), mask_(kInitialSlots - 1) {}
   static size_t key_hash(Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg, const Arg& tag);
   static bool same_key(const UOp* n, size_t hash, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg,
                        const Arg& tag);
@@ -26,7 +27,7 @@ class InternTable {
   UOpRef find_locked(size_t hash, Ops op, DType dtype, std::span<const UOpRef> src, const Arg& arg, const Arg& tag);
   void insert_slot(const UOp* n);
   void erase_slot(const UOp* n);
-  void grow();
+  void rehash(size_t n_slots);  // to n_slots (a power of two above twice the size)
 
   // Recursive: comparing an opaque (Python) arg may run code that makes or frees nodes on this same thread.
   std::recursive_mutex mu_;

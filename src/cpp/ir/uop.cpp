@@ -95,7 +95,7 @@ UOpRef InternTable::create(Ops op, DType dtype, std::span<const UOpRef> src, Arg
 }
 
 void InternTable::insert_slot(const UOp* n) {
-  if ((size_ + 1) * 2 > slots_.size()) grow();  // at most half full: short probe runs on insert, lookup and erase
+  if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.size() * 2);  // at most half full: short probe runs
   size_t i = n->hash_ & mask_;
   while (slots_[i].node) i = (i + 1) & mask_;
   slots_[i] = {n->hash_, n};
@@ -118,10 +118,13 @@ void InternTable::erase_slot(const UOp* n) {
   }
   slots_[i] = Slot{};
   --size_;
+  // and at least 1/8 full once it is past its first size: after a big graph is freed, new nodes probe a table that
+  // fits in cache rather than one sized for the graph
+  if (slots_.size() > kInitialSlots && size_ * 8 < slots_.size()) rehash(slots_.size() / 2);
 }
 
-void InternTable::grow() {
-  std::vector<Slot> old(slots_.size() * 2);
+void InternTable::rehash(size_t n_slots) {
+  std::vector<Slot> old(n_slots);
   old.swap(slots_);
   mask_ = slots_.size() - 1;
   for (const Slot& old_slot : old) {

@@ -1,0 +1,255 @@
+"""Expanding UPCAST and UNROLL ranges into lanes: every value node becomes one node per combination of the lane
+axes it depends on. One lane axis, the vector axis (the one contiguous in memory), is cut into chunks of up to
+VEC lanes that become vector values (dtype.vec(n)); the other lane axes become separate registers.
+
+Memory accesses are resolved lane by lane: the index (and mask) of each lane is the scalar index with the lane's
+values substituted and simplified. Lanes at consecutive addresses become one vector load or store (aligned when the
+first address is provably a multiple of the width, masked when some lanes are padding), anything else a gather.
+A REDUCE keeps one accumulator per register; UNROLL lanes are added into it every step, except along the vector
+axis, whose lanes accumulate separately and are combined once after the loop. Ops the renderer has no vector form
+for are done lane by lane.
+
+Output: SINK(END(GROUP(*stores), *loops)), REDUCEs as REDUCE(*terms, *reduce loops) with arg (op, number of terms)
+(acc = acc op term, each term in turn), LOAD(INDEX, [bool gate], [uint32 lane mask])."""
+from __future__ import annotations
+
+import itertools
+
+from tinyhybrid.codegen.opt import LANES, KernelParts, rkind, rsize, stride
+from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.uop import AxisType, GroupOp, Ops
+from tinyhybrid.uop.ops import UOp
+
+IDX = dtypes.weakint
+VEC_DTYPES = {dtypes.float, dtypes.double, dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong, IDX}
+_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST}
+_VEC_INT = {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+_VEC_FLOAT = {Ops.FDIV, Ops.RECIPROCAL}
+
+
+def chunks(size: int, vec: int) -> list[tuple[int, int]]:
+  """(start, width) pieces of an axis: powers of two of at most `vec` lanes, widest first."""
+  out, start = [], 0
+  while start < size:
+    w = vec
+    while w > size - start: w //= 2
+    out.append((start, w))
+    start += w
+  return out
+
+
+def csize(dt: DType) -> int:
+  """The size of one element as rendered (weak types are C's long long and double)."""
+  return 8 if dt.scalar()._is_weak else dt.scalar().itemsize
+
+
+def mask_size(u: UOp) -> int | None:
+  """The element size of the lane mask a vector bool holds (its comparison's operands), None when it is not a mask."""
+  if u.dtype.count == 1 or u.dtype.scalar() is not dtypes.bool: return None
+  if u.op in GroupOp.Comparison: return csize(u.src[0].dtype)
+  if u.op in (Ops.AND, Ops.OR, Ops.XOR):
+    sizes = {mask_size(s) for s in u.src}
+    return sizes.pop() if len(sizes) == 1 else None
+  return None
+
+
+def _c(v: int) -> UOp: return UOp.const(IDX, v)
+
+
+def gep(u: UOp, lane: int) -> UOp:
+  if u.dtype.count == 1: return u
+  return u.src[lane] if u.op is Ops.VECTORIZE else UOp(Ops.GEP, u.dtype.scalar(), (u,), (lane,))
+
+
+def bcast(u: UOp, w: int) -> UOp: return u if w == 1 or u.dtype.count == w else UOp(Ops.VECTORIZE, u.dtype.vec(w), (u,) * w)
+
+
+def vectorize(xs: list[UOp]) -> UOp: return xs[0] if len(xs) == 1 else UOp(Ops.VECTORIZE, xs[0].dtype.vec(len(xs)), tuple(xs))
+
+
+def _vec_ok(u: UOp, srcs: list[UOp]) -> bool:
+  """Whether the renderer can do op u on vectors of these sources."""
+  sdt = u.dtype.scalar()
+  if u.op in GroupOp.Comparison: return all(s.dtype.scalar() in VEC_DTYPES for s in srcs)
+  if sdt is dtypes.bool: return u.op in (Ops.AND, Ops.OR, Ops.XOR) and len({mask_size(s) for s in srcs}) == 1 and mask_size(srcs[0]) is not None
+  if sdt not in VEC_DTYPES: return False
+  if u.op is Ops.WHERE:
+    c = srcs[0]
+    return c.dtype.count == 1 or mask_size(c) == csize(sdt)
+  if u.op in (Ops.CAST, Ops.BITCAST):
+    src = srcs[0].dtype.scalar()
+    return src in VEC_DTYPES and (u.op is Ops.CAST or csize(src) == csize(sdt))
+  return u.op in _VEC_ALU or (u.op in _VEC_INT and not sdt._is_float) or (u.op in _VEC_FLOAT and sdt._is_float)
+
+
+class Expander:
+  def __init__(self, ast: UOp, vec: int):
+    self.k = KernelParts.of(ast)
+    self.lane_axes = sorted((r for r in self.k.all_ranges() if rkind(r) in LANES), key=lambda r: r.arg[0])
+    self.vaxis = self._vector_axis() if vec > 1 else None
+    self.chunks = chunks(rsize(self.vaxis), vec) if self.vaxis is not None else []
+    self.axes_memo: dict[UOp, tuple[UOp, ...]] = {}
+    self.memo: dict[UOp, dict[tuple[int, ...], UOp]] = {}
+
+  def _vector_axis(self) -> UOp | None:
+    """The lane axis most accesses read contiguously (the store counts twice), None when no access is."""
+    idxs = [(self.k.out.src[1], 2)] + [(u.src[0].src[1], 1) for u in self.k.value.toposort() if u.op is Ops.LOAD]
+    score = {r: sum(w for idx, w in idxs if r in idx.toposort() and stride(idx, r) == 1) for r in self.lane_axes}
+    best = max(self.lane_axes, key=lambda r: (score[r], rsize(r)), default=None)
+    return best if best is not None and score[best] > 0 else None
+
+  # ** lanes **
+
+  def axes(self, u: UOp) -> tuple[UOp, ...]:
+    """The lane axes u's value varies over, in lane order."""
+    if (hit := self.axes_memo.get(u)) is not None: return hit
+    if u.op is Ops.RANGE: ret: tuple[UOp, ...] = (u,) if rkind(u) in LANES else ()
+    else:
+      got = set().union(*[self.axes(s) for s in u.src]) if u.src else set()
+      if u.op is Ops.REDUCE: got -= set(u.src[1:])
+      ret = tuple(a for a in self.lane_axes if a in got)
+    self.axes_memo[u] = ret
+    return ret
+
+  def keys(self, axes: tuple[UOp, ...]) -> list[tuple[int, ...]]:
+    return list(itertools.product(*[range(len(self.chunks) if a is self.vaxis else rsize(a)) for a in axes]))
+
+  def width(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> int:
+    return self.chunks[key[axes.index(self.vaxis)]][1] if self.vaxis in axes else 1
+
+  def subs(self, axes: tuple[UOp, ...], key: tuple[int, ...], lane: int) -> dict[UOp, UOp]:
+    return {a: _c(self.chunks[k][0] + lane if a is self.vaxis else k) for a, k in zip(axes, key)}
+
+  def get(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...], widen: bool = True) -> UOp:
+    """u's value for a key over `axes` (a superset of u's), made as wide as that key's chunk if `widen`."""
+    v = self.ex(u)[tuple(key[axes.index(a)] for a in self.axes(u))]
+    return bcast(v, self.width(axes, key)) if widen else v
+
+  # ** expansion **
+
+  def ex(self, u: UOp) -> dict[tuple[int, ...], UOp]:
+    if (hit := self.memo.get(u)) is not None: return hit
+    axes = self.axes(u)
+    if u.op is Ops.REDUCE: ret = self.reduce(u)
+    elif not axes:  # the same for every lane: only a REDUCE below it can change
+      srcs = tuple(self.ex(s)[()] for s in u.src)
+      ret = {(): u if srcs == u.src else UOp(u.op, u.dtype, srcs, u.arg)}
+    else: ret = {key: self.node(u, axes, key) for key in self.keys(axes)}
+    self.memo[u] = ret
+    return ret
+
+  def node(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
+    w = self.width(axes, key)
+    if u.op is Ops.RANGE:
+      s = self.subs(axes, key, 0)[u]
+      return vectorize([_c(s.arg + i) for i in range(w)])
+    if u.op is Ops.LOAD: return self.load(u, axes, key)
+    srcs = [self.get(s, axes, key, widen=False) for s in u.src]
+    if w == 1: return UOp(u.op, u.dtype, tuple(srcs), u.arg)
+    if _vec_ok(u, srcs):
+      srcs = [s if u.op is Ops.WHERE and i == 0 and s.dtype.count == 1 else bcast(s, w) for i, s in enumerate(srcs)]
+      return UOp(u.op, u.dtype.vec(w), tuple(srcs), u.arg)
+    return vectorize([UOp(u.op, u.dtype, tuple(gep(s, i) for s in srcs), u.arg) for i in range(w)])
+
+  def lanes_of(self, x: UOp | None, axes: tuple[UOp, ...], key: tuple[int, ...], w: int) -> list[UOp | None]:
+    return [None if x is None else x.substitute(self.subs(axes, key, i)).simplify() for i in range(w)]
+
+  def load(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
+    buf, idx = u.src[0].src
+    w, dt = self.width(axes, key), u.dtype
+    idxs = self.lanes_of(idx, axes, key, w)
+    gates = self.lanes_of(u.src[1] if len(u.src) > 1 else None, axes, key, w)
+    gates = [None if g is None or (g.op is Ops.CONST and g.arg is True) else g for g in gates]
+    live = [i for i, g in enumerate(gates) if not (g is not None and g.op is Ops.CONST and g.arg is False)]
+
+    def scalar(i: int) -> UOp:
+      if i not in live: return UOp.const(dt, 0)
+      return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, idxs[i])),) + ((gates[i],) if gates[i] is not None else ()))
+    if w == 1 or not live: return bcast(scalar(0), w)
+    if all(x is idxs[0] for x in idxs) and all(g is gates[0] for g in gates): return bcast(scalar(0), w)
+    if dt in VEC_DTYPES and _contiguous(idxs):
+      gate: UOp | None = None
+      if all(gates[i] is gates[live[0]] for i in live):
+        gate, mask = gates[live[0]], UOp.const(dtypes.uint, sum(1 << i for i in live))
+      else:
+        bits = [UOp.const(dtypes.uint, 1 << i) for i in range(w)]
+        mask = UOp.const(dtypes.uint, 0)
+        for i in live: mask = mask | (bits[i] if gates[i] is None else gates[i].where(bits[i], UOp.const(dtypes.uint, 0)))
+        mask = mask.simplify()
+      full = mask.op is Ops.CONST and mask.arg == (1 << w) - 1
+      index = UOp(Ops.INDEX, dt.vec(w), (buf, idxs[0]), _aligned(idxs[0], w, dt))
+      return UOp(Ops.LOAD, dt.vec(w), (index,) + ((gate,) if gate is not None else ()) + (() if full else (mask,)))
+    return vectorize([scalar(i) for i in range(w)])
+
+  def store(self) -> list[UOp]:
+    out, value = self.k.out, self.k.value
+    axes = tuple(a for a in self.lane_axes if a in set(self.axes(value)) | set(self.axes(out.src[1])))
+    stores = []
+    for key in self.keys(axes):
+      w = self.width(axes, key)
+      v = self.get(value, axes, key)
+      idxs = self.lanes_of(out.src[1], axes, key, w)
+      if w > 1 and value.dtype in VEC_DTYPES and _contiguous(idxs):
+        stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v.dtype, (out.src[0], idxs[0]), _aligned(idxs[0], w, value.dtype)), v)))
+      else:
+        stores += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out.src[0], idxs[i])), gep(v, i))) for i in range(w)]
+    return stores
+
+  def reduce(self, u: UOp) -> dict[tuple[int, ...], UOp]:
+    body, op, dt = u.src[0], u.arg, u.dtype
+    unroll = [r for r in u.src[1:] if rkind(r) is AxisType.UNROLL]
+    loops = tuple(r for r in u.src[1:] if rkind(r) is not AxisType.UNROLL)
+    baxes = self.axes(body)
+    # lanes along the vector axis accumulate apart (vector accumulators), other unrolled lanes add into their register
+    vred = self.vaxis in unroll and self.vaxis in baxes
+    acc_axes = tuple(a for a in baxes if a not in unroll or (vred and a is self.vaxis))
+    contract = [r for r in unroll if not (vred and r is self.vaxis)]
+    full_axes = tuple(a for a in self.lane_axes if a in set(acc_axes) | set(contract))
+    accs = {}
+    for key in self.keys(acc_axes):
+      w = self.width(acc_axes, key)
+      terms = []
+      for ckey in itertools.product(*[range(rsize(r)) for r in contract]):
+        fk = dict(zip(acc_axes, key)) | dict(zip(contract, ckey))
+        terms.append(self.get(body, full_axes, tuple(fk[a] for a in full_axes)))
+      if w == 1 or dt in VEC_DTYPES: accs[key] = UOp(Ops.REDUCE, dt.vec(w) if w > 1 else dt, (*terms, *loops), (op, len(terms)))
+      else: accs[key] = vectorize([UOp(Ops.REDUCE, dt, (*[gep(t, i) for t in terms], *loops), (op, len(terms))) for i in range(w)])
+    if not vred: return accs
+    # combine the vector axis' lanes (and chunks) of each accumulator once, after the loop
+    pos = acc_axes.index(self.vaxis)
+    alu = Ops.OR if op is Ops.ADD and dt is dtypes.bool else op
+    out = {}
+    for key in self.keys(acc_axes[:pos] + acc_axes[pos + 1:]):
+      # chunks of one width combine as vectors first, then the lanes of what is left
+      widths: dict[int, list[UOp]] = {}
+      for c in range(len(self.chunks)): widths.setdefault(self.chunks[c][1], []).append(accs[key[:pos] + (c,) + key[pos:]])
+      groups = [[a] for g in widths.values() for a in g] if dt not in VEC_DTYPES else list(widths.values())
+      out[key] = _fold(alu, [gep(v, i) for g in groups for v in [_fold(alu, g)] for i in range(v.dtype.count)])
+    return out
+
+  def expand(self) -> UOp:
+    loops = [r for r in self.k.loops if rkind(r) not in LANES]
+    return UOp.sink(UOp(Ops.END, dtypes.void, (UOp(Ops.GROUP, dtypes.void, tuple(self.store())), *loops)))
+
+
+def _fold(op: Ops, xs: list[UOp]) -> UOp:
+  """xs combined with op, as a balanced tree (shorter dependency chains, and a sum rounds less)."""
+  while len(xs) > 1: xs = [UOp(op, xs[i].dtype, (xs[i], xs[i + 1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+  return xs[0]
+
+
+def _contiguous(idxs: list[UOp]) -> bool:
+  return all((d := (x - idxs[0]).simplify()).op is Ops.CONST and d.arg == i for i, x in enumerate(idxs))
+
+
+def _aligned(idx: UOp, w: int, dt: DType) -> bool | None:
+  """True when idx is provably a multiple of the vector's width (buffers are 64-byte aligned), else None."""
+  if w * csize(dt) > 64 or w & (w - 1): return None
+  m = (idx % w).simplify()
+  return True if m.op is Ops.CONST and m.arg == 0 else None
+
+
+def expand(ast: UOp, vec: int) -> UOp:
+  """The kernel with its lanes expanded (see the module doc); `vec` is the widest vector the renderer takes (1: none)."""
+  return Expander(ast, vec).expand()
+

@@ -1,0 +1,101 @@
+"""Default optimizations: a good plan for a kernel without search (tinygrad's hand_coded_optimizations, for CPUs
+with wide vectors). In order: vectorize the axis contiguous in memory, tile registers along the axes a load is
+reused across, unroll small reduce axes, block a long reduce for the cache, and split a loop across the cores."""
+from __future__ import annotations
+
+from tinyhybrid.codegen.lower import LoweredKernel
+from tinyhybrid.codegen.opt import LANES, KernelOptError, KernelParts, Opt, OptOps, apply_opt, rkind, rsize, stride
+from tinyhybrid.uop import AxisType, Ops
+from tinyhybrid.uop.ops import UOp
+
+VEC = 16            # float lanes in a vector register (AVX-512)
+ACC_LANES = 256     # accumulator lanes a register tile may hold (16 vector registers)
+BLOCK_K = 128       # reduce steps per cache block
+
+
+class _Plan:
+  def __init__(self, ast: UOp):
+    self.ast, self.opts = ast, []
+
+  @property
+  def parts(self) -> KernelParts: return KernelParts.of(self.ast)
+
+  def apply(self, op: OptOps, axis: int, arg: int = 0) -> bool:
+    try: self.ast = apply_opt(self.ast, o := Opt(op, axis, arg))
+    except KernelOptError: return False
+    self.opts.append(o)
+    return True
+
+
+def _loads(p: KernelParts) -> list[UOp]: return [u.src[0].src[1] for u in p.value.toposort() if u.op is Ops.LOAD and u.src[0] is not p.out]
+
+
+def _lanes(p: KernelParts, kinds: tuple[AxisType, ...]) -> int:
+  n = 1
+  for r in p.all_ranges():
+    if rkind(r) in kinds: n *= rsize(r)
+  return n
+
+
+def _vector_amount(size: int, tile: bool) -> int:
+  """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it."""
+  for a in ((4 * VEC, 2 * VEC, VEC) if tile else (VEC,)):
+    if size % a == 0: return a
+  if VEC // 2 <= size <= 4 * VEC: return size  # the whole axis, in chunks of different widths
+  return next((a for a in (8, 4) if size % a == 0), 1)
+
+
+def hand_coded_optimizations(k: LoweredKernel) -> list[Opt]:
+  plan = _Plan(k.ast)
+  p = plan.parts
+  out_idx, loads = p.out.src[1], _loads(p)
+  red = p.reduce
+  # 1. vectors along the output axis contiguous in memory (in a reduce, only if no load then gathers: a row reduce
+  # rather accumulates vectors along its row)
+  vec = next((r for r in reversed(p.loops) if stride(out_idx, r) == 1 and rsize(r) > 1 and
+              (red is None or all(stride(ld, r) in (0, 1) for ld in loads))), None)
+  # reuse: an output axis along which some load stays put, so one loaded value serves several outputs; the best
+  # ones keep a vector load (one contiguous along `vec`) in place
+  reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) == 1) for ld in loads if stride(ld, r) == 0) for r in p.loops}
+  reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
+  if vec is not None and (amt := _vector_amount(rsize(vec), tile=any(r is not vec for r in reused))) > 1:
+    plan.apply(OptOps.UPCAST, vec.arg[0], amt)
+  elif red is not None:
+    # no output vector: accumulate along a reduce axis contiguous in memory, several vectors at a time
+    rvec = next((r for r in reversed(p.reduce_ranges) if any(stride(ld, r) == 1 for ld in loads)), None)
+    if rvec is not None:
+      amt = next((a for a in (4 * VEC, 2 * VEC, VEC, 8, 4) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 1)
+      if amt > 1: plan.apply(OptOps.UNROLL, rvec.arg[0], amt)
+
+  # 2. register tile: upcast the reused output axes while the accumulators fit the registers
+  for r in reused:
+    if r is vec: continue
+    tile = _lanes(plan.parts, (AxisType.UPCAST,))
+    for amt in (8, 6, 4, 3, 2):
+      if rsize(r) % amt == 0 and tile * amt <= ACC_LANES and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
+
+  # 3. unroll small reduce axes: e.g. a convolution's window, whose padding masks then become constants
+  if red is not None:
+    for r in plan.parts.reduce_ranges:
+      if rkind(r) is AxisType.REDUCE and rsize(r) <= 4 and _lanes(plan.parts, LANES) * rsize(r) <= 4096: plan.apply(OptOps.UNROLL, r.arg[0], rsize(r))
+
+  # 4. a long reduce over a load that jumps far each step (matmul's B): block it, the block's loop outermost, so a block
+  # of that load stays in cache while each core's output rows sweep over it
+  parts = plan.parts
+  big = [r for r in parts.reduce_ranges if rkind(r) is AxisType.REDUCE and rsize(r) >= 2 * BLOCK_K and rsize(r) % BLOCK_K == 0 and
+         any((s := stride(ld, r)) is not None and s >= 512 for ld in _loads(parts))]
+  loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
+  if big and loops and _lanes(parts, (AxisType.UPCAST,)) >= 64:
+    rows = max(loops, key=lambda r: abs(stride(parts.out.src[1], r) or 0))
+    if plan.apply(OptOps.THREAD, rows.arg[0]) and plan.apply(OptOps.BLOCK, big[0].arg[0], BLOCK_K):
+      plan.apply(OptOps.UNROLL, big[0].arg[0], 4)  # fewer loop steps around the tile's multiply-adds
+
+  # 5. cores: split the outermost output loop big enough to share, else (a full reduce) the reduce itself
+  parts = plan.parts
+  if not any(rkind(r) in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in parts.all_ranges()):
+    loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
+    pick = next((r for r in loops if rsize(r) >= 16 or rsize(r) % 2 == 0), max(loops, key=rsize, default=None))
+    if pick is not None and rsize(pick) > 1: plan.apply(OptOps.THREAD, pick.arg[0])
+    elif not loops and (rr := [r for r in parts.reduce_ranges if rkind(r) is AxisType.REDUCE and rsize(r) >= 64]):
+      plan.apply(OptOps.GROUP, rr[0].arg[0])
+  return plan.opts

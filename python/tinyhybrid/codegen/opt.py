@@ -1,0 +1,163 @@
+"""Optimization actions on a lowered kernel. An Opt is data: applying it rewrites the kernel IR's ranges (splitting
+one into an outer loop and an inner UPCAST/UNROLL range, marking the range split across cores, hoisting part of a
+reduce out of the output loops, reordering loops). Later passes give the new ranges their meaning: the expander
+turns UPCAST/UNROLL ranges into vector lanes, the renderer splits the THREAD (or GROUP_REDUCE) range across cores.
+
+A lowered kernel is SINK(END(STORE(INDEX(PARAM 0, idx), value), *loops)): `loops` are the loop nest, outermost
+first; `value` holds at most one REDUCE(body, *reduce ranges)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from tinyhybrid.dtype import dtypes
+from tinyhybrid.helpers import prod
+from tinyhybrid.uop import AxisType, Ops
+from tinyhybrid.uop.ops import UOp
+
+IDX = dtypes.weakint
+LANES = (AxisType.UPCAST, AxisType.UNROLL)
+MAX_UPCAST = 512   # values of an output tile: past this the accumulators spill out of the registers
+MAX_LANES = 4096   # upcast times unrolled lanes: past this the kernel's source explodes
+
+
+class OptOps(Enum):
+  UPCAST = auto()  # split an output axis: its inner part becomes vector lanes / registers (register tiling)
+  UNROLL = auto()  # the same for a reduce axis: several reduce steps per iteration
+  THREAD = auto()  # this output loop is split across the cores
+  GROUP = auto()   # this reduce loop is split across the cores; the partial results are combined (two-stage reduce)
+  BLOCK = auto()   # cache blocking of a reduce axis: its outer part is the outermost loop, accumulating in the output
+  SWAP = auto()    # exchange two loops of the nest
+
+
+@dataclass(frozen=True)
+class Opt:
+  op: OptOps
+  axis: int
+  arg: int = 0
+  def __repr__(self) -> str: return f"Opt({self.op.name}, {self.axis}, {self.arg})"
+
+
+class KernelOptError(ValueError):
+  """An Opt that does not apply to this kernel (the search skips it; anywhere else it is a bug)."""
+
+
+def _c(v: int) -> UOp: return UOp.const(IDX, v)
+
+
+def rng(size: int, axis: int, kind: AxisType) -> UOp: return UOp(Ops.RANGE, IDX, (_c(size),), (axis, kind))
+def rsize(r: UOp) -> int: return r.src[0].arg
+def rkind(r: UOp) -> AxisType: return r.arg[1]
+
+
+@dataclass
+class KernelParts:
+  """A lowered kernel taken apart: the store's index and value, the loop nest, and its reduce (if any)."""
+  out: UOp          # the INDEX the value is stored to
+  value: UOp
+  loops: list[UOp]
+  reduce: UOp | None
+
+  @staticmethod
+  def of(ast: UOp) -> KernelParts:
+    end = ast.src[0]
+    store, loops = (end.src[0], list(end.src[1:])) if end.op is Ops.END else (end, [])
+    red = [u for u in store.src[1].toposort() if u.op is Ops.REDUCE]
+    return KernelParts(store.src[0], store.src[1], loops, red[0] if red else None)
+
+  def build(self) -> UOp:
+    store = UOp(Ops.STORE, dtypes.void, (self.out, self.value))
+    return UOp.sink(UOp(Ops.END, dtypes.void, (store, *self.loops)))
+
+  @property
+  def reduce_ranges(self) -> list[UOp]: return list(self.reduce.src[1:]) if self.reduce is not None else []
+  def all_ranges(self) -> list[UOp]: return self.loops + self.reduce_ranges
+
+  def find(self, axis: int) -> UOp:
+    for r in self.all_ranges():
+      if r.arg[0] == axis: return r
+    raise KernelOptError(f"no axis {axis}")
+
+  def replace(self, old: UOp, new: UOp, expr: UOp, inner: UOp | None = None) -> None:
+    """Puts `new` where range `old` was (in the loop nest or the reduce), followed by `inner` if given, and `expr`
+    for every use of it."""
+    subs = {old: expr}
+    if self.reduce is not None:
+      body = self.reduce.src[0].substitute(subs).simplify()
+      rr = [x for r in self.reduce_ranges for x in ((new, inner) if r is old and inner is not None else (new if r is old else r,))]
+      red = UOp(Ops.REDUCE, self.reduce.dtype, (body, *rr), self.reduce.arg)
+      subs[self.reduce] = red
+      self.reduce = red
+    self.value = self.value.substitute(subs).simplify()
+    self.out = UOp(Ops.INDEX, self.out.dtype, (self.out.src[0], self.out.src[1].substitute({old: expr}).simplify()))
+    self.loops = [x for r in self.loops for x in ((new, inner) if r is old and inner is not None else (new if r is old else r,))]
+
+
+def _split(k: KernelParts, r: UOp, amt: int, inner_kind: AxisType, next_axis: int) -> None:
+  size = rsize(r)
+  if amt < 2 or size % amt: raise KernelOptError(f"axis {r.arg[0]} of size {size} does not split by {amt}")
+  inner = rng(amt, next_axis, inner_kind)
+  if amt == size: k.replace(r, inner, inner)
+  else:
+    outer = rng(size // amt, r.arg[0], rkind(r))
+    k.replace(r, outer, outer * amt + inner, inner)
+
+
+def apply_opt(ast: UOp, opt: Opt) -> UOp:
+  k = KernelParts.of(ast)
+  r = k.find(opt.axis)
+  next_axis = max(x.arg[0] for x in k.all_ranges()) + 1
+  kind = rkind(r)
+  if opt.op is OptOps.UPCAST:
+    if r not in k.loops or kind not in (AxisType.LOOP, AxisType.THREAD): raise KernelOptError("UPCAST needs an output loop")
+    _split(k, r, opt.arg, AxisType.UPCAST, next_axis)
+  elif opt.op is OptOps.UNROLL:
+    if r not in k.reduce_ranges or kind is not AxisType.REDUCE: raise KernelOptError("UNROLL needs a reduce loop")
+    _split(k, r, opt.arg, AxisType.UNROLL, next_axis)
+  elif opt.op in (OptOps.THREAD, OptOps.GROUP):
+    if any(rkind(x) in (AxisType.THREAD, AxisType.GROUP_REDUCE) for x in k.all_ranges()): raise KernelOptError("one split across cores")
+    if opt.op is OptOps.THREAD and (r not in k.loops or kind is not AxisType.LOOP): raise KernelOptError("THREAD needs an output loop")
+    if opt.op is OptOps.GROUP and (r not in k.reduce_ranges or kind is not AxisType.REDUCE): raise KernelOptError("GROUP needs a reduce loop")
+    if opt.op is OptOps.GROUP and any(rkind(x) is not AxisType.UPCAST for x in k.loops):
+      raise KernelOptError("GROUP needs every output axis in registers")  # the cores' partials are combined per tile
+    new = rng(rsize(r), opt.axis, AxisType.THREAD if opt.op is OptOps.THREAD else AxisType.GROUP_REDUCE)
+    k.replace(r, new, new)
+  elif opt.op is OptOps.BLOCK: _block(k, r, opt.arg, next_axis)
+  elif opt.op is OptOps.SWAP:
+    o = k.find(opt.arg)
+    if r not in k.loops or o not in k.loops or r is o: raise KernelOptError("SWAP needs two loops")
+    i, j = k.loops.index(r), k.loops.index(o)
+    k.loops[i], k.loops[j] = o, r
+  if prod(rsize(x) for x in k.loops if rkind(x) is AxisType.UPCAST) > MAX_UPCAST: raise KernelOptError("too many upcast lanes")
+  if prod(rsize(x) for x in k.all_ranges() if rkind(x) in LANES) > MAX_LANES: raise KernelOptError("too many lanes")
+  return k.build()
+
+
+def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
+  red = k.reduce
+  if red is None or k.value is not red or red.arg not in (Ops.ADD, Ops.MAX) or r not in k.reduce_ranges or rkind(r) is not AxisType.REDUCE:
+    raise KernelOptError("BLOCK needs a kernel that stores a sum or max")
+  if any(rkind(x) is AxisType.GROUP_REDUCE for x in k.reduce_ranges): raise KernelOptError("BLOCK and GROUP don't mix")
+  if red.dtype.scalar() not in (dtypes.float, dtypes.double, dtypes.int, dtypes.long):
+    raise KernelOptError(f"BLOCK keeps partial results in the output: not in {red.dtype}")  # they would be rounded
+  size = rsize(r)
+  if amt < 2 or amt >= size or size % amt: raise KernelOptError(f"axis {r.arg[0]} of size {size} does not block by {amt}")
+  # the outer part is a loop of the nest, but a reduce one: it can't be split across cores or upcast
+  outer, inner = rng(size // amt, next_axis, AxisType.REDUCE), rng(amt, r.arg[0], AxisType.REDUCE)
+  k.replace(r, inner, outer * amt + inner)
+  k.loops.insert(0, outer)
+  ident = UOp.const(red.dtype, 0 if red.arg is Ops.ADD else red.dtype.min)
+  prev = (outer < 1).where(ident, UOp(Ops.LOAD, red.dtype, (k.out,)))
+  k.value = UOp(red.arg, red.dtype, (prev, k.reduce))
+
+
+def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:
+  for o in opts: ast = apply_opt(ast, o)
+  return ast
+
+
+def stride(idx: UOp, r: UOp) -> int | None:
+  """How far the index moves per step of range r (None when it does not move by a constant)."""
+  d = (idx.substitute({r: _c(1)}) - idx.substitute({r: _c(0)})).simplify()
+  return d.arg if d.op is Ops.CONST else None
+

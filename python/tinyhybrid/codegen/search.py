@@ -1,0 +1,156 @@
+"""Choosing a kernel's optimizations: the default heuristics, or with BEAM=N a beam search that compiles candidate
+plans and times them on the device. A candidate is a neighbour of a plan in the beam: one more action, one action
+less, or one action with another amount; the N fastest plans go on until a round finds nothing faster. The winner
+is cached on disk by the kernel's source, the device and the compiler, so a second run pays nothing."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tqdm import tqdm
+
+from tinyhybrid.codegen.expand import expand
+from tinyhybrid.codegen.heuristic import hand_coded_optimizations
+from tinyhybrid.codegen.lower import LoweredKernel
+from tinyhybrid.codegen.opt import KernelOptError, KernelParts, Opt, OptOps, apply_opts, rkind, rsize
+from tinyhybrid.device import Buffer, np_storage
+from tinyhybrid.helpers import BEAM, DEBUG, getenv
+from tinyhybrid.runtime.compiler import CompileError, cache_root, compiler_key
+from tinyhybrid.uop import AxisType
+
+if TYPE_CHECKING:
+  from tinyhybrid.device import Compiled
+
+AMOUNTS = {OptOps.UPCAST: (2, 3, 4, 6, 8, 16, 32, 64), OptOps.UNROLL: (2, 3, 4, 8, 16, 32, 64), OptOps.BLOCK: (64, 128, 256, 512)}
+SPLIT = (AxisType.THREAD, AxisType.GROUP_REDUCE)
+
+
+def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> LoweredKernel:
+  """k with `opts` applied and its lanes expanded: what the renderer takes."""
+  ast = apply_opts(k.ast, opts)
+  split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
+  return replace(k, ast=expand(ast, vec), outer=rsize(split[0]) if split else 1, opts=tuple(opts))
+
+
+def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
+  vec = getattr(dev.renderer, "vec", 1) if dev is not None else 1
+  if getenv("NOOPT"): opts: list[Opt] = []
+  elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
+  else: opts = hand_coded_optimizations(k)
+  if DEBUG >= 3: print(f"{k.name}: {opts}")
+  return finalize(k, opts, vec)
+
+
+# ** search **
+
+def actions(ast) -> list[Opt]:
+  """Every action that could follow on this kernel (some turn out not to apply)."""
+  k = KernelParts.of(ast)
+  out: list[Opt] = []
+  for r in k.loops:
+    if rkind(r) in (AxisType.LOOP, AxisType.THREAD): out += [Opt(OptOps.UPCAST, r.arg[0], a) for a in AMOUNTS[OptOps.UPCAST] if rsize(r) % a == 0]
+    if rkind(r) is AxisType.LOOP: out.append(Opt(OptOps.THREAD, r.arg[0]))
+    out += [Opt(OptOps.SWAP, r.arg[0], o.arg[0]) for o in k.loops if o.arg[0] > r.arg[0] and rkind(o) not in (AxisType.UPCAST,)]
+  for r in k.reduce_ranges:
+    if rkind(r) is not AxisType.REDUCE: continue
+    out += [Opt(OptOps.UNROLL, r.arg[0], a) for a in AMOUNTS[OptOps.UNROLL] if rsize(r) % a == 0]
+    out += [Opt(OptOps.BLOCK, r.arg[0], a) for a in AMOUNTS[OptOps.BLOCK] if rsize(r) % a == 0 and a < rsize(r)]
+    out.append(Opt(OptOps.GROUP, r.arg[0]))
+  return out
+
+
+def neighbours(k: LoweredKernel, plan: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
+  out: list[tuple[Opt, ...]] = [plan[:i] + plan[i + 1:] for i in range(len(plan))]
+  for i, o in enumerate(plan):
+    out += [plan[:i] + (Opt(o.op, o.axis, a),) + plan[i + 1:] for a in AMOUNTS.get(o.op, ()) if a != o.arg]
+  try: out += [plan + (a,) for a in actions(apply_opts(k.ast, plan))]
+  except KernelOptError: pass
+  return out
+
+
+class _Timer:
+  """Compiles candidates (one per core at a time: the compiler is a subprocess) and times them on scratch buffers."""
+  def __init__(self, k: LoweredKernel, dev: Compiled, pool: ThreadPoolExecutor):
+    self.k, self.dev, self.pool = k, dev, pool
+    # inputs of ones: no candidate divides by zero (no kernel takes an address from memory, so any value is safe)
+    self.bufs: list[Buffer] = [Buffer(dev.name, max(b.size, 1), b.dtype, initial=np.ones(max(b.size, 1), np_storage(b.dtype))) for b in k.buffers]
+
+  def source(self, plan: tuple[Opt, ...]) -> tuple[LoweredKernel, str] | None:
+    try: fk = finalize(self.k, plan, self.dev.renderer.vec)
+    except KernelOptError: return None
+    return fk, self.dev.renderer.render(fk)
+
+  def time(self, cands: list[tuple[tuple[Opt, ...], LoweredKernel, str]], limit: float) -> list[float]:
+    progs = list(self.pool.map(lambda c: _compile_or_none(self.dev, c[1].name, c[2]), cands))
+    times = []
+    addrs = [b.address for b in self.bufs]
+    for (_, fk, _), prg in zip(cands, progs):
+      if prg is None:
+        times.append(float("inf"))
+        continue
+      threads = max(1, min(fk.outer, self.dev.max_threads))
+      runs = []
+      for _ in range(4):  # the first run warms caches and workers; a hopeless candidate gets no more
+        st = time.perf_counter()
+        prg.call(addrs, threads)
+        runs.append(time.perf_counter() - st)
+        if runs[0] > 3 * limit: break
+      times.append(min(runs[1:], default=runs[0]))
+    return times
+
+
+def _compile_or_none(dev: Compiled, name: str, src: str):
+  try: return dev.compile(name, src)
+  except CompileError: return None
+
+
+def _cache_path(k: LoweredKernel, dev: Compiled, width: int):
+  src = dev.renderer.render(finalize(k, (), 1))
+  key = hashlib.sha256("\0".join((src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))).encode())
+  d = cache_root() / "beam"
+  d.mkdir(parents=True, exist_ok=True)
+  return d / f"{k.name}-{key.hexdigest()[:24]}.json"
+
+
+def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
+  path = _cache_path(k, dev, width)
+  if path.exists():
+    try: return [Opt(OptOps[op], axis, arg) for op, axis, arg in json.loads(path.read_text())]
+    except (ValueError, KeyError): pass  # a damaged entry: search again
+  seen: set[str] = set()
+
+  def measure(timer: _Timer, plans: list[tuple[Opt, ...]], limit: float, desc: str) -> list[tuple[float, tuple[Opt, ...]]]:
+    cands = []
+    for p in plans:
+      if (got := timer.source(p)) is not None and got[1] not in seen:
+        seen.add(got[1])
+        cands.append((p, *got))
+    out = []
+    with tqdm(total=len(cands), desc=desc, leave=False) as bar:
+      for i in range(0, len(cands), 8):
+        batch = cands[i:i + 8]
+        out += [(t, c[0]) for t, c in zip(timer.time(batch, limit), batch)]
+        bar.update(len(batch))
+    return out
+
+  with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    timer = _Timer(k, dev, pool)
+    beam = sorted(measure(timer, [(), tuple(hand_coded_optimizations(k))], float("inf"), f"BEAM {k.name}"), key=lambda x: x[0])[:width]
+    for rnd in range(1, 16):
+      cands = list(dict.fromkeys(n for _, p in beam for n in neighbours(k, p)))
+      got = measure(timer, cands, beam[0][0], f"BEAM {k.name} round {rnd} ({beam[0][0] * 1e6:.0f} us)")
+      new = sorted(beam + [x for x in got if x[0] < float("inf")], key=lambda x: x[0])[:width]
+      improved, beam = new[0][0] < beam[0][0], new
+      if not improved: break
+  best = list(beam[0][1])
+  if DEBUG >= 2: print(f"BEAM {k.name}: {beam[0][0] * 1e6:.1f} us with {best}")
+  tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half of it
+  tmp.write_text(json.dumps([[o.op.name, o.axis, o.arg] for o in best]))
+  tmp.replace(path)
+  return best

@@ -1,0 +1,164 @@
+"""Kernel optimizations: numerics of optimized kernels (heuristics, each action alone, BEAM) against numpy/torch."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tinyhybrid import Context, Device, Tensor
+from tinyhybrid.codegen import search
+from tinyhybrid.codegen.heuristic import hand_coded_optimizations
+from tinyhybrid.codegen.lower import Lowerer
+from tinyhybrid.codegen.opt import KernelOptError, Opt, OptOps, apply_opts
+from tinyhybrid.codegen.search import actions, finalize
+from tinyhybrid.device import Buffer
+from tinyhybrid.engine.realize import kernel_cache, schedule_cache
+from tinyhybrid.schedule.kernelize import create_schedule, normalize
+
+RNG = np.random.default_rng(6)
+
+
+def _f(*shape): return RNG.standard_normal(shape).astype(np.float32)
+
+
+def kernel_of(t: Tensor):
+  """The one kernel computing t (its inputs realized): the lowered kernel and its input Buffers."""
+  key, inputs, _ = normalize([t.uop])
+  spec = create_schedule(key, len(inputs))
+  assert len(spec.items) == 1, "inputs should be realized"
+  return Lowerer(spec.items[0]).lower(), inputs
+
+
+def run_plan(t: Tensor, opts) -> np.ndarray:
+  """t computed by its kernel with exactly these opts, split across every core of the device."""
+  k, inputs = kernel_of(t)
+  dev = Device["CPU"]
+  fk = finalize(k, opts, dev.renderer.vec)
+  prg = dev.compile(fk.name, dev.renderer.render(fk))
+  bufs = {i: b for i, b in enumerate(inputs)}
+  out = Buffer("CPU", k.buffers[0].size, k.buffers[0].dtype)
+  bufs[k.buffers[0].index] = out
+  prg.call([bufs[b.index].address for b in k.buffers], max(1, min(fk.outer, dev.max_threads)))
+  return out.numpy().reshape(t.shape)
+
+
+def _conv_ref(x, w, **kw): return torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), **kw).numpy()
+
+
+# (name, tensor builder over realized inputs, reference): each is one kernel
+CASES = {
+  "matmul_odd": lambda a=_f(17, 33), b=_f(33, 5): ((Tensor(a).realize() @ Tensor(b).realize()), a @ b),
+  "matmul": lambda a=_f(48, 64), b=_f(64, 80): ((Tensor(a).realize() @ Tensor(b).realize()), a @ b),
+  "matmul_long_k": lambda a=_f(16, 1024), b=_f(1024, 64): ((Tensor(a).realize() @ Tensor(b).realize()), a @ b),
+  "sum_full": lambda x=_f(4096): (Tensor(x).realize().sum(), x.sum(dtype=np.float64)),
+  "sum_odd": lambda x=_f(1001): (Tensor(x).realize().sum(), x.sum(dtype=np.float64)),
+  "sum_axis0": lambda x=_f(64, 48): (Tensor(x).realize().sum(0), x.sum(0)),
+  "sum_axis1": lambda x=_f(24, 160): (Tensor(x).realize().sum(1), x.sum(1)),
+  "max_axis1": lambda x=_f(24, 160): (Tensor(x).realize().max(1), x.max(1)),
+  "conv": lambda x=_f(2, 4, 12, 12), w=_f(8, 4, 3, 3): (Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1), _conv_ref(x, w, padding=1)),
+  "conv_stride": lambda x=_f(1, 3, 11, 9), w=_f(4, 3, 3, 3): (Tensor(x).realize().conv2d(Tensor(w).realize(), stride=2), _conv_ref(x, w, stride=2)),
+  "add_bcast": lambda a=_f(33, 64), b=_f(64): (Tensor(a).realize() + Tensor(b).realize(), a + b),
+  "mul_bcast_col": lambda a=_f(40, 48), b=_f(40, 1): (Tensor(a).realize() * Tensor(b).realize(), a * b),
+  "where_relu": lambda a=_f(7, 96): ((Tensor(a).realize() > 0).where(Tensor(a).realize(), -1.0).relu(), np.maximum(np.where(a > 0, a, -1), 0)),
+  "int_add": lambda a=RNG.integers(-9, 9, (5, 64)).astype(np.int32): (Tensor(a).realize() * 3 + 1, a * 3 + 1),
+}
+
+
+def _tol(name): return dict(rtol=1e-4, atol=1e-4 * (100 if name.startswith("sum") else 1))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_default_heuristics(name):
+  t, ref = CASES[name]()
+  k, _ = kernel_of(t)
+  np.testing.assert_allclose(run_plan(t, hand_coded_optimizations(k)), ref, **_tol(name))
+
+
+def _sample(plans, per_op=1):
+  """A few plans of each kind of last action (compiling every one would take minutes)."""
+  seen = {}
+  for p in plans: seen.setdefault(p[-1].op, []).append(p)
+  return [p for ps in seen.values() for p in ps[:per_op]]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_action(name):
+  """Actions that apply, each on its own and after the default plan."""
+  t, ref = CASES[name]()
+  k, _ = kernel_of(t)
+  base = tuple(hand_coded_optimizations(k))
+  plans = _sample([(a,) for a in actions(k.ast)]) + _sample([base + (a,) for a in actions(apply_opts(k.ast, base))])
+  ran = 0
+  for plan in plans:
+    try: got = run_plan(t, plan)
+    except KernelOptError: continue
+    np.testing.assert_allclose(got, ref, **_tol(name), err_msg=f"plan {plan}")
+    ran += 1
+  assert ran > 0
+
+
+def test_opts_that_do_not_apply():
+  t, _ = CASES["matmul_odd"]()
+  k, _ = kernel_of(t)
+  for bad in [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 17), Opt(OptOps.GROUP, 1), Opt(OptOps.THREAD, 1), Opt(OptOps.BLOCK, 1, 33)]:
+    with pytest.raises(KernelOptError): apply_opts(k.ast, [bad])
+
+
+def test_vectors_and_cores_in_the_source():
+  """The default plan of a big matmul is register tiled with vectors, blocked, and split across cores."""
+  a, b = Tensor(_f(64, 1024)).realize(), Tensor(_f(1024, 1024)).realize()
+  k, _ = kernel_of(a @ b)
+  opts = hand_coded_optimizations(k)
+  assert {o.op for o in opts} >= {OptOps.UPCAST, OptOps.THREAD, OptOps.BLOCK}
+  dev = Device["CPU"]
+  fk = finalize(k, opts, dev.renderer.vec)
+  src = dev.renderer.render(fk)
+  assert fk.outer > 1 and ("ext_vector_type(16)" in src and "th_fma" in src or dev.renderer.vec == 1)  # vectors need clang
+  np.testing.assert_allclose(run_plan(a @ b, opts), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_full_sum_uses_every_core():
+  x = _f(1 << 16)
+  t = Tensor(x).realize().sum()
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k)
+  assert any(o.op is OptOps.GROUP for o in opts) and finalize(k, opts, 16).outer > 1
+  for _ in range(3): np.testing.assert_allclose(run_plan(t, opts), x.sum(dtype=np.float64), rtol=1e-4)  # repeat: the cores' slots are reused
+
+
+def test_padding_masks_and_nan():
+  # a padded convolution whose rows are whole vectors of masked loads, and a vectorized max keeping NaN as torch does
+  x, w = _f(1, 2, 7, 56), _f(3, 2, 3, 3)
+  np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=1).numpy(), _conv_ref(x, w, padding=1), rtol=1e-4, atol=1e-4)
+  y = _f(4, 64)
+  y[1, 5] = np.nan
+  np.testing.assert_array_equal(np.isnan(Tensor(y).max(1).numpy()), [False, True, False, False])
+
+
+def test_lane_masks():
+  """Vector loads across the padding of a convolution: constant masks (window unrolled), masks that depend on the
+  loops (not unrolled), and a gate shared by all lanes (the row is padding)."""
+  t, ref = CASES["conv"]()
+  up, up_all, kx, ky = Opt(OptOps.UPCAST, 4, 4), Opt(OptOps.UPCAST, 4, 12), Opt(OptOps.UNROLL, 7, 3), Opt(OptOps.UNROLL, 6, 3)
+  for plan in [(up,), (up_all, kx), (up, ky)]:
+    np.testing.assert_allclose(run_plan(t, plan), ref, rtol=1e-4, atol=1e-4, err_msg=f"plan {plan}")
+
+
+def _forget_kernels():
+  """Drops the plans realize keeps, so the next realize lowers (and optimizes) again."""
+  schedule_cache.clear()
+  kernel_cache.clear()
+
+
+def test_beam_search_and_its_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
+  a, b = _f(8, 4), _f(4, 8)
+  _forget_kernels()
+  with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  saved = list((tmp_path / "beam").glob("*.json"))
+  assert saved and all(isinstance(json.loads(p.read_text()), list) for p in saved)
+  # a second run takes the plans from disk and times nothing
+  monkeypatch.setattr(search, "_Timer", lambda *a: pytest.fail("BEAM searched again"))
+  _forget_kernels()
+  with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
+  _forget_kernels()
