@@ -3,18 +3,16 @@
 (scheduled, lowered and rendered, nothing run), ours side by side with tinygrad, each case in a fresh process.
 
 Cases: `forward` (batch 64, eval mode) and `train` (forward, backward and an SGD step, train mode). The model uses only
-API both frameworks have, so one definition serves both. Per-phase times: ours are measured by the pipeline itself
-(engine.realize.phase_times); tinygrad's come from a second, profiled run (cProfile) of the same case, each phase's
-share of that run applied to the unprofiled total: rewrite = full_rewrite_to_sink, linearize = do_linearize, render =
-do_render, schedule = everything else in realize. `python bench/resnet_null.py` prints one JSON line per case.
+API both frameworks have, so one definition serves both. Ours reports its per-phase times (engine.realize.phase_times:
+schedule, rewrite = lowering with its optimizations, render, compile); tinygrad's total is from the same run (its
+codegen runs in worker processes, so a profile of the parent cannot split it into phases).
+`python bench/resnet_null.py` prints one JSON line per case.
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import subprocess
 import sys
 import time
@@ -57,9 +55,9 @@ def resnet50(Tensor: Any, nn: Any) -> Any:
 def run_case(side: str, case: str) -> float:
   """Seconds from building the graph to every kernel rendered, for one case."""
   if side == "ours":
-    from tinyhybrid import Tensor, dtypes, nn
+    from tinyhybrid import Context, Tensor, dtypes, nn
   else:
-    from tinygrad import Tensor, dtypes, nn
+    from tinygrad import Context, Tensor, dtypes, nn
   model = resnet50(Tensor, nn)
   params = nn.state.get_parameters(model)
   Tensor.realize(*params)  # the weights' init kernels are not what is measured
@@ -68,50 +66,30 @@ def run_case(side: str, case: str) -> float:
     from tinyhybrid.engine.realize import phase_times
     phase_times.update((k, 0.0) for k in phase_times)
   start = time.perf_counter()
-  if case == "forward":
-    Tensor.training = False
-    model(x).realize()
-  else:
-    Tensor.training = True
-    opt = nn.optim.SGD([p for p in params if p.requires_grad is not False], lr=0.01, momentum=0.9)
-    loss = model(x).sparse_categorical_crossentropy(Tensor.empty(BATCH, dtype=dtypes.int32))
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
+  with Context(TRAINING=int(case == "train")):
+    if case == "forward": model(x).realize()
+    else:
+      opt = nn.optim.SGD([p for p in params if getattr(p, "requires_grad", None) is not False], lr=0.01, momentum=0.9)
+      loss = model(x).sparse_categorical_crossentropy(Tensor.empty(BATCH, dtype=dtypes.int32))
+      opt.zero_grad()
+      loss.backward()
+      opt.step()
   return time.perf_counter() - start
 
 
-def child(side: str, case: str, profile: bool) -> dict:
-  if not profile:
-    total = run_case(side, case)
-    out: dict[str, Any] = {"total": total}
-    if side == "ours":
-      from tinyhybrid.engine.realize import phase_times
-      out["phases"] = dict(phase_times)
-    return out
-  prof = cProfile.Profile()
-  prof.enable()
-  total = run_case(side, case)
-  prof.disable()
-  cum = {fn[2]: st[3] for fn, st in pstats.Stats(prof).stats.items()}  # type: ignore[attr-defined]
-  phases = {k: cum.get(f, 0.0) for k, f in (("rewrite", "full_rewrite_to_sink"), ("linearize", "do_linearize"), ("render", "do_render"))}
-  return {"total": total, "phases": phases}
+def child(side: str, case: str) -> dict:
+  out: dict[str, Any] = {"total": run_case(side, case)}
+  if side == "ours":
+    from tinyhybrid.engine.realize import phase_times
+    out["phases"] = dict(phase_times)
+  return out
 
 
-def measure(side: str, case: str, profile: bool = False) -> dict:
+def measure(side: str, case: str) -> dict:
   env = {**os.environ, "DEV": "NULL", "JIT": "0"}
-  cmd = [sys.executable, __file__, "--child", side, case] + (["--profile"] if profile else [])
-  res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+  res = subprocess.run([sys.executable, __file__, "--child", side, case], env=env, capture_output=True, text=True, check=False)
   if res.returncode != 0: raise RuntimeError(f"{side} {case} failed:\n{res.stderr[-3000:]}")
   return json.loads(res.stdout.strip().splitlines()[-1])
-
-
-def tinygrad_phases(case: str, total: float) -> dict[str, float]:
-  prof = measure("tinygrad", case, profile=True)
-  scale = total / prof["total"]
-  phases = {k: v * scale for k, v in prof["phases"].items()}
-  phases["schedule"] = max(0.0, total - sum(phases.values()))
-  return phases
 
 
 def have_tinygrad() -> bool:
@@ -125,11 +103,10 @@ def have_tinygrad() -> bool:
 def main() -> None:
   p = argparse.ArgumentParser()
   p.add_argument("--child", nargs=2)
-  p.add_argument("--profile", action="store_true")
   p.add_argument("--case", choices=["forward", "train"], action="append")
   args = p.parse_args()
   if args.child:
-    print(json.dumps(child(args.child[0], args.child[1], args.profile)))
+    print(json.dumps(child(args.child[0], args.child[1])))
     return
   for case in args.case or ["forward", "train"]:
     ours = measure("ours", case)
@@ -137,8 +114,7 @@ def main() -> None:
                            "ours_phases": {k: round(v, 3) for k, v in ours["phases"].items()}}
     if have_tinygrad():
       theirs = measure("tinygrad", case)["total"]
-      row.update(tinygrad=round(theirs, 3), ratio=round(theirs / ours["total"], 2), target=10,
-                 tinygrad_phases={k: round(v, 3) for k, v in tinygrad_phases(case, theirs).items()})
+      row.update(tinygrad=round(theirs, 3), ratio=round(theirs / ours["total"], 2), target=10)
     print(json.dumps(row), flush=True)
 
 

@@ -50,6 +50,7 @@ class Context(contextlib.ContextDecorator):
 
 DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
+TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
 JIT = ContextVar("JIT", 1)
 PROFILE = ContextVar("PROFILE", 0)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")

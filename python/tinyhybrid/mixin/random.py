@@ -259,7 +259,7 @@ class RandomMixin:
     return out.reshape(num_samples) if self.ndim == 1 else out
 
   def dropout(self: Tensor, p: float = 0.5) -> Tensor:
-    """In training (Tensor.training, or Context(TRAINING=1) where that setting exists), zeroes each element with
+    """In training (Tensor.training, or Context(TRAINING=1)), zeroes each element with
     probability p and scales the rest by 1/(1-p); otherwise returns self."""
     if not 0 <= p <= 1: raise ValueError(f"dropout: p={p} is out of range [0, 1]")
     if not _training(type(self)) or p == 0: return self
@@ -271,7 +271,5 @@ class RandomMixin:
 
 
 def _training(cls) -> bool:
-  if getattr(cls, "training", False): return True
-  from tinyhybrid.helpers import ContextVar
-  var = ContextVar._cache.get("TRAINING")
-  return bool(var is not None and var.value)
+  from tinyhybrid.helpers import TRAINING
+  return bool(getattr(cls, "training", False) or TRAINING)
