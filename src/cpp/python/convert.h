@@ -12,6 +12,20 @@
 
 namespace th::py {
 
+// Lets other threads run Python while native-only work runs; restores the GIL however the scope ends (an exception
+// reaches the caller's handlers with the GIL held).
+class GilRelease {
+ public:
+  GilRelease() : state_(PyEval_SaveThread()) {}
+  ~GilRelease() { PyEval_RestoreThread(state_); }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+
 // A new reference, or nullptr with a Python error set. Every function named *_or_null follows this.
 using Obj = PyObject*;
 

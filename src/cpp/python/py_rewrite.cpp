@@ -173,19 +173,6 @@ bool holds_python(const UOpRef& root) {
   return false;
 }
 
-// Lets other threads run Python while native-only work runs; restores the GIL however the scope ends (an exception
-// reaches the caller's handlers with the GIL held).
-class GilRelease {
- public:
-  GilRelease() : state_(PyEval_SaveThread()) {}
-  ~GilRelease() { PyEval_RestoreThread(state_); }
-  GilRelease(const GilRelease&) = delete;
-  GilRelease& operator=(const GilRelease&) = delete;
-
- private:
-  PyThreadState* state_;
-};
-
 // PatternMatcher([(compiled_upat, fn, rule_name, pass_names, wants_ctx), ...])
 PyObject* matcher_new(PyTypeObject*, PyObject* args, PyObject*) {
   PyObject* list;

@@ -10,18 +10,6 @@ namespace th::py {
 
 namespace {
 
-// Ranges of a big graph take a while the first time and call no Python, so other threads may run meanwhile.
-class GilRelease {
- public:
-  GilRelease() : state_(PyEval_SaveThread()) {}
-  ~GilRelease() { PyEval_RestoreThread(state_); }
-  GilRelease(const GilRelease&) = delete;
-  GilRelease& operator=(const GilRelease&) = delete;
-
- private:
-  PyThreadState* state_;
-};
-
 PyObject* range_bound(PyObject* self, bool lower) {
   return guarded([&] {
     const UOpRef u = uop_ref(self);
