@@ -19,6 +19,7 @@ follow, under the same "bench" name.
 """
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import sys
@@ -107,7 +108,10 @@ def main() -> None:
   case("toposort_visit", lambda: o.toposort_visit(oc), (lambda: t.toposort_visit(tc)) if t else None,
        o.toposort_len(oc), "us/node", 5, bench=BENCH, anchor_n=t.toposort_len(tc) if t else None)
 
-  # the symbolic simplification and rewrite cases (bench/symbolic_micro.py), when that file is present
+  # the symbolic simplification and rewrite cases (bench/symbolic_micro.py), when that file is present; the chains
+  # above (millions of nodes on each side) are freed first, so those cases see the heap they see on their own
+  del oc, tc, od, td
+  gc.collect()
   try:
     import symbolic_micro
   except ImportError:
