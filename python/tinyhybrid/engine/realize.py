@@ -47,8 +47,8 @@ schedule_cache: OrderedDict[UOp, CompiledSchedule] = OrderedDict()
 SCHEDULE_CACHE_SIZE = 256
 
 
-# A kernel's local form (schedule/localize.py), device and optimization settings -> it lowered and compiled: kernels repeated across a network
-# or a schedule are lowered once. Least recently added entries go first past the limit.
+# A kernel's local form (schedule/localize.py), device and optimization settings -> it lowered and compiled: kernels
+# repeated across a network or a schedule are lowered once. Least recently added entries go first past the limit.
 kernel_cache: OrderedDict[tuple, tuple[LoweredKernel, CompiledProgram]] = OrderedDict()
 KERNEL_CACHE_SIZE = 4096
 
@@ -82,8 +82,10 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
   # the compiler runs as a separate process per kernel, so kernels compile in parallel, one per core; kernels with
   # the same source compile once
   unique = list({(k.name, src): None for k, src in fresh.values()})
-  with ThreadPoolExecutor(max(1, min(len(unique), os.cpu_count() or 1))) as pool:
-    compiled = dict(zip(unique, pool.map(lambda name_src: dev.compile(*name_src), unique)))
+  compiled = {}
+  if unique:
+    with ThreadPoolExecutor(min(len(unique), os.cpu_count() or 1)) as pool:
+      compiled = dict(zip(unique, pool.map(lambda name_src: dev.compile(*name_src), unique)))
   for ck, (k, src) in fresh.items(): kernel_cache[ck] = (k, compiled[(k.name, src)])
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1

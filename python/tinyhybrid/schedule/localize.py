@@ -5,6 +5,8 @@ blocks of a network, the same update on many parameters) then have one local for
 cache of lowered, rendered and compiled kernels."""
 from __future__ import annotations
 
+import itertools
+
 from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem, buffer_uop
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
@@ -16,7 +18,7 @@ def localize(item: KernelItem) -> tuple[KernelItem, list[BufferSlot]]:
   slots: dict[BufferSlot, BufferSlot] = {}
   order: list[BufferSlot] = []
   new: dict[UOp, UOp] = {}
-  uniques = [0]
+  uniques = itertools.count()
 
   def local(b: BufferSlot) -> BufferSlot:
     if (s := slots.get(b)) is None:
@@ -34,9 +36,7 @@ def localize(item: KernelItem) -> tuple[KernelItem, list[BufferSlot]]:
     for u in root.toposort(gate=lambda n: n is root or n is item.out or n not in item.realized):
       if u in new: continue
       if u.op is Ops.BUFFER: new[u] = UOp(Ops.BUFFER, u.dtype, (), local(u.arg))
-      elif u.op is Ops.UNIQUE:
-        new[u] = UOp(Ops.UNIQUE, u.dtype, (), uniques[0])
-        uniques[0] += 1
+      elif u.op is Ops.UNIQUE: new[u] = UOp(Ops.UNIQUE, u.dtype, (), next(uniques))
       else:
         srcs = tuple(new[s] if s in new else outside(s) for s in u.src)
         new[u] = u if all(a is b for a, b in zip(srcs, u.src)) else UOp(u.op, u.dtype, srcs, u.arg)
