@@ -93,6 +93,7 @@ class LoweredKernel:
   outer: int               # trip count of the loop split across cores (1: the kernel runs on one core)
   work: int                # total loop iterations, to decide whether splitting is worth it
   opts: tuple[Opt, ...] = ()  # the optimizations applied
+  vars: tuple[UOp, ...] = ()  # its DEFINE_VARs, whose values follow the buffer addresses in the kernel's args
 
 
 class Lowerer:

@@ -22,7 +22,7 @@ from tinyhybrid.codegen.opt import KernelOptError, KernelParts, Opt, OptOps, app
 from tinyhybrid.device import Buffer, np_storage
 from tinyhybrid.helpers import BEAM, DEBUG, getenv
 from tinyhybrid.runtime.compiler import CompileError, cache_root, compiler_key
-from tinyhybrid.uop import AxisType
+from tinyhybrid.uop import AxisType, Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.device import Compiled
@@ -40,7 +40,9 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> L
 
 def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   vec = getattr(dev.renderer, "vec", 1) if dev is not None else 1
-  if getenv("NOOPT"): opts: list[Opt] = []
+  # a loop of a variable's length has no size to split by: such kernels run as lowered
+  symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
+  if getenv("NOOPT") or symbolic: opts: list[Opt] = []
   elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   else: opts = hand_coded_optimizations(k)
   if DEBUG >= 3: print(f"{k.name}: {opts}")

@@ -1,5 +1,6 @@
 """Rendering the expanded kernel IR (see codegen/expand.py) to C. A kernel is `void name(const unsigned long long*
-args, unsigned core_id, unsigned num_cores)`: args holds buffer addresses; the THREAD loop (or the GROUP_REDUCE
+args, unsigned core_id, unsigned num_cores)`: args holds the buffer addresses, then the values of the kernel's
+variables (LoweredKernel.vars, each a DEFINE_VAR, read as a signed 64-bit value); the THREAD loop (or the GROUP_REDUCE
 reduce loop) is split between the cores that call it, every other loop runs whole on each core.
 
 Vectors are clang's ext_vector_type; a node is emitted at the depth of the innermost loop it depends on."""
@@ -85,6 +86,11 @@ class CRenderer:
   def __init__(self, vec: int = 16): self.vec = vec
 
   def render(self, k: LoweredKernel) -> str: return _KernelWriter(k).write()
+
+
+def var_name(v: UOp) -> str:
+  """A DEFINE_VAR's C name: its own name with anything C does not take in an identifier replaced."""
+  return "var_" + "".join(c if c.isalnum() else "_" for c in v.arg[0])
 
 
 def _identity(op: Ops, dt: DType):
@@ -204,7 +210,7 @@ class _KernelWriter:
 
   def name(self, u: UOp) -> None:
     """Names a node: constants and GEPs stay inline, anything else gets a local."""
-    if u in self.names or u.op in (Ops.INDEX, Ops.RANGE, Ops.PARAM): return
+    if u in self.names or u.op in (Ops.INDEX, Ops.RANGE, Ops.PARAM, Ops.DEFINE_VAR): return
     if u.op in (Ops.CONST, Ops.GEP):
       self.names[u] = self.expr(u)
       return
@@ -231,20 +237,20 @@ class _KernelWriter:
 
   def open_loop(self, r: UOp, nm: str) -> None:
     self.names[r] = nm
-    end = r.src[0].arg
+    end = self.names[r.src[0]]  # a constant, or an expression of the kernel's variables
     if r.arg[1] is AxisType.THREAD and r is self.loops[0]:
       # the outermost loop is handed out in chunks, a chunk to whichever core asks first: a core that shares its
       # time with other work does less of it instead of holding up the rest (a loop inside another, e.g. a blocked
       # reduce's, keeps its fixed share: the next step of the outer loop reads what this core wrote)
       self.statics["chunks"] = "static long long th_next;\nstatic unsigned int th_left;"
-      nch = min(end, CHUNKS)
+      nch = min(r.src[0].arg, CHUNKS) if r.src[0].op is Ops.CONST else CHUNKS
       self.emit(f"for (long long th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED); th_c < {nch}; "
                 f"th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED)) {{")
       self.depth += 1
-      self.emit(f"long long {nm}_lo = ({end}ll * th_c) / {nch}, {nm}_hi = ({end}ll * (th_c + 1)) / {nch};")
+      self.emit(f"long long {nm}_lo = ((long long){end} * th_c) / {nch}, {nm}_hi = ((long long){end} * (th_c + 1)) / {nch};")
       self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
     elif r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE):
-      self.emit(f"long long {nm}_lo = ({end}ll * core_id) / num_cores, {nm}_hi = ({end}ll * (core_id + 1)) / num_cores;")
+      self.emit(f"long long {nm}_lo = ((long long){end} * core_id) / num_cores, {nm}_hi = ((long long){end} * (core_id + 1)) / num_cores;")
       self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
     else: self.emit(f"for (long long {nm} = 0; {nm} < {end}; {nm}++) {{")
     self.depth += 1
@@ -260,6 +266,9 @@ class _KernelWriter:
       p = UOp(Ops.PARAM, b.dtype.ptr(b.size), (), i)
       self.names[p] = f"data{i}"
       self.emit(f"{storage_ctype(b.dtype)}* restrict data{i} = ({storage_ctype(b.dtype)}*)args[{i}];")
+    for i, v in enumerate(k.vars):
+      self.names[v] = var_name(v)
+      self.emit(f"long long {self.names[v]} = (long long)args[{len(k.buffers) + i}];")
     if not any(r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in self.loops + self.rloops): self.emit("if (core_id != 0) return;")
     # where each node goes: the depth of the innermost loop it uses; a REDUCE (and what uses it) after its loops
     n_out = len(self.loops)
