@@ -17,6 +17,7 @@ import itertools
 
 from tinyhybrid.codegen.opt import LANES, KernelParts, rkind, rsize, stride
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.helpers import prod
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -86,15 +87,18 @@ class Expander:
   def __init__(self, ast: UOp, vec: int):
     self.k = KernelParts.of(ast)
     self.lane_axes = sorted((r for r in self.k.all_ranges() if rkind(r) in LANES), key=lambda r: r.arg[0])
-    self.vaxis = self._vector_axis() if vec > 1 else None
-    self.chunks = chunks(rsize(self.vaxis), vec) if self.vaxis is not None else []
     self.axes_memo: dict[UOp, tuple[UOp, ...]] = {}
+    self.vaxis = self._vector_axis(vec) if vec > 1 else None
+    self.chunks = chunks(rsize(self.vaxis), vec) if self.vaxis is not None else []
     self.memo: dict[UOp, dict[tuple[int, ...], UOp]] = {}
 
-  def _vector_axis(self) -> UOp | None:
-    """The lane axis most accesses read contiguously (the store counts twice), None when no access is."""
+  def _vector_axis(self, vec: int) -> UOp | None:
+    """The lane axis along which the most lanes are accessed contiguously (the store's count twice), None when no
+    access is contiguous along any. A load counts with all its lanes (a per-channel scale read along a few lanes
+    weighs less than the tile it scales), and an axis by how much of a vector it fills."""
     idxs = [(self.k.out.src[1], 2)] + [(u.src[0].src[1], 1) for u in self.k.value.toposort() if u.op is Ops.LOAD]
-    score = {r: sum(w for idx, w in idxs if r in idx.toposort() and stride(idx, r) == 1) for r in self.lane_axes}
+    lanes = [(idx, w * prod(rsize(a) for a in self.axes(idx))) for idx, w in idxs]
+    score = {r: min(rsize(r), vec) * sum(n for idx, n in lanes if r in self.axes(idx) and stride(idx, r) == 1) for r in self.lane_axes}
     best = max(self.lane_axes, key=lambda r: (score[r], rsize(r)), default=None)
     return best if best is not None and score[best] > 0 else None
 
@@ -152,7 +156,9 @@ class Expander:
     return vectorize([UOp(u.op, u.dtype, tuple(gep(s, i) for s in srcs), u.arg) for i in range(w)])
 
   def lanes_of(self, x: UOp | None, axes: tuple[UOp, ...], key: tuple[int, ...], w: int) -> list[UOp | None]:
-    return [None if x is None else x.substitute(self.subs(axes, key, i)).simplify() for i in range(w)]
+    if x is None: return [None] * w
+    # one simplify for all lanes: what they share is simplified once
+    return list(UOp.sink(*[x.substitute(self.subs(axes, key, i)) for i in range(w)]).simplify().src)
 
   def load(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
     buf, idx = u.src[0].src
@@ -239,7 +245,8 @@ def _fold(op: Ops, xs: list[UOp]) -> UOp:
 
 
 def _contiguous(idxs: list[UOp]) -> bool:
-  return all((d := (x - idxs[0]).simplify()).op is Ops.CONST and d.arg == i for i, x in enumerate(idxs))
+  diffs = UOp.sink(*[x - idxs[0] for x in idxs[1:]]).simplify().src
+  return all(d.op is Ops.CONST and d.arg == i for i, d in enumerate(diffs, 1))
 
 
 def _aligned(idx: UOp, w: int, dt: DType) -> bool | None:

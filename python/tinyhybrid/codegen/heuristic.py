@@ -41,7 +41,7 @@ def _vector_amount(size: int, tile: bool) -> int:
   """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it."""
   for a in ((4 * VEC, 2 * VEC, VEC) if tile else (VEC,)):
     if size % a == 0: return a
-  if VEC // 2 <= size <= 4 * VEC: return size  # the whole axis, in chunks of different widths
+  if VEC // 4 <= size <= 4 * VEC: return size  # the whole axis, in chunks of different widths
   return next((a for a in (8, 4) if size % a == 0), 1)
 
 
@@ -53,24 +53,28 @@ def hand_coded_optimizations(k: LoweredKernel) -> list[Opt]:
   # 1. vectors along the output axis contiguous in memory (in a reduce, only if no load then gathers: a row reduce
   # rather accumulates vectors along its row)
   vec = next((r for r in reversed(p.loops) if stride(out_idx, r) == 1 and rsize(r) > 1 and
-              (red is None or all(stride(ld, r) in (0, 1) for ld in loads))), None)
+              (red is None or all(stride(ld, r) in (0, 1, 2) for ld in loads))), None)
   # reuse: an output axis along which some load stays put, so one loaded value serves several outputs; the best
-  # ones keep a vector load (one contiguous along `vec`) in place
-  reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) == 1) for ld in loads if stride(ld, r) == 0) for r in p.loops}
+  # ones keep a vector load (one contiguous along `vec`) in place. Only loads read anew every reduce step and
+  # differing between outputs count: a value read once per output tile (a per-channel scale) costs nothing to repeat
+  streamed = [ld for ld in loads if any(stride(ld, r) != 0 for r in p.reduce_ranges) and any(stride(ld, r) != 0 for r in p.loops)]
+  reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) != 0) for ld in streamed if stride(ld, r) == 0) for r in p.loops}
   reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
+  acc_vec = 1  # lanes each accumulator of the register tile holds
   if vec is not None and (amt := _vector_amount(rsize(vec), tile=any(r is not vec for r in reused))) > 1:
     plan.apply(OptOps.UPCAST, vec.arg[0], amt)
   elif red is not None:
-    # no output vector: accumulate along a reduce axis contiguous in memory, several vectors at a time
+    # no output vector: accumulate along a reduce axis contiguous in memory, in vector accumulators (several of them
+    # when there is no register tile to hold the loads in flight)
     rvec = next((r for r in reversed(p.reduce_ranges) if any(stride(ld, r) == 1 for ld in loads)), None)
     if rvec is not None:
-      amt = next((a for a in (4 * VEC, 2 * VEC, VEC, 8, 4) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 1)
-      if amt > 1: plan.apply(OptOps.UNROLL, rvec.arg[0], amt)
+      amt = next((a for a in ((VEC, 8, 4) if reused else (4 * VEC, 2 * VEC, VEC, 8, 4)) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 1)
+      if amt > 1 and plan.apply(OptOps.UNROLL, rvec.arg[0], amt): acc_vec = amt
 
   # 2. register tile: upcast the reused output axes while the accumulators fit the registers
   for r in reused:
     if r is vec: continue
-    tile = _lanes(plan.parts, (AxisType.UPCAST,))
+    tile = _lanes(plan.parts, (AxisType.UPCAST,)) * acc_vec
     for amt in (8, 6, 4, 3, 2):
       if rsize(r) % amt == 0 and tile * amt <= ACC_LANES and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
 

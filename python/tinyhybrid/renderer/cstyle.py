@@ -53,6 +53,8 @@ _MASKED = {("float", 16): "_mm512_maskz_loadu_ps", ("float", 8): "_mm256_maskz_l
 
 _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|",
           Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.CDIV: "/", Ops.CMOD: "%", Ops.FDIV: "/", Ops.SUB: "-"}
+_SPECIAL_INFIX = {Ops.CDIV, Ops.CMOD}  # an integer division guards against a divisor of 0
+_INLINE = {Ops.CONST, Ops.GEP}  # nodes written where they are used, never named
 _MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 MAX_CORES = 1024  # the CPU queue's thread limit: a GROUP kernel keeps one slot of partial results per core
 CHUNKS = 64       # pieces the outermost THREAD loop is handed out in
@@ -62,8 +64,13 @@ def storage_ctype(dt: DType) -> str: return "unsigned short" if dt.scalar() is d
 
 
 def ctype(dt: DType) -> str:
-  try: return _CTYPES[dt.scalar().name]
+  if (hit := _ctype_memo.get(dt)) is not None: return hit
+  try: ret = _ctype_memo[dt] = _CTYPES[dt.scalar().name]
   except KeyError: raise NotImplementedError(f"the C renderer has no type for {dt}") from None
+  return ret
+
+
+_ctype_memo: dict[DType, str] = {}
 
 
 def _float_literal(v: float, dt: DType) -> str:
@@ -112,6 +119,7 @@ class _KernelWriter:
     self.lines: list[str] = []
     self.counter = 0
     self.depth = 1
+    self.vtypes: dict[DType, str] = {}  # vector dtype -> its typedef's name
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
@@ -125,8 +133,10 @@ class _KernelWriter:
   def ctype(self, u: UOp) -> str:
     dt = u.dtype
     if dt.count == 1: return ctype(dt)
+    # a vector of bools is a lane mask as wide as the values it compares
     if dt.scalar() is dtypes.bool: return self.vtype(_MASK_INT[mask_size(u) or 4], dt.count)
-    return self.vtype(ctype(dt), dt.count)
+    if (hit := self.vtypes.get(dt)) is None: hit = self.vtypes[dt] = self.vtype(ctype(dt), dt.count)
+    return hit
 
   def helper(self, name: str, body: str) -> str:
     self.helpers.setdefault(name, body)
@@ -161,12 +171,16 @@ class _KernelWriter:
 
   # ** expressions **
 
-  def expr(self, u: UOp) -> str:
-    """The C expression of a node whose sources are already named."""
-    s = [self.names.get(x, "") for x in u.src]
+  def expr(self, u: UOp, t: str) -> str:
+    """The C expression of a node whose sources are already named; t is its C type."""
+    names = self.names
+    s = [names.get(x, "") for x in u.src]  # an INDEX has no name: its LOAD reads its sources
     op, dt = u.op, u.dtype
+    if op in _INFIX and op not in _SPECIAL_INFIX:
+      e = f"({s[0]} {_INFIX[op]} {s[1]})"
+      # C promotes small ints to int: narrow the result back to the node's type
+      return f"(({t}){e})" if dt.itemsize < 4 and dt.count == 1 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
     vec = dt.count > 1
-    t = self.ctype(u)
     if op is Ops.CONST: return const_literal(u.arg, dt)
     if op is Ops.VECTORIZE:
       if dt.scalar() is dtypes.bool: return f"({t}){{{', '.join(f'-({x})' for x in s)}}}"
@@ -202,24 +216,23 @@ class _KernelWriter:
       return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
     if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float and not (u.src[1].op is Ops.CONST and u.src[1].arg != 0):
       return f"({s[1]} == 0 ? ({t})0 : ({t})({s[0]} {_INFIX[op]} {s[1]}))"
-    if op in _INFIX:
+    if op in _INFIX:  # a division by a nonzero constant
       e = f"({s[0]} {_INFIX[op]} {s[1]})"
-      # C promotes small ints to int: narrow the result back to the node's type
-      return f"(({t}){e})" if not vec and dt.itemsize < 4 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
+      return f"(({t}){e})" if not vec and dt.itemsize < 4 and dt is not dtypes.bool else e
     raise NotImplementedError(f"the C renderer can't render {op}")
 
   def name(self, u: UOp) -> None:
     """Names a node: constants and GEPs stay inline, anything else gets a local."""
-    if u in self.names or u.op in (Ops.INDEX, Ops.RANGE, Ops.PARAM, Ops.DEFINE_VAR): return
-    if u.op in (Ops.CONST, Ops.GEP):
-      self.names[u] = self.expr(u)
+    t = self.ctype(u)
+    if u.op in _INLINE:
+      self.names[u] = self.expr(u, t)
       return
     self.counter += 1
     nm = f"v{self.counter}"
-    e = self.expr(u)
+    e = self.expr(u, t)
     # bfloat16 math runs in float: round every result, as the hardware type would
     if u.dtype is dtypes.bfloat16 and u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: e = f"th_round_bf16({e})"
-    self.emit(f"{self.ctype(u)} {nm} = {e};")
+    self.lines.append(f"{'  ' * self.depth}{t} {nm} = {e};")
     self.names[u] = nm
 
   def update(self, acc: UOp, term: UOp) -> str:
@@ -287,12 +300,14 @@ class _KernelWriter:
     # a float product only added into an accumulator becomes a fused multiply-add
     self.fused = {u for u in self.order if u.op is Ops.MUL and u.dtype.scalar()._is_float and users.get(u) and
                   all(x.op is Ops.REDUCE and x.arg[0] is Ops.ADD and u in x.src[:x.arg[1]] for x in users[u])}
-    skip = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE}
-    body = [u for u in self.order if u.op not in skip and u not in self.fused]
+    skip = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE, Ops.DEFINE_VAR}
+    # the nodes named at each depth, and after the reduce, in order
+    at: dict[int | None, list[UOp]] = {}
+    for u in self.order:
+      if u.op not in skip and u not in self.fused: at.setdefault(None if u in post else depth[u], []).append(u)
 
     def level(d: int) -> None:
-      for u in body:
-        if depth[u] == d and u not in post: self.name(u)
+      for u in at.get(d, ()): self.name(u)
       if d < n_out:
         self.open_loop(self.loops[d], f"ridx{d}")
         level(d + 1)
@@ -303,9 +318,8 @@ class _KernelWriter:
           self.emit("if (__atomic_add_fetch(&th_left, 1u, __ATOMIC_ACQ_REL) == num_cores) "
                     "{ __atomic_store_n(&th_next, 0, __ATOMIC_RELAXED); __atomic_store_n(&th_left, 0u, __ATOMIC_RELAXED); }")
         return
-      if self.reduces: self.reduce_section(depth, body)
-      for u in body:
-        if u in post: self.name(u)
+      if self.reduces: self.reduce_section(at)
+      for u in at.get(None, ()): self.name(u)
       for st in self.stores: self.store(st)
     level(0)
     if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops):
@@ -315,7 +329,7 @@ class _KernelWriter:
 
   def acc_bytes(self, acc: UOp) -> int: return acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 else csize(acc.dtype))
 
-  def reduce_section(self, depth: dict[UOp, int], body: list[UOp]) -> None:
+  def reduce_section(self, at: dict[int | None, list[UOp]]) -> None:
     n_out = len(self.loops)
     for i, acc in enumerate(self.reduces):
       nm = f"acc{i}"
@@ -324,8 +338,7 @@ class _KernelWriter:
       self.names[acc] = nm
     for j, r in enumerate(self.rloops):
       self.open_loop(r, f"ridx{n_out + j}")
-      for u in body:
-        if depth[u] == n_out + j + 1: self.name(u)
+      for u in at.get(n_out + j + 1, ()): self.name(u)
     for acc in self.reduces:
       for term in acc.src[:acc.arg[1]]: self.emit(self.update(acc, term))
     for _ in self.rloops: self.close_loop()
