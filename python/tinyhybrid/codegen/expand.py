@@ -14,6 +14,7 @@ Output: SINK(END(GROUP(*stores), *loops)), REDUCEs as REDUCE(*terms, *reduce loo
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 from tinyhybrid.codegen.opt import LANES, KernelParts, rkind, rsize, stride
 from tinyhybrid.dtype import DType, dtypes
@@ -91,6 +92,8 @@ class Expander:
     self.vaxis = self._vector_axis(vec) if vec > 1 else None
     self.chunks = chunks(rsize(self.vaxis), vec) if self.vaxis is not None else []
     self.memo: dict[UOp, dict[tuple[int, ...], UOp]] = {}
+    self.simplified: dict[UOp, UOp] = {}
+    self.positions: dict[tuple, tuple[int, ...]] = {}  # (axes, sub-axes) -> where the sub-axes are in axes
 
   def _vector_axis(self, vec: int) -> UOp | None:
     """The lane axis along which the most lanes are accessed contiguously (the store's count twice), None when no
@@ -126,7 +129,11 @@ class Expander:
 
   def get(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...], widen: bool = True) -> UOp:
     """u's value for a key over `axes` (a superset of u's), made as wide as that key's chunk if `widen`."""
-    v = self.ex(u)[tuple(key[axes.index(a)] for a in self.axes(u))]
+    uaxes, ukey = self.axes(u), key
+    if uaxes != axes:
+      if (pos := self.positions.get((axes, uaxes))) is None: pos = self.positions[(axes, uaxes)] = tuple(axes.index(a) for a in uaxes)
+      ukey = tuple(key[i] for i in pos)
+    v = (self.memo.get(u) or self.ex(u))[ukey]
     return bcast(v, self.width(axes, key)) if widen else v
 
   # ** expansion **
@@ -155,25 +162,39 @@ class Expander:
       return UOp(u.op, u.dtype.vec(w), tuple(srcs), u.arg)
     return vectorize([UOp(u.op, u.dtype, tuple(gep(s, i) for s in srcs), u.arg) for i in range(w)])
 
-  def lanes_of(self, x: UOp | None, axes: tuple[UOp, ...], key: tuple[int, ...], w: int) -> list[UOp | None]:
-    if x is None: return [None] * w
-    # one simplify for all lanes: what they share is simplified once
-    return list(UOp.sink(*[x.substitute(self.subs(axes, key, i)) for i in range(w)]).simplify().src)
+  def lanes_of(self, x: UOp, axes: tuple[UOp, ...], key: tuple[int, ...], w: int) -> Lanes:
+    subs = self.subs(axes, key, 0)
+    if w > 1: subs[self.vaxis] = _c(self.chunks[key[axes.index(self.vaxis)]][0]) + _lane(w)
+    return Lanes(self.simplify(x.substitute(subs)), w, self.simplify)
+
+  def simplify(self, x: UOp) -> UOp:
+    """x simplified; lanes of different chunks and accesses share most index expressions, so results are kept."""
+    if (hit := self.simplified.get(x)) is None: hit = self.simplified[x] = x.simplify()
+    return hit
 
   def load(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
     buf, idx = u.src[0].src
     w, dt = self.width(axes, key), u.dtype
-    idxs = self.lanes_of(idx, axes, key, w)
-    gates = self.lanes_of(u.src[1] if len(u.src) > 1 else None, axes, key, w)
+    ix = self.lanes_of(idx, axes, key, w)
+    gx = self.lanes_of(u.src[1], axes, key, w) if len(u.src) > 1 else None
+    if (ix.uniform or dt in VEC_DTYPES and ix.contiguous) and (gx is None or gx.uniform):
+      # one access for every lane, under one gate (the common case, worked out without looking at the lanes)
+      gate = None if gx is None or (gx.first.op is Ops.CONST and gx.first.arg is True) else gx.first
+      if gate is not None and gate.op is Ops.CONST: return bcast(UOp.const(dt, 0), w)  # never read
+      if ix.uniform: return bcast(UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, ix.first)),) + ((gate,) if gate is not None else ())), w)
+      index = UOp(Ops.INDEX, dt.vec(w), (buf, ix.first), _aligned(ix.first, w, dt, self.simplify))
+      return UOp(Ops.LOAD, dt.vec(w), (index,) + ((gate,) if gate is not None else ()))
+    idxs = ix.each()
+    gates = gx.each() if gx is not None else [None] * w
     gates = [None if g is None or (g.op is Ops.CONST and g.arg is True) else g for g in gates]
     live = [i for i, g in enumerate(gates) if not (g is not None and g.op is Ops.CONST and g.arg is False)]
 
     def scalar(i: int) -> UOp:
       if i not in live: return UOp.const(dt, 0)
       return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, idxs[i])),) + ((gates[i],) if gates[i] is not None else ()))
-    if w == 1 or not live: return bcast(scalar(0), w)
-    if all(x is idxs[0] for x in idxs) and all(g is gates[0] for g in gates): return bcast(scalar(0), w)
-    if dt in VEC_DTYPES and _contiguous(idxs):
+    if not live: return bcast(scalar(0), w)
+    if ix.uniform and all(g is gates[0] for g in gates): return bcast(scalar(0), w)
+    if dt in VEC_DTYPES and ix.contiguous:
       gate: UOp | None = None
       if all(gates[i] is gates[live[0]] for i in live):
         gate, mask = gates[live[0]], UOp.const(dtypes.uint, sum(1 << i for i in live))
@@ -183,7 +204,7 @@ class Expander:
         for i in live: mask = mask | (bits[i] if gates[i] is None else gates[i].where(bits[i], UOp.const(dtypes.uint, 0)))
         mask = mask.simplify()
       full = mask.op is Ops.CONST and mask.arg == (1 << w) - 1
-      index = UOp(Ops.INDEX, dt.vec(w), (buf, idxs[0]), _aligned(idxs[0], w, dt))
+      index = UOp(Ops.INDEX, dt.vec(w), (buf, idxs[0]), _aligned(idxs[0], w, dt, self.simplify))
       return UOp(Ops.LOAD, dt.vec(w), (index,) + ((gate,) if gate is not None else ()) + (() if full else (mask,)))
     return vectorize([scalar(i) for i in range(w)])
 
@@ -194,10 +215,12 @@ class Expander:
     for key in self.keys(axes):
       w = self.width(axes, key)
       v = self.get(value, axes, key)
-      idxs = self.lanes_of(out.src[1], axes, key, w)
-      if w > 1 and value.dtype in VEC_DTYPES and _contiguous(idxs):
-        stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, v.dtype, (out.src[0], idxs[0]), _aligned(idxs[0], w, value.dtype)), v)))
+      ix = self.lanes_of(out.src[1], axes, key, w)
+      if w > 1 and value.dtype in VEC_DTYPES and ix.contiguous:
+        index = UOp(Ops.INDEX, v.dtype, (out.src[0], ix.first), _aligned(ix.first, w, value.dtype, self.simplify))
+        stores.append(UOp(Ops.STORE, dtypes.void, (index, v)))
       else:
+        idxs = ix.each()
         stores += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out.src[0], idxs[i])), gep(v, i))) for i in range(w)]
     return stores
 
@@ -244,15 +267,31 @@ def _fold(op: Ops, xs: list[UOp]) -> UOp:
   return xs[0]
 
 
-def _contiguous(idxs: list[UOp]) -> bool:
-  diffs = UOp.sink(*[x - idxs[0] for x in idxs[1:]]).simplify().src
-  return all(d.op is Ops.CONST and d.arg == i for i, d in enumerate(diffs, 1))
+def _lane(w: int) -> UOp:
+  """The lane of a chunk of w lanes as a variable: an index simplified with it holds for every lane at once."""
+  return UOp(Ops.RANGE, IDX, (_c(w),), (-1, AxisType.UPCAST))
 
 
-def _aligned(idx: UOp, w: int, dt: DType) -> bool | None:
+class Lanes:
+  """An expression's value in the lanes of a chunk, simplified once with the lane as a variable (_lane): whether it
+  is the same in every lane or grows by one per lane is read off that; single lanes are worked out only when asked."""
+  def __init__(self, sym: UOp, w: int, simplify: Callable[[UOp], UOp]):
+    self.sym, self.w = sym, w
+    lane = _lane(w)
+    self.uniform = w == 1 or sym.substitute({lane: _c(0)}) is sym
+    self.first = sym if self.uniform else simplify(sym.substitute({lane: _c(0)}))
+    self.contiguous = w > 1 and not self.uniform and simplify(sym - self.first) is lane
+
+  def each(self) -> list[UOp]:
+    if self.uniform: return [self.sym] * self.w
+    lane = _lane(self.w)
+    return list(UOp.sink(*[self.sym.substitute({lane: _c(i)}) for i in range(self.w)]).simplify().src)
+
+
+def _aligned(idx: UOp, w: int, dt: DType, simplify: Callable[[UOp], UOp]) -> bool | None:
   """True when idx is provably a multiple of the vector's width (buffers are 64-byte aligned), else None."""
   if w * csize(dt) > 64 or w & (w - 1): return None
-  m = (idx % w).simplify()
+  m = simplify(idx % w)
   return True if m.op is Ops.CONST and m.arg == 0 else None
 
 

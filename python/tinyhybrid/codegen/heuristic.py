@@ -16,14 +16,13 @@ BLOCK_K = 128       # reduce steps per cache block
 class _Plan:
   def __init__(self, ast: UOp):
     self.ast, self.opts = ast, []
-
-  @property
-  def parts(self) -> KernelParts: return KernelParts.of(self.ast)
+    self.parts = KernelParts.of(ast)
 
   def apply(self, op: OptOps, axis: int, arg: int = 0) -> bool:
     try: self.ast = apply_opt(self.ast, o := Opt(op, axis, arg))
     except KernelOptError: return False
     self.opts.append(o)
+    self.parts = KernelParts.of(self.ast)
     return True
 
 

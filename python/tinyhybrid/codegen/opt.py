@@ -7,6 +7,7 @@ A lowered kernel is SINK(END(STORE(INDEX(PARAM 0, idx), value), *loops)): `loops
 first; `value` holds at most one REDUCE(body, *reduce ranges)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum, auto
 
@@ -151,13 +152,39 @@ def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
   k.value = UOp(red.arg, red.dtype, (prev, k.reduce))
 
 
+_DIVMOD = {Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD}
+
+
+def merge_loops(ast: UOp) -> UOp:
+  """Adjacent output loops that every access walks as one (row-major: the outer index times the inner size plus the
+  inner index) become one loop: a longer axis to vectorize and share, e.g. a 7x7 image as 49 positions. A pair
+  merges when no division or modulo of the merged loop is left once the indices are simplified."""
+  k = KernelParts.of(ast)
+  i = 0
+  while i + 1 < len(k.loops):
+    a, b = k.loops[i], k.loops[i + 1]
+    if rkind(a) is AxisType.LOOP and rkind(b) is AxisType.LOOP and a.src[0].op is Ops.CONST and b.src[0].op is Ops.CONST:
+      n = rsize(b)
+      m = rng(rsize(a) * n, a.arg[0], AxisType.LOOP)
+      subs = {a: m // n, b: m % n}
+      value, out = k.value.substitute(subs).simplify(), k.out.src[1].substitute(subs).simplify()
+      if not any(u.op in _DIVMOD and m in u.toposort() for u in UOp.sink(value, out).toposort()):
+        k = KernelParts.of(KernelParts(UOp(Ops.INDEX, k.out.dtype, (k.out.src[0], out)), value, k.loops[:i] + [m] + k.loops[i + 2:], None).build())
+        continue
+    i += 1
+  return k.build()
+
+
 def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:
   for o in opts: ast = apply_opt(ast, o)
   return ast
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stride(idx: UOp, r: UOp) -> int | None:
-  """How far the index moves per step of range r (None when it does not move by a constant)."""
-  d = (idx.substitute({r: _c(1)}) - idx.substitute({r: _c(0)})).simplify()
+  """How far the index moves per step of range r (None when it does not move by a constant). Heuristics and search
+  ask this of the same accesses again and again, so answers are kept."""
+  if (one := idx.substitute({r: _c(1)})) is idx: return 0
+  d = (one - idx.substitute({r: _c(0)})).simplify()
   return d.arg if d.op is Ops.CONST else None
 

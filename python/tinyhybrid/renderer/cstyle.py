@@ -288,18 +288,31 @@ class _KernelWriter:
     written = {st.src[0].src[0] for st in self.stores}
     depth: dict[UOp, int] = {}
     post: set[UOp] = set()
-    users: dict[UOp, list[UOp]] = {}
+    mul_uses: dict[UOp, int] = {}  # how often each product is used
     for u in self.order:
-      for s in u.src: users.setdefault(s, []).append(u)
-      if u.op is Ops.RANGE: depth[u] = self.loops.index(u) + 1 if u in self.loops else n_out + 1 + self.rloops.index(u)
-      elif u.op is Ops.REDUCE: depth[u] = n_out
-      else: depth[u] = max((depth[s] for s in u.src), default=0)
-      # a load of what this kernel stores (a blocked reduce's partial result) must stay after the stores of the loops around it
-      if u.op is Ops.LOAD and u.src[0].src[0] in written: depth[u] = n_out
-      if u.op is Ops.REDUCE or any(s in post for s in u.src): post.add(u)
+      op = u.op
+      if op is Ops.RANGE: depth[u] = self.loops.index(u) + 1 if u in self.loops else n_out + 1 + self.rloops.index(u)
+      elif op is Ops.REDUCE:
+        depth[u] = n_out
+        post.add(u)
+        for x in u.src:
+          if x.op is Ops.MUL: mul_uses[x] = mul_uses.get(x, 0) + 1
+      else:
+        d, after = 0, False
+        for x in u.src:
+          if depth[x] > d: d = depth[x]
+          if x in post: after = True
+          if x.op is Ops.MUL: mul_uses[x] = mul_uses.get(x, 0) + 1
+        # a load of what this kernel stores (a blocked reduce's partial result) must stay after the stores of the loops around it
+        depth[u] = n_out if op is Ops.LOAD and u.src[0].src[0] in written else d
+        if after: post.add(u)
     # a float product only added into an accumulator becomes a fused multiply-add
-    self.fused = {u for u in self.order if u.op is Ops.MUL and u.dtype.scalar()._is_float and users.get(u) and
-                  all(x.op is Ops.REDUCE and x.arg[0] is Ops.ADD and u in x.src[:x.arg[1]] for x in users[u])}
+    term_uses: dict[UOp, int] = {}
+    for acc in self.reduces:
+      if acc.arg[0] is Ops.ADD:
+        for t in acc.src[:acc.arg[1]]:
+          if t.op is Ops.MUL and t.dtype.scalar()._is_float: term_uses[t] = term_uses.get(t, 0) + 1
+    self.fused = {t for t, n in term_uses.items() if mul_uses[t] == n}
     skip = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE, Ops.DEFINE_VAR}
     # the nodes named at each depth, and after the reduce, in order
     at: dict[int | None, list[UOp]] = {}
