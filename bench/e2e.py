@@ -207,9 +207,16 @@ def case_jit_add() -> None:
   emit("jit_add", "us", ours, anchors, False, target_us=10)
 
 
+def case_resnet_null() -> None:
+  """Compile speed: a ResNet-50 forward and training step taken to rendered kernels on NULL (bench/resnet_null.py;
+  each side runs in a fresh process)."""
+  import resnet_null  # beside this file
+  for case in ("forward", "train"): resnet_null.report(case)
+
+
 CASES = {"add_1m": case_add_1m, "sum_10m": case_sum_10m, "conv2d_small": case_conv2d_small, "matmul": case_matmul,
          "matmul_beam": lambda: case_matmul(beam=2), "conv2d_resnet": case_conv2d_resnet, "realize_overhead": case_realize_overhead,
-         "jit_add": case_jit_add}
+         "jit_add": case_jit_add, "resnet_null": case_resnet_null}
 
 if __name__ == "__main__":
   for name in (sys.argv[1:] or CASES):

@@ -108,14 +108,18 @@ def main() -> None:
   if args.child:
     print(json.dumps(child(args.child[0], args.child[1])))
     return
-  for case in args.case or ["forward", "train"]:
-    ours = measure("ours", case)
-    row: dict[str, Any] = {"case": f"resnet50_null_{case}", "batch": BATCH, "unit": "s", "ours": round(ours["total"], 3),
-                           "ours_phases": {k: round(v, 3) for k, v in ours["phases"].items()}}
-    if have_tinygrad():
-      theirs = measure("tinygrad", case)["total"]
-      row.update(tinygrad=round(theirs, 3), ratio=round(theirs / ours["total"], 2), target=10)
-    print(json.dumps(row), flush=True)
+  for case in args.case or ["forward", "train"]: report(case)
+
+
+def report(case: str) -> None:
+  """Measures one case on both sides and prints its JSON line."""
+  ours = measure("ours", case)
+  row: dict[str, Any] = {"case": f"resnet50_null_{case}", "batch": BATCH, "unit": "s", "ours": round(ours["total"], 3),
+                         "ours_phases": {k: round(v, 3) for k, v in ours["phases"].items()}}
+  if have_tinygrad():
+    theirs = measure("tinygrad", case)["total"]
+    row.update(tinygrad=round(theirs, 3), ratio=round(theirs / ours["total"], 2), target=10)
+  print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from tinyhybrid.device import Buffer, Device, np_storage
 from tinyhybrid.dtype import DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
-from tinyhybrid.uop.ops import UOp
-from tinyhybrid.uop.shape import shape_of
+from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
+from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
 
@@ -39,6 +39,7 @@ def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
 
 
 _unique_ids = itertools.count()
+_BIND, _DEFINE_VAR, _WEAKINT = Ops.BIND, Ops.DEFINE_VAR, dtypes.weakint  # read on every Tensor(uop): enum lookups are slow
 
 
 def _new_memory(u: UOp) -> UOp:
@@ -88,6 +89,10 @@ class Tensor(TensorAPI):
     self.grad: Tensor | None = None
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
+      if (op := data.op) is _BIND or op is _DEFINE_VAR or data.dtype is _WEAKINT:
+        # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's
+        bound_value(data)
+        dt = dt or (dtypes.default_int if data.dtype is _WEAKINT else data.dtype)
       self.uop = data if dt is None or data.dtype is dt else data.cast(dt)
       return
     if isinstance(data, Tensor): data = data.numpy()
@@ -149,7 +154,11 @@ class Tensor(TensorAPI):
     _all_tensors.add(t)
     return t
 
-  def _mop(self, op: Ops, arg: Any) -> Tensor: return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
+  def _mop(self, op: Ops, arg: Any) -> Tensor:
+    """A movement op whose arg is plain ints; _smop takes one with sints of bound Variables."""
+    return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
+
+  def _smop(self, op: Ops, arg: Any) -> Tensor: return self._wrap(movement(op, self.uop, arg, strict=True))
 
   def _reduce(self, op: Ops, axis: tuple[int, ...], keepdim: bool = False) -> Tensor:
     axis = tuple(sorted({self._resolve_dim(a) for a in axis}))
@@ -175,9 +184,9 @@ class Tensor(TensorAPI):
 
   # ** creation **
   @staticmethod
-  def full(shape: int | Sequence[int], fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None, **kwargs) -> Tensor:
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if any(not isinstance(s, int) or s < 0 for s in shape): raise ValueError(f"full: invalid shape {shape}")
+  def full(shape: sint | Sequence[sint], fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None, **kwargs) -> Tensor:
+    shape = (shape,) if isinstance(shape, (int, UOp)) else tuple(shape)
+    if any(not (isinstance(s, int) and s >= 0) and not valid_dim(s) for s in shape): raise ValueError(f"full: invalid shape {shape}")
     dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
     requires_grad = kwargs.pop("requires_grad", None)
     t = Tensor(UOp.const(dt, fill_value), device=device, **kwargs)
@@ -196,14 +205,15 @@ class Tensor(TensorAPI):
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     t = Tensor.__new__(Tensor)
     t.device, t.grad, t.requires_grad = Device.canonicalize(device), None, kwargs.get("requires_grad")
-    t.uop = buffer_uop(Buffer(t.device, prod(shape), dt), shape)
+    # a symbolic shape gets the memory of its largest value (see uop/shape.py max_shape)
+    t.uop = buffer_uop(Buffer(t.device, prod(max_shape(shape)), dt), shape)
     _all_tensors.add(t)
     return t
 
   @staticmethod
-  def _shape_arg(shape: tuple) -> tuple[int, ...]:
+  def _shape_arg(shape: tuple) -> tuple[sint, ...]:
     s = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-    if any(not isinstance(x, int) or x < 0 for x in s): raise ValueError(f"invalid shape {s}")
+    if any(not (isinstance(x, int) and x >= 0) and not valid_dim(x) for x in s): raise ValueError(f"invalid shape {s}")
     return s
 
   # ** realize and read **
@@ -309,6 +319,8 @@ class Tensor(TensorAPI):
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (a copy)."""
+    if any(type(d) is not int for d in self.shape):
+      raise ValueError(f"numpy: shape {self.shape} is symbolic; shrink or reshape it to ints first (t[:n], t.reshape(n))")
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_out_dtype(self.dtype))
     out = self._buffer().numpy()
     if self.dtype is dtypes.bfloat16: out = (out.astype(np.uint32) << 16).view(np.float32)

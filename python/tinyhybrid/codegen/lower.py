@@ -9,8 +9,8 @@ from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
-from tinyhybrid.uop.shape import shape_of
+from tinyhybrid.uop.ops import UOp, sint
+from tinyhybrid.uop.shape import max_shape, shape_of
 
 if TYPE_CHECKING:
   from tinyhybrid.codegen.opt import Opt
@@ -19,10 +19,16 @@ if TYPE_CHECKING:
 IDX = dtypes.weakint
 
 
-def _c(v: int) -> UOp: return UOp.const(IDX, v)
+def _c(v: sint) -> UOp:
+  """An index: a constant, or an expression of the kernel's variables (a symbolic dimension)."""
+  if isinstance(v, UOp): return v if v.dtype is IDX else v.cast(IDX)
+  return UOp.const(IDX, v)
 
 
-def _strides(shape: tuple[int, ...]) -> list[int]:
+# Shapes and movement args may hold sints: index expressions of the kernel's variables. Python treats a UOp as true and
+# as unequal to any int, so the code below takes a symbolic size or offset as "not 0, not 1" and keeps it.
+
+def _strides(shape: tuple[sint, ...]) -> list[sint]:
   out, acc = [], 1
   for s in reversed(shape):
     out.append(acc if s != 1 else 0)
@@ -30,7 +36,7 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
   return out[::-1]
 
 
-def _flat(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
+def _flat(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
   acc = _c(0)
   for i, st in zip(idx, _strides(shape)):
     if st: acc = acc + i * st
@@ -41,6 +47,41 @@ def _and(a: UOp | None, b: UOp | None) -> UOp | None:
   if a is None: return b
   if b is None: return a
   return a & b
+
+
+def _unflatten(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
+  """The index into `shape` of a flat (row-major) index. The outermost dim needs no modulo: an in-bounds flat index
+  is below the total size (one that is not in bounds is masked), and without it the index stays affine, which
+  vector loads need."""
+  out, acc = [], 1
+  for d in range(len(shape) - 1, -1, -1):
+    out.append(_c(0) if shape[d] == 1 else flat // acc if d == 0 else (flat // acc) % shape[d])
+    acc *= shape[d]
+  return out[::-1]
+
+
+def _reshape_index(idx: tuple[UOp, ...], new: tuple, old: tuple) -> tuple[UOp, ...]:
+  """The index into a reshape's source for `idx` into its result. Dims are matched in runs of equal size product: a
+  run of one dim on each side (a reshape that only adds or drops 1s, or leaves a dim alone) maps as it is, so
+  only dims really merged or split get a division, which keeps most indices affine."""
+  if not all(isinstance(s, int) and s > 0 for s in new + old):
+    return tuple(x.simplify() for x in _unflatten(_flat(idx, new), old))
+  out: list[UOp] = [_c(0)] * len(old)
+  ni = [d for d, s in enumerate(new) if s != 1]
+  oi = [d for d, s in enumerate(old) if s != 1]
+  a = b = 0
+  while a < len(ni):
+    a0, b0, pn, po = a, b, new[ni[a]], old[oi[b]]
+    while pn != po:
+      if pn < po: a, pn = a + 1, pn * new[ni[a + 1]]
+      else: b, po = b + 1, po * old[oi[b + 1]]
+    if a == a0 and b == b0: out[oi[b]] = idx[ni[a]]
+    else:
+      group = [oi[d] for d in range(b0, b + 1)]
+      for d, x in zip(group, _unflatten(_flat(tuple(idx[ni[d]] for d in range(a0, a + 1)), tuple(new[ni[d]] for d in range(a0, a + 1))),
+                                         tuple(old[d] for d in group))): out[d] = x.simplify()
+    a, b = a + 1, b + 1
+  return tuple(out)
 
 
 def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
@@ -54,15 +95,7 @@ def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], U
     src = u.src[0]
     ss = shape_of(src) or ()
     op, arg = u.op, u.arg
-    if op is Ops.RESHAPE:
-      flat = _flat(idx, shape_of(u) or ())
-      new, acc = [], 1
-      for d, s in reversed(list(enumerate(ss))):
-        # the outermost dim needs no modulo: an in-bounds flat index is below the total size (and an index that is
-        # not in bounds is masked), and without it the index stays affine, which vector loads need
-        new.append(_c(0) if s == 1 else flat // acc if d == 0 else (flat // acc) % s)
-        acc *= s
-      idx = tuple(x.simplify() for x in reversed(new))
+    if op is Ops.RESHAPE: idx = _reshape_index(idx, shape_of(u) or (), ss)
     elif op is Ops.PERMUTE:
       inv = [0] * len(arg)
       for i, a in enumerate(arg): inv[a] = i
@@ -128,9 +161,9 @@ class Lowerer:
     if u is not self.item.out and u in self.item.realized:
       # an assign earlier in the schedule: its result is the target's view of the buffer it wrote
       if u.op is Ops.STORE: return self.value(u.src[0], idx, valid)
-      return self.load(self.item.realized[u], _flat(idx, shape_of(u) or ()), valid)
+      return self.load(self.item.realized[u], _flat(idx, max_shape(shape_of(u) or ())), valid)
     if op is Ops.BUFFER: return self.load(u.arg, idx[0], valid)
-    if op is Ops.CONST: return u
+    if op is Ops.CONST or op is Ops.DEFINE_VAR: return u
     if op is Ops.IOTA: return idx[0].cast(u.dtype)
     if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER): return self.value(u.src[0], idx, valid)
     if op in GroupOp.Movement: return self.movement(u, idx, valid)
@@ -157,7 +190,7 @@ class Lowerer:
       (reduce_ranges if i in axes else ranges).append(r)
     if out.op is Ops.REDUCE:
       val = UOp(Ops.REDUCE, out.dtype, (self.value(out.src[0], tuple(rng), None), *reduce_ranges), out.arg[0])
-      store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), out_shape)
+      store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))
     elif out.op is Ops.STORE:
       # assign: the value goes through the target's view into the target's own buffer
       base, bidx, cond = through_views(out.src[0], tuple(rng))
@@ -166,15 +199,18 @@ class Lowerer:
       store_idx = bidx[0]
     else:
       val = self.value(out, tuple(rng), None)
-      store_idx = _flat(tuple(rng), out_shape)
+      store_idx = _flat(tuple(rng), max_shape(out_shape))
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (self.param(self.item.buffer), store_idx.simplify())), val))
     ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
-    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, prod(full_shape))
+    kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
+    # a symbolic kernel's work is counted at the variables' largest values
+    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, prod(max_shape(full_shape)), vars=kvars)
 
 
-def _kernel_name(out: UOp, shape: tuple[int, ...]) -> str:
+def _kernel_name(out: UOp, shape: tuple[sint, ...]) -> str:
   kind = "r" if out.op is Ops.REDUCE else "E"
-  return f"{kind}_{'_'.join(str(s) for s in shape) if shape else 'scalar'}"[:60]
+  dims = [str(s) if type(s) is int else "".join(c for c in s.render() if c.isalnum()) for s in shape]
+  return f"{kind}_{'_'.join(dims) if shape else 'scalar'}"[:60]
 
 
 def lower(item: KernelItem, dev: Compiled | None = None) -> LoweredKernel:

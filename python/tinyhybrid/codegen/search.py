@@ -92,7 +92,7 @@ class _Timer:
   def time(self, cands: list[tuple[tuple[Opt, ...], LoweredKernel, str]], limit: float) -> list[float]:
     progs = list(self.pool.map(lambda c: _compile_or_none(self.dev, c[1].name, c[2]), cands))
     times = []
-    addrs = [b.address for b in self.bufs]
+    addrs = [b.address for b in self.bufs] + [v.arg[1] for v in self.k.vars]  # variables at their smallest value
     for (_, fk, _), prg in zip(cands, progs):
       if prg is None:
         times.append(float("inf"))

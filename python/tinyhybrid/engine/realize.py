@@ -39,6 +39,7 @@ class CompiledSchedule:
   physical: list[int]  # new slot j lives in physical buffer physical[j]
   outputs: list[tuple[str, int]]
   runner: Runner
+  vars: tuple[UOp, ...] = ()  # the variables whose values follow the buffers in the runner's arguments, in this order
 
 
 # normalized sink -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently used
@@ -58,7 +59,7 @@ KERNEL_CACHE_SIZE = 4096
 phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0, "compile": 0.0}
 
 
-def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
+def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
   t0 = time.perf_counter()
   spec = create_schedule(key, n_inputs)
   dev = Device[device]
@@ -90,21 +91,27 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str) -> CompiledSchedule:
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1
   items = []
+  # a variable's value is one more argument slot, after every buffer's: a kernel takes its buffers, then its variables
+  n_bufs = n_inputs + len(spec.new_slots)
   for ck, slots in kernels:
     k, prg = kernel_cache[ck]
     threads = max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1
-    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers], threads))
+    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
-  runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_inputs + len(spec.new_slots))
-  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner)
+  runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
+  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables)
 
+
+# a variable's value as a kernel argument word (a negative value in two's complement)
+U64_MASK = (1 << 64) - 1
 
 # below this many loop iterations a kernel runs on one core: waking the others costs more than it saves
 PARALLEL_WORK = 1 << 15
 
-# While TinyJit captures, every kernel run is recorded here: (device, program, its buffers, threads).
-capturing: list[list[tuple[str, CompiledProgram, list[Buffer], int]]] = []
+# While TinyJit captures, every kernel run is recorded here: (device, program, its arguments, threads). The arguments
+# are its buffers, then its variables, each bound to the value it ran with.
+capturing: list[list[tuple[str, CompiledProgram, list[Buffer | UOp], int]]] = []
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
@@ -114,7 +121,8 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
   for device, ts in by_device.items():
     roots = [t.uop for t in ts]
-    key, inputs, nodes = normalize(roots)
+    var_vals: dict[UOp, int] = {}
+    key, inputs, nodes = normalize(roots, var_vals)
     # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first
     written = {id(base_buffer(u.src[0]).arg) for u in nodes if u.op is Ops.STORE}
     if written:
@@ -122,9 +130,9 @@ def realize_tensors(tensors: list[Tensor]) -> None:
       if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
         realize_tensors(readers)
         roots = [t.uop for t in ts]
-        key, inputs, nodes = normalize(roots)
+        key, inputs, nodes = normalize(roots, var_vals)
     if (cs := schedule_cache.get(key)) is None:
-      cs = schedule_cache[key] = _compile_schedule(key, len(inputs), device)
+      cs = schedule_cache[key] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
       if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
     else:
       schedule_cache.move_to_end(key)
@@ -135,15 +143,18 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     for slot, p in zip(cs.new_slots, cs.physical):
       if p not in phys: phys[p] = Buffer(device, slot.size, slot.dtype)
       bufs.append(phys[p] if phys[p].size == slot.size and phys[p].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
+    args = [b.address for b in bufs]
+    if cs.vars: args += [var_vals[v] & U64_MASK for v in cs.vars]
     if DEBUG >= 2:
       for ei in cs.items:  # one at a time, so each kernel's time is seen
         st = time.perf_counter()
-        ei.prg.call([bufs[s].address for s in ei.slots], ei.threads)
-        print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} buffers  {ei.threads} threads")
+        ei.prg.call([args[s] for s in ei.slots], ei.threads)
+        print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads")
     elif cs.items:
-      cs.runner([b.address for b in bufs])
+      cs.runner(args)
     if capturing:
-      for ei in cs.items: capturing[-1].append((device, ei.prg, [bufs[s] for s in ei.slots], ei.threads))
+      bound = [*bufs, *(v.bind(var_vals[v]) for v in cs.vars)]
+      for ei in cs.items: capturing[-1].append((device, ei.prg, [bound[s] for s in ei.slots], ei.threads))
     wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
     history = bool(wants_grad) and any(u in wants_grad for u in nodes)
     becomes: dict[UOp, UOp] = {}
@@ -151,7 +162,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
       if kind == "store":
         base = r
         while base.op is Ops.RESHAPE: base = base.src[0]
-        becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0],), r.arg)
+        becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0], *r.src[1:]), r.arg)
       elif kind == "view":
         view = buffer_uop(bufs[slot], shape_of(r) or ())
         becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view

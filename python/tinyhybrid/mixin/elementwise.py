@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinyhybrid.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype
 from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp, sint_eq
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -23,14 +24,20 @@ class ElementwiseMixin:
     out = []
     for dims in zip(*padded):
       big = {d for d in dims if d != 1}
-      if len(big) > 1: raise ValueError(f"cannot broadcast shapes {shapes}")
-      out.append(big.pop() if big else 1)
+      if len(big) > 1:
+        if not all(sint_eq(d, next(iter(big))) for d in big): raise ValueError(f"cannot broadcast shapes {shapes}")
+        # equal sints built in other orders (i+j, j+i): the first, so the graph (and the schedule cache key) is the same every run
+        out.append(next(d for d in dims if d != 1))
+      else: out.append(big.pop() if big else 1)
     return tuple(out)
 
   def _broadcasted(self: Tensor, y: Operand, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
     from tinyhybrid.tensor import Tensor
     x = self
-    if not isinstance(y, Tensor):
+    if isinstance(y, UOp):
+      # a bound Variable (or a sint of them) is a scalar tensor of its value; a weak one promotes like a Python int
+      y = Tensor(y, device=x.device, dtype=strong_dtype(least_upper_dtype(x.dtype, y.dtype)) if match_dtype else None)
+    elif not isinstance(y, Tensor):
       if not isinstance(y, (bool, int, float)): raise TypeError(f"invalid operand type {type(y).__name__} for a Tensor op")
       out_dt = strong_dtype(least_upper_dtype(x.dtype, dtypes.from_py(y))) if match_dtype else strong_dtype(dtypes.from_py(y))
       y = Tensor.full((), y, dtype=out_dt, device=x.device)
@@ -129,7 +136,6 @@ class ElementwiseMixin:
     return cond.expand(shape)._wrap_alu3(xx.expand(shape), yy.expand(shape))
 
   def _wrap_alu3(self: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    from tinyhybrid.uop.ops import UOp
     return a._wrap(UOp(Ops.WHERE, a.dtype, (self.uop, a.uop, b.uop)))
 
   # ** bitwise **

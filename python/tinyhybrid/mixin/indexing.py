@@ -18,6 +18,7 @@ import numpy as np
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp, bound_value, sint, ssimplify
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -32,6 +33,25 @@ def _tuple(x: int | Sequence[int]) -> tuple[int, ...]: return (x,) if isinstance
 # a parsed index entry: ("none",) | ("empty",) | ("int", i) | ("slice", lo, hi, step, count) | ("adv", Tensor)
 # for a slice, [lo, hi) is the range of the dimension it reads and count the number of elements it keeps;
 # "empty" is the size-0 new dimension a False index adds
+
+
+def _symbolic_slice(it: slice, size: sint) -> tuple:
+  """A slice where the dimension or the bounds are sints of bound Variables: step 1, a negative bound (an int, or a sint
+that is negative for every value) counts from the end, checked at the bound values."""
+  if it.step not in (None, 1): raise ValueError(f"a slice with a symbolic bound or dimension takes step 1, got {it}")
+  def bound(x: Any, default: sint) -> sint:
+    if x is None: return default
+    if isinstance(x, UOp):
+      if x.vmax < 0: return ssimplify(size + x)
+      if x.vmin < 0: raise ValueError(f"slice {it}: the bound {x.render()} may be negative or not, depending on its variables")
+      return x.ssimplify()
+    try: i = operator.index(x)
+    except TypeError: raise TypeError(f"slice indices must be ints, bound Variables or None, got {it}") from None
+    return ssimplify(size + i) if i < 0 else i
+  lo, hi = bound(it.start, 0), bound(it.stop, size)
+  if not 0 <= bound_value(lo) <= bound_value(hi) <= bound_value(size):
+    raise IndexError(f"slice {it} is out of range for a dimension of size {size} at the bound values")
+  return ("slice", lo, hi, 1, ssimplify(hi - lo))
 
 
 class _BoolScalar:
@@ -108,7 +128,9 @@ class IndexingMixin:
         dim += mask.ndim
         continue
       size = self.shape[dim]
-      if isinstance(it, slice):
+      if isinstance(it, slice) and (isinstance(size, UOp) or isinstance(it.start, UOp) or isinstance(it.stop, UOp)):
+        parts.append(_symbolic_slice(it, size))
+      elif isinstance(it, slice):
         try: start, stop, step = (None if s is None else operator.index(s) for s in (it.start, it.stop, it.step))
         except TypeError: raise TypeError(f"slice indices must be ints or None, got {it}") from None
         if step == 0: raise ValueError(f"slice step cannot be zero: {it}")

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, sint_eq, ssimplify, valid_dim
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -14,21 +15,48 @@ def _dims(args: tuple) -> tuple:
   return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
 
 
+def _sint(x: sint) -> sint: return x if isinstance(x, UOp) else int(x)
+
+
 class MovementMixin:
   __slots__ = ()
 
   def reshape(self: Tensor, shape: int | Sequence[int | None], *args: int) -> Tensor:
     """A view with another shape of the same number of elements; one dimension may be -1 (inferred), None keeps it."""
-    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, int) else tuple(shape))
+    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
+    # a sint in either shape makes a product a UOp: then the sizes are compared at the variables' bound values
+    numel = self.numel()
     if new.count(-1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {new}")
     if -1 in new:
       known = prod([s for s in new if s != -1])
-      if known == 0 or self.numel() % known: raise ValueError(f"reshape: cannot reshape {self.shape} to {new}")
-      new = tuple(self.numel() // known if s == -1 else s for s in new)
-    if any(s < 0 for s in new) or prod(new) != self.numel():
-      raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {new}")
+      if type(known) is not int or type(numel) is not int: return self._reshape_symbolic(new)
+      if known == 0 or numel % known: raise ValueError(f"reshape: cannot reshape {self.shape} to {new}")
+      new = tuple(numel // known if s == -1 else s for s in new)
+    total = prod(new)
+    if type(total) is not int or type(numel) is not int: return self._reshape_symbolic(new)
+    if any(s < 0 for s in new) or total != numel:
+      raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({numel} elements) to {new}")
     return self if new == self.shape else self._mop(Ops.RESHAPE, new)
+
+  def _reshape_symbolic(self: Tensor, new: tuple) -> Tensor:
+    """reshape where a shape holds bound Variables: the sizes must agree at the bound values (so a symbolic shape can
+    be reshaped to the concrete one of its values, and back), as in tinygrad."""
+    numel = ssimplify(prod(self.shape))
+    if sum(1 for s in new if type(s) is int and s == -1) > 1: raise ValueError(f"reshape: only one dimension can be -1, got {new}")
+    if any(type(s) is int and s == -1 for s in new):
+      known = ssimplify(prod([s for s in new if not (type(s) is int and s == -1)]))
+      if bound_value(known) == 0 or bound_value(numel) % bound_value(known): raise ValueError(f"reshape: cannot reshape {self.shape} to {new}")
+      new = tuple(ssimplify(numel // known) if type(s) is int and s == -1 else s for s in new)
+    new = tuple(ssimplify(s) for s in new)
+    if not all(valid_dim(s) for s in new): raise ValueError(f"reshape: invalid shape {new}")
+    if (n := bound_value(prod(new))) != (m := bound_value(numel)):
+      raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({m} elements at the bound values) to {new} ({n} elements)")
+    if new == self.shape: return self
+    # a reshape of a reshape is one reshape of its source: `a.reshape(3, vi)` of a realized (3, i) then reads the buffer
+    # without the concrete i, so one kernel serves every value
+    src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+    return self._wrap(movement(Ops.RESHAPE, src, new, strict=True))
 
   def view(self: Tensor, shape: int | Sequence[int], *args: int) -> Tensor: return self.reshape(shape, *args)
 
@@ -40,13 +68,16 @@ class MovementMixin:
 
   def expand(self: Tensor, shape: int | Sequence[int], *args: int) -> Tensor:
     """Broadcasts dimensions of size 1 (and prepends new ones); -1 keeps a dimension."""
-    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, int) else tuple(shape))
+    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
     if len(new) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {new}")
     cur = (1,) * (len(new) - self.ndim) + self.shape
     new = tuple(c if n == -1 else n for c, n in zip(cur, new))
-    if any(c != n and c != 1 for c, n in zip(cur, new)): raise ValueError(f"expand: cannot expand {self.shape} to {new}")
+    # (a sint is != any other value, itself included: such a mismatch is checked again symbolically)
+    if any(c != n and c != 1 for c, n in zip(cur, new)) and not all(sint_eq(c, n) or c == 1 for c, n in zip(cur, new)):
+      raise ValueError(f"expand: cannot expand {self.shape} to {new}")
     t = self.reshape(cur) if cur != self.shape else self
-    return t if new == cur else t._mop(Ops.EXPAND, new)
+    if new == cur: return t
+    return t._mop(Ops.EXPAND, new) if type(sum(new)) is int else t._smop(Ops.EXPAND, new)
 
   def pad(self: Tensor, padding: Sequence[int] | Sequence[tuple[int, int] | None], mode: str = "constant", value: float = 0.0) -> Tensor:
     """Pads with `value` (mode constant) or by reflect, replicate or circular. padding is per dimension (before, after),
@@ -60,6 +91,11 @@ class MovementMixin:
       if len(padding) != self.ndim: raise ValueError(f"pad: {len(padding)} pads for {self.ndim} dimensions")
       pads = [(0, 0) if p is None else tuple(p) for p in padding]  # type: ignore[misc]
     if mode != "constant": return self._pad_mode(pads, mode)
+    if type(sum(map(sum, pads))) is not int:  # symbolic padding: amounts of bound Variables, never negative
+      if not all(valid_dim(v) for p in pads for v in p): raise ValueError(f"pad: symbolic padding {pads} must be >= 0")
+      pads = [(ssimplify(b), ssimplify(a)) for b, a in pads]
+      padded = self._smop(Ops.PAD, tuple(pads))
+      return padded if value == 0 else self.ones_like(dtype="bool")._smop(Ops.PAD, tuple(pads)).where(padded, value)
     # negative padding shrinks first
     t = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for s, (b, a) in zip(self.shape, pads)))
     pos = tuple((max(b, 0), max(a, 0)) for b, a in pads)
@@ -88,8 +124,16 @@ class MovementMixin:
   def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
     """Keeps [start, end) of each dimension (None keeps all of it)."""
     if len(arg) != self.ndim: raise ValueError(f"shrink: {len(arg)} ranges for {self.ndim} dimensions")
-    bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
-    if any(not 0 <= b <= e <= s for (b, e), s in zip(bounds, self.shape)): raise ValueError(f"shrink: {bounds} out of range for {self.shape}")
+    try: bounds = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+    except TypeError: bounds = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape))  # sints
+    if any(type(b) is not int or type(e) is not int or type(s) is not int or not 0 <= b <= e <= s for (b, e), s in zip(bounds, self.shape)):
+      if all(type(b) is int and type(e) is int and type(s) is int for (b, e), s in zip(bounds, self.shape)):
+        raise ValueError(f"shrink: {bounds} out of range for {self.shape}")
+      # symbolic: checked at the bound values, as tinygrad does (the kernels serve other values unchecked)
+      if any(not 0 <= bound_value(b) <= bound_value(e) <= bound_value(s) for (b, e), s in zip(bounds, self.shape)):
+        raise ValueError(f"shrink: {bounds} out of range for {self.shape} at the bound values")
+      if bounds == tuple((0, s) for s in self.shape): return self
+      return self._smop(Ops.SHRINK, bounds)
     return self if bounds == tuple((0, s) for s in self.shape) else self._mop(Ops.SHRINK, bounds)
 
   def flip(self: Tensor, axis: int | Sequence[int], *args: int) -> Tensor:
@@ -136,12 +180,12 @@ class MovementMixin:
     tensors = [self, *args]
     d = self._resolve_dim(dim)
     for t in tensors:
-      if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+      if t.ndim != self.ndim or any(not sint_eq(a, b) for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
         raise ValueError(f"cat: shapes {[x.shape for x in tensors]} differ outside dimension {d}")
-    total, off, out = sum(t.shape[d] for t in tensors), 0, None
+    total, off, out = ssimplify(sum(t.shape[d] for t in tensors)), 0, None
     for t in tensors:
-      p = t.pad(tuple((off, total - off - t.shape[d]) if i == d else None for i in range(t.ndim)))
-      out, off = p if out is None else out + p, off + t.shape[d]
+      p = t.pad(tuple((off, ssimplify(total - off - t.shape[d])) if i == d else None for i in range(t.ndim)))
+      out, off = p if out is None else out + p, ssimplify(off + t.shape[d])
     return out  # type: ignore[return-value]
 
   def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:

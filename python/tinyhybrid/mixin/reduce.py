@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from tinyhybrid.dtype import dtypes, least_upper_float, sum_acc_dtype
 from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import sint_eq
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -115,7 +116,7 @@ class ReduceMixin:
     """Matrix product with numpy's broadcasting rules (1-D operands are vectors)."""
     if self.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul: both operands need at least 1 dimension, got {self.shape} and {w.shape}")
     x, y = (self.unsqueeze(0) if self.ndim == 1 else self), (w.unsqueeze(-1) if w.ndim == 1 else w)
-    if x.shape[-1] != y.shape[-2]: raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not align ({x.shape[-1]} != {y.shape[-2]})")
+    if not sint_eq(x.shape[-1], y.shape[-2]): raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not align ({x.shape[-1]} != {y.shape[-2]})")
     out = (x.unsqueeze(-1) * y.unsqueeze(-3)).sum(-2, dtype=dtype)
     if self.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)

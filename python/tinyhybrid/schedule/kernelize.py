@@ -12,8 +12,8 @@ from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import DType
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
-from tinyhybrid.uop.shape import shape_of
+from tinyhybrid.uop.ops import UOp, map_binds, movement, sint
+from tinyhybrid.uop.shape import max_shape, shape_of
 
 MOVEMENT = GroupOp.Movement
 
@@ -49,22 +49,36 @@ def buffer_view(u: UOp) -> bool:
   return u.op is Ops.BUFFER
 
 
-def normalize(roots: list[UOp]) -> tuple[UOp, list[Buffer], list[UOp]]:
-  """The graph with every BUFFER replaced by a BufferSlot and every UNIQUE numbered in order, the Buffers in slot
-  order, and the graph's nodes."""
+def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple[UOp, list[Buffer], list[UOp]]:
+  """The graph with every BUFFER replaced by a BufferSlot, every UNIQUE numbered in order and every bound Variable
+  (BIND) replaced by its variable, the Buffers in slot order, and the graph's nodes; var_vals (if given) receives the
+  variables' values. Without the values in it, one plan (and its kernels) serves every value of the variables."""
   sink = UOp.sink(*roots)
   nodes = list(sink.toposort())
   inputs: list[Buffer] = []
   subs: dict[UOp, UOp] = {}
+  binds: list[UOp] = []
   uniques = 0
+  BUFFER, UNIQUE, BIND = Ops.BUFFER, Ops.UNIQUE, Ops.BIND  # noqa: N806 (locals: enum lookups are slow in the loop)
   for u in nodes:
-    if u.op is Ops.BUFFER and isinstance(u.arg, Buffer):
+    op = u.op
+    if op is BUFFER and isinstance(u.arg, Buffer):
       subs[u] = UOp(Ops.BUFFER, u.dtype, (), BufferSlot(len(inputs), u.arg.size, u.dtype))
       inputs.append(u.arg)
-    elif u.op is Ops.UNIQUE:
+    elif op is UNIQUE:
       subs[u] = UOp(Ops.UNIQUE, u.dtype, (), uniques)
       uniques += 1
-  return (sink.substitute(subs) if subs else sink), inputs, nodes
+    elif op is BIND: binds.append(u)
+  if not binds: return (sink.substitute(subs) if subs else sink), inputs, nodes
+  if var_vals is None: var_vals = {}
+  names: dict[str, UOp] = {}
+  for b in binds:
+    var, val = b.unbind()
+    if var_vals.setdefault(var, val) != val:
+      raise ValueError(f"Variable {var.arg[0]!r} is bound to both {var_vals[var]} and {val} in the same computation")
+    if names.setdefault(var.arg[0], var) is not var:
+      raise ValueError(f"two different Variables are named {var.arg[0]!r} in the same computation: {names[var.arg[0]].arg} and {var.arg}")
+  return map_binds(sink, lambda b: b.src[0], subs), inputs, nodes
 
 
 def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
@@ -72,8 +86,11 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
   roots = list(key.src)
   nodes = list(key.toposort())  # keeps every node's Python object (and its cached shape) alive
   ends_kernel = {u for u in nodes if u.op in (Ops.REDUCE, Ops.CONTIGUOUS, Ops.STORE)}
-  # a root that is only a reshape of something already getting a buffer is a view of that buffer, not a copy
-  ends_kernel |= {r for r in roots if not buffer_view(r) and _strip_reshape(r) not in ends_kernel}
+  # a root that is only a reshape of something already getting a buffer is a view of that buffer, not a copy (unless
+  # a shape is symbolic: such a buffer is laid out in its max shape, which a reshape does not follow)
+  ends_kernel |= {r for r in roots if not buffer_view(r) and ((base := _strip_reshape(r)) not in ends_kernel or
+                  (base is not r and not (_concrete(shape_of(r)) and _concrete(shape_of(base)))))}
+  ends_kernel |= _shared_results(nodes, ends_kernel)
   items: list[KernelItem] = []
   realized: dict[UOp, BufferSlot] = {}
   new_slots: list[BufferSlot] = []
@@ -85,7 +102,7 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
       continue
     if u.op is Ops.STORE: slot = base_buffer(u.src[0]).arg  # an assign writes into the buffer under its target
     else:
-      slot = BufferSlot(n_inputs + len(new_slots), prod(shape_of(u) or ()), u.dtype)
+      slot = BufferSlot(n_inputs + len(new_slots), prod(max_shape(shape_of(u) or ())), u.dtype)
       new_slots.append(slot)
     items.append(KernelItem(u, slot, realized))  # one shared map: a kernel only reaches nodes realized before it
     realized[u] = slot
@@ -99,6 +116,29 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
   return ScheduleSpec(items, n_inputs, new_slots, outputs)
 
 
+def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
+  """Elementwise results computed from a reduce that more than one kernel reads: they get a buffer. Fused into each
+  reader instead, a chain of them (a residual stream: relu(bn(conv(x)) + x), block after block) would be recomputed
+  by every kernel that reads it, and grow with every block."""
+  from_reduce: set[UOp] = set()
+  consumers: dict[UOp, list[UOp]] = {}
+  for u in nodes:
+    if u.op is Ops.REDUCE or (u.op not in (Ops.CONTIGUOUS, Ops.STORE) and any(s in from_reduce for s in u.src)): from_reduce.add(u)
+    for s in u.src:
+      if s in from_reduce: consumers.setdefault(s, []).append(u)
+  readers: dict[UOp, set[UOp]] = {}  # the kernels (by the node they end at) that compute a node
+  shared: set[UOp] = set()
+  for u in reversed(nodes):
+    if u not in from_reduce: continue
+    ks: set[UOp] = set()
+    for c in consumers.get(u, ()):
+      if c in ends or c in shared: ks.add(c)
+      else: ks |= readers[c]
+    readers[u] = ks
+    if u.op in GroupOp.ALU and len(ks) > 1: shared.add(u)
+  return shared
+
+
 def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
   """The buffer a node is all of, in order (a BUFFER, or a reshape of one; a realized AFTER is its view), or None."""
   if u.op is Ops.AFTER: u = u.src[0]
@@ -106,10 +146,14 @@ def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
   return u.arg if u.op is Ops.BUFFER else None
 
 
-def buffer_uop(buf: Buffer | BufferSlot, shape: tuple[int, ...]) -> UOp:
-  """The node for a realized buffer (or a slot) seen with `shape`."""
+def buffer_uop(buf: Buffer | BufferSlot, shape: tuple[sint, ...]) -> UOp:
+  """The node for a realized buffer (or a slot) seen with `shape`. A symbolic shape's buffer is laid out in its max
+  shape (uop/shape.py max_shape): the view is that shape shrunk to the symbolic one."""
   b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-  return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+  if type(sum(shape)) is int: return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
+  big = max_shape(shape)
+  if big != (buf.size,): b = UOp(Ops.RESHAPE, buf.dtype, (b,), big)
+  return movement(Ops.SHRINK, b, tuple((0, d) for d in shape))
 
 
 def base_buffer(u: UOp) -> UOp:
@@ -117,6 +161,9 @@ def base_buffer(u: UOp) -> UOp:
   while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
   if u.op is not Ops.BUFFER: raise ValueError("assign: the target is not a view of a buffer")
   return u
+
+
+def _concrete(shape: tuple | None) -> bool: return all(type(d) is int for d in shape or ())
 
 
 def _strip_reshape(u: UOp) -> UOp:

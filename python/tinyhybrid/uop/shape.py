@@ -1,12 +1,20 @@
 """Shapes of tensor-graph UOps. A node's shape follows from its sources' shapes and its own arg; it is computed
-once per Python object and kept in the object's __dict__ (iteratively, so deep graphs do not recurse)."""
+once per Python object and kept in the object's __dict__ (iteratively, so deep graphs do not recurse). A dimension
+is an int or, for a shape built from bound Variables, a simplified sint expression of their BINDs (interned: the same
+expression is the same object; one built in another order, i+j and j+i, is told equal by uop.ops.shape_eq)."""
 from __future__ import annotations
 
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, shape_eq, sint, ssimplify
 
 _SAME_AS_SRC = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.AFTER}
+_VARIABLE = (Ops.BIND, Ops.DEFINE_VAR)
+
+
+def _canon(shape: tuple) -> tuple:
+  """A shape with its sints simplified (a shape of ints sums to an int)."""
+  return shape if type(sum(shape)) is int else tuple(d if type(d) is int else d.ssimplify() for d in shape)
 
 
 def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, ...] | None:
@@ -15,18 +23,19 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
   if op is Ops.CONST: return ()
   if op is Ops.IOTA: return (u.arg,)
   if op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
+  if op in _VARIABLE: return ()  # a variable used as a value is a scalar
   s = src_shapes[0] if src_shapes else None
   if s is None: return None
   if op is Ops.PERMUTE: return tuple(s[i] for i in u.arg)
-  if op is Ops.PAD: return tuple(d + b + a for d, (b, a) in zip(s, u.arg))
-  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.PAD: return _canon(tuple(d + b + a for d, (b, a) in zip(s, u.arg)))
+  if op is Ops.SHRINK: return _canon(tuple(e - b for b, e in u.arg))
   if op is Ops.FLIP: return s
   if op is Ops.STORE: return s
   if op is Ops.REDUCE: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
   if op in _SAME_AS_SRC:
     if op in GroupOp.ALU:
       shapes = [x for x in src_shapes if x is not None]
-      if any(x != shapes[0] for x in shapes): raise ValueError(f"{op.name}: sources have different shapes {shapes}")
+      if any(x != shapes[0] for x in shapes) and not all(shape_eq(x, shapes[0]) for x in shapes): raise ValueError(f"{op.name}: sources have different shapes {shapes}")
     return s
   return None
 
@@ -51,4 +60,10 @@ def _cached(x: UOp) -> tuple[int, ...] | None:
   except KeyError: return shape_of(x)
 
 
-def numel(u: UOp) -> int: return prod(shape_of(u) or ())
+def numel(u: UOp) -> sint: return ssimplify(prod(shape_of(u) or ()))
+
+
+def max_shape(shape: tuple) -> tuple[int, ...]:
+  """The largest value of each dimension: a symbolic shape's buffer is laid out in it (as in tinygrad), so its data
+  stays where it is whatever value its variables take."""
+  return shape if type(sum(shape)) is int else tuple(d if type(d) is int else d.vmax for d in shape)
