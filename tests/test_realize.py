@@ -49,3 +49,29 @@ def test_contiguous_keeps_the_schedule_cache_warm():
   before = len(engine.schedule_cache)
   for _ in range(3): np.testing.assert_equal(step(), [2.0] * 4)
   assert len(engine.schedule_cache) == before  # fresh UNIQUEs each call, one plan
+
+
+def test_constants_realized_together_are_two_buffers():
+  a, b = Tensor.zeros(2), Tensor.zeros(2)
+  Tensor.realize(a, b)
+  a.assign(Tensor([1.0, 2.0])).realize()
+  np.testing.assert_equal(b.numpy(), [0.0, 0.0])
+  np.testing.assert_equal(a.numpy(), [1.0, 2.0])
+
+
+def test_a_realized_constant_is_not_handed_to_a_lazy_twin():
+  a, b = Tensor.ones(3), Tensor.ones(3)
+  c = Tensor.ones(3) + 1  # holds the same constant graph inside
+  a.realize()
+  a.assign(Tensor([5.0, 6.0, 7.0])).realize()
+  np.testing.assert_equal(b.numpy(), [1.0, 1.0, 1.0])
+  np.testing.assert_equal(c.numpy(), [2.0, 2.0, 2.0])
+  np.testing.assert_equal(a.numpy(), [5.0, 6.0, 7.0])
+
+
+def test_identical_graphs_over_a_buffer_still_share_their_result():
+  x = Tensor([1.0, 2.0]).realize()
+  a, b = x * 2, x * 2
+  a.realize()
+  assert b.uop is a.uop  # computed once, as in tinygrad
+  np.testing.assert_equal(b.numpy(), [2.0, 4.0])

@@ -115,11 +115,18 @@ capturing: list[list[tuple[str, CompiledProgram, list[Buffer | UOp], int]]] = []
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  from tinyhybrid.tensor import _all_tensors
+  from tinyhybrid.tensor import _all_tensors, _new_memory
   by_device: dict[str, list[Tensor]] = {}
   for t in tensors:
     if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
   for device, ts in by_device.items():
+    # a constant (a graph that reads no buffer) is computed per tensor, as in tinygrad: two Tensor.zeros(2) realized
+    # are two buffers, and a lazy tensor built the same way is handed neither (an assign to one would change it)
+    consts = {u for u in {t.uop for t in ts} if not _reads_buffer(u)}
+    seen: set[UOp] = set()
+    for t in ts:
+      if t.uop in consts and t.uop in seen: t.uop = _new_memory(t.uop)
+      seen.add(t.uop)
     roots = [t.uop for t in ts]
     var_vals: dict[UOp, int] = {}
     key, inputs, nodes = normalize(roots, var_vals)
@@ -168,7 +175,14 @@ def realize_tensors(tensors: list[Tensor]) -> None:
         becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view
     for u in nodes:
       if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
+    own = {id(t): becomes.pop(t.uop) for t in ts if t.uop in consts and t.uop in becomes}
     _apply_becomes(becomes)
+    for t in ts:
+      if id(t) in own: t.uop = own[id(t)]
+
+
+def _reads_buffer(u: UOp) -> bool:
+  return any(n.op is Ops.BUFFER for n in u.toposort())  # BUFFERs are leaves: a graph that has one meets it early
 
 
 def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:

@@ -20,7 +20,7 @@ def _channel_shape(x: Tensor) -> tuple[int, ...]: return (1, -1, *[1] * (x.ndim 
 
 def _filled(shape: int | tuple[int, ...], value: float, dtype: DType | None = None, requires_grad: bool | None = None) -> Tensor:
   """A constant-initialized parameter or buffer with memory of its own. Tensor.full would be a graph identical to every
-  other of that shape and value, and the first one realized (e.g. by assign) would hand its buffer to all of them."""
+  other of that shape and value: one node, which gradients (keyed by node) could not tell apart."""
   return Tensor.empty(_tuple(shape, 1), dtype=dtype, requires_grad=requires_grad).assign(value)
 
 
