@@ -44,9 +44,33 @@ def test_cnn_forward_backward_matches_torch():
 def test_compile_error_names_compiler_message_and_source():
   from tinyhybrid.runtime.compiler import CompileError, compile_shared
   with pytest.raises(RuntimeError) as e:
-    compile_shared("void broken(const unsigned long long* args) { this is not C; }", "broken")
+    compile_shared([("broken", "void broken(const unsigned long long* args) { this is not C; }")])
   assert isinstance(e.value, CompileError)
   assert "broken" in str(e.value) and "this is not C" in str(e.value) and "error" in str(e.value)
+
+
+def test_a_batch_with_a_broken_kernel_names_that_kernel(tmp_path, monkeypatch):
+  from tinyhybrid.runtime.compiler import CompileError, compile_shared
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
+  good = ("fine", "void fine(const unsigned long long* args) { (void)args; }")
+  with pytest.raises(CompileError, match="kernel broken") as e:
+    compile_shared([good, ("broken", "void broken(const unsigned long long* args) { this is not C; }")])
+  assert "this is not C" in str(e.value)
+
+
+def test_kernels_compiled_together_share_a_library_and_load_alone(tmp_path, monkeypatch):
+  import ctypes
+  from tinyhybrid.runtime.compiler import compile_shared
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
+  # two kernels of one name (different sources) in one file: each gets a symbol of its own
+  srcs = [("k", f"void k(unsigned long long* args) {{ args[0] = {v}; }}") for v in (11, 22)] + [("j", "void j(unsigned long long* args) { args[0] = 33; }")]
+  built = compile_shared(srcs)
+  assert len({p.resolve() for p, _ in built}) == 1 and len({s for _, s in built}) == 3
+  assert compile_shared(srcs[1:2]) == built[1:2]  # found in the cache alone, under its own name
+  for (path, sym), want in zip(built, (11, 22, 33)):
+    out = (ctypes.c_uint64 * 1)()
+    getattr(ctypes.CDLL(str(path)), sym)(out)
+    assert out[0] == want
 
 
 def test_main_job_trains_digits():

@@ -125,10 +125,18 @@ class Compiled:
     self._cache: dict[tuple[str, str], CompiledProgram] = {}
     self.max_threads = 1  # how many cores a kernel's outer loop is split across
 
-  def compile(self, name: str, src: str) -> CompiledProgram:
+  def compile(self, name: str, src: str) -> CompiledProgram: return self.compile_many([(name, src)])[0]
+
+  def compile_many(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
+    """The programs of (name, source) pairs, each compiled once per device."""
     if self._compile is None: raise RuntimeError(f"device {self.name} does not run kernels")
-    if (key := (name, src)) not in self._cache: self._cache[key] = self._compile(name, src)
-    return self._cache[key]
+    if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]: self._cache.update(zip(todo, self._build(todo)))
+    return [self._cache[k] for k in kernels]
+
+  def _build(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
+    """Compiles new kernels; a device whose compiler takes several at once does them together."""
+    assert self._compile is not None
+    return [self._compile(name, src) for name, src in kernels]
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner: return Runner(items, nslots)
 

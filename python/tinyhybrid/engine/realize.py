@@ -2,10 +2,8 @@
 rendering and compiling), bind buffers and run the kernels."""
 from __future__ import annotations
 
-import os
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -80,13 +78,10 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     phase_times["rewrite"] += t2 - t1
     phase_times["render"] += t3 - t2
     t1 = t3
-  # the compiler runs as a separate process per kernel, so kernels compile in parallel, one per core; kernels with
-  # the same source compile once
+  # kernels with the same source compile once; the device builds the new ones together (on the CPU: a compiler run
+  # per core, each over its share)
   unique = list({(k.name, src): None for k, src in fresh.values()})
-  compiled = {}
-  if unique:
-    with ThreadPoolExecutor(min(len(unique), os.cpu_count() or 1)) as pool:
-      compiled = dict(zip(unique, pool.map(lambda name_src: dev.compile(*name_src), unique)))
+  compiled = dict(zip(unique, dev.compile_many(unique))) if unique else {}
   for ck, (k, src) in fresh.items(): kernel_cache[ck] = (k, compiled[(k.name, src)])
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1

@@ -21,7 +21,11 @@ _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "uns
            "double": "double", "weakfloat": "double"}
 _MASK_INT = {1: "signed char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
 
-PRELUDE = """#include <math.h>
+# Sources are self-contained, and several can be compiled as one file (runtime/compiler.py builds a schedule's
+# kernels together): the prelude, vector types and helpers are guarded, and a kernel's state lives inside its function.
+PRELUDE = """#ifndef TH_PRELUDE
+#define TH_PRELUDE
+#include <math.h>
 #include <stdbool.h>
 #ifdef __clang__
 #define TH_CONTRACT _Pragma("clang fp contract(fast)")
@@ -44,6 +48,7 @@ static inline unsigned short th_f2bf(float f) {
   return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
 static inline float th_round_bf16(float f) { return th_bf2f(th_f2bf(f)); }
+#endif
 """
 
 # AVX-512 masked loads by (C type, lanes): a masked-off lane is never read, so a vector may overhang padding
@@ -95,6 +100,11 @@ class CRenderer:
   def render(self, k: LoweredKernel) -> str: return _KernelWriter(k).write()
 
 
+def _guarded(name: str, decl: str) -> str:
+  """A declaration that may appear in several kernels of one file: only the first counts."""
+  return f"#ifndef TH_DEF_{name}\n#define TH_DEF_{name}\n{decl}\n#endif"
+
+
 def var_name(v: UOp) -> str:
   """A DEFINE_VAR's C name: its own name with anything C does not take in an identifier replaced."""
   return "var_" + "".join(c if c.isalnum() else "_" for c in v.arg[0])
@@ -127,7 +137,7 @@ class _KernelWriter:
 
   def vtype(self, scalar: str, n: int) -> str:
     name = f"th_{scalar.replace(' ', '_')}{n}"
-    self.types.setdefault(name, f"typedef {scalar} {name} __attribute__((ext_vector_type({n})));")
+    self.types.setdefault(name, _guarded(name, f"typedef {scalar} {name} __attribute__((ext_vector_type({n})));"))
     return name
 
   def ctype(self, u: UOp) -> str:
@@ -139,7 +149,7 @@ class _KernelWriter:
     return hit
 
   def helper(self, name: str, body: str) -> str:
-    self.helpers.setdefault(name, body)
+    self.helpers.setdefault(name, _guarded(name, body))
     return name
 
   def fma(self, t: str) -> str:
@@ -338,7 +348,8 @@ class _KernelWriter:
     if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops):
       size = sum(self.acc_bytes(a) for a in self.reduces)
       self.statics["group"] = f"static unsigned char th_part[{MAX_CORES}][{size}] __attribute__((aligned(64)));\nstatic unsigned int th_done;"
-    return "\n".join([PRELUDE, *self.types.values(), *self.helpers.values(), *self.statics.values(), header, *self.lines, "}\n"])
+    statics = ["  " + line for v in self.statics.values() for line in v.split("\n")]
+    return "\n".join([PRELUDE, *self.types.values(), *self.helpers.values(), header, *statics, *self.lines, "}\n"])
 
   def acc_bytes(self, acc: UOp) -> int: return acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 else csize(acc.dtype))
 

@@ -54,19 +54,57 @@ class CompileError(RuntimeError):
   """A kernel failed to compile: carries the compiler's message and the kernel's source."""
 
 
-def compile_shared(src: str, name: str) -> Path:
-  """The path of a shared library built from `src` (from the cache when the same source and compiler built it)."""
+# how a source becomes a library: part of every cache key, so a change here never loads an old library
+_FORMAT = "batch-1"
+
+
+def kernel_symbol(name: str, src: str) -> str:
+  """The exported name of a kernel's function: its name and a hash of its source and the compiler, so kernels of one
+  name built together stay apart, and a library found in the cache is the one wanted."""
+  return f"{name}_{hashlib.sha256(chr(0).join((src, compiler_key(), _FORMAT, *CFLAGS)).encode()).hexdigest()[:24]}"
+
+
+def _build(text: str, out: Path, what: str) -> None:
   cc = c_compiler()
-  key = hashlib.sha256("\0".join((src, compiler_key(), *CFLAGS)).encode()).hexdigest()[:24]
-  out = cache_dir() / f"{name}-{key}.so"
-  if out.exists(): return out
   with tempfile.TemporaryDirectory() as tmp:
-    c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / f"{name}.so"
-    c_file.write_text(src)
+    c_file, so_tmp = Path(tmp) / "kernels.c", Path(tmp) / "kernels.so"
+    c_file.write_text(text)
     res = subprocess.run([cc, *CFLAGS, "-o", str(so_tmp), str(c_file), "-lm"], capture_output=True, text=True)
-    if res.returncode != 0:
-      raise CompileError(f"kernel {name} failed to compile with {cc}:\n{res.stderr.strip()}\n--- source ---\n{src}")
-    os.replace(so_tmp, out)  # atomic: concurrent compiles of the same kernel never see a partial file
+    if res.returncode != 0: raise CompileError(f"{what} failed to compile with {cc}:\n{res.stderr.strip()}\n--- source ---\n{text}")
+    os.replace(so_tmp, out)  # atomic: concurrent builds of the same library never see a partial file
+
+
+def _renamed(name: str, src: str) -> str:
+  # the function's name is a single C token: a macro gives it the symbol's name without touching the source
+  return f"#define {name} {kernel_symbol(name, src)}\n{src}\n#undef {name}\n"
+
+
+def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
+  """(library, symbol) for each (name, source). Kernels found in the cache are loaded from it; the others are built
+  together, one compiler run for all (the run's fixed cost is most of a small kernel's), and each is entered in the
+  cache as a link to that library. If the run fails, each is built alone, so the error names the kernel at fault."""
+  out, missing = [], []
+  for name, src in kernels:
+    sym = kernel_symbol(name, src)
+    path = cache_dir() / f"{sym}.so"
+    out.append((path, sym))
+    if not path.exists(): missing.append((name, src, path))
+  if len(missing) == 1:
+    name, src, path = missing[0]
+    _build(_renamed(name, src), path, f"kernel {name}")
+  elif missing:
+    text = "".join(_renamed(name, src) for name, src, _ in missing)
+    lib = cache_dir() / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}.so"
+    try:
+      if not lib.exists(): _build(text, lib, f"{len(missing)} kernels")
+    except CompileError:
+      for name, src, path in missing: _build(_renamed(name, src), path, f"kernel {name}")
+      return out
+    for _, _, path in missing:
+      link = path.with_suffix(f".{os.getpid()}.tmp")
+      link.unlink(missing_ok=True)
+      os.symlink(lib.name, link)
+      os.replace(link, path)
   return out
 
 

@@ -2,6 +2,10 @@
 consumed by one worker thread per usable core; each kernel's THREAD loop is split across them)."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import numpy as np
 
 from tinyhybrid._core import hcq
@@ -50,8 +54,24 @@ class CPUDevice(Compiled):
     self.queue = hcq.CPUDevice()
     self.max_threads = self.queue.num_threads
 
-  def _compile_program(self, name: str, src: str) -> CompiledProgram:
-    lib, addr = load_kernel(compile_shared(src, name), name)
+  def _build(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
+    # one compiler run per core, each over its share of the kernels (split by source size)
+    groups: list[list[int]] = [[] for _ in range(min(len(kernels), os.cpu_count() or 1))]
+    sizes = [0] * len(groups)
+    for i in sorted(range(len(kernels)), key=lambda i: -len(kernels[i][1])):
+      g = sizes.index(min(sizes))
+      groups[g].append(i)
+      sizes[g] += len(kernels[i][1])
+    with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g]), groups))
+    libs: list[tuple[Path, str]] = [("", "")] * len(kernels)  # type: ignore[list-item]
+    for g, b in zip(groups, built):
+      for i, lib in zip(g, b): libs[i] = lib
+    return [self._load(name, src, *lib) for (name, src), lib in zip(kernels, libs)]
+
+  def _compile_program(self, name: str, src: str) -> CompiledProgram: return self._build([(name, src)])[0]
+
+  def _load(self, name: str, src: str, path: Path, symbol: str) -> CompiledProgram:
+    lib, addr = load_kernel(path, symbol)
     prog = hcq.Program(addr, name)
 
     fn = KERNEL_FN(addr)
