@@ -75,3 +75,20 @@ def test_identical_graphs_over_a_buffer_still_share_their_result():
   a.realize()
   assert b.uop is a.uop  # computed once, as in tinygrad
   np.testing.assert_equal(b.numpy(), [2.0, 4.0])
+
+
+def test_a_write_through_a_view_is_seen_by_the_whole_tensor():
+  x = Tensor.zeros(4).contiguous().realize()
+  before = x * 1  # built before the write: a view write is seen by every tensor on that memory, as in tinygrad
+  x[1:3].assign(Tensor([5.0, 6.0]))  # the view is a temporary: the pending write must not be lost with it
+  after = x + 1
+  np.testing.assert_equal(x.numpy(), [0.0, 5.0, 6.0, 0.0])
+  np.testing.assert_equal(after.numpy(), [1.0, 6.0, 7.0, 1.0])
+  np.testing.assert_equal(before.numpy(), [0.0, 5.0, 6.0, 0.0])
+
+
+def test_view_writes_land_in_order():
+  x = Tensor.zeros(3).contiguous().realize()
+  x[0:2].assign(Tensor([1.0, 2.0]))
+  x[1:3].assign(Tensor([3.0, 4.0]))
+  np.testing.assert_equal(x.numpy(), [1.0, 3.0, 4.0])

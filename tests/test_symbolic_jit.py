@@ -166,3 +166,29 @@ def test_changed_inputs_raise():
   with pytest.raises(JitError, match="inputs changed"): add(a[:, :v].cast("float16"), b[:, :v])
   with pytest.raises(JitError, match="bound to both"): add(a[:, :v], b[:, :Variable("i", 1, 10).bind(3)])
   close(add(a[:, :v], b[:, :v])[:, :7].numpy(), (a.numpy() + b.numpy())[:, :7])  # still replays
+
+
+def test_kv_cache_attention_with_a_bound_position():
+  # a decoder step as in tinygrad's llama: write this position's key and value into the cache through a view (no
+  # realize), attend over the cache up to it; the position is a bound Variable, so the JIT replays one plan
+  D, MAXLEN = 8, 16
+  rng = np.random.default_rng(0)
+  wq, wk, wv = [Tensor(rng.standard_normal((D, D), dtype=np.float32)).realize() for _ in range(3)]
+  cache_k, cache_v = Tensor.zeros(MAXLEN, D).contiguous().realize(), Tensor.zeros(MAXLEN, D).contiguous().realize()
+
+  def step(x: Tensor, pos) -> Tensor:
+    q, k, v = x @ wq, x @ wk, x @ wv
+    cache_k[pos:pos + 1].assign(k)
+    cache_v[pos:pos + 1].assign(v)
+    keys, vals = cache_k[0:pos + 1], cache_v[0:pos + 1]
+    return ((q @ keys.T / D ** 0.5).softmax(-1) @ vals).realize()
+  jstep = TinyJit(step)
+  K, V = np.zeros((MAXLEN, D), np.float32), np.zeros((MAXLEN, D), np.float32)
+  for i in range(8):
+    xn = rng.standard_normal((1, D), dtype=np.float32)
+    out = jstep(Tensor(xn), Variable("pos", 0, MAXLEN - 1).bind(i)).numpy()
+    q, K[i], V[i] = xn @ wq.numpy(), (xn @ wk.numpy())[0], (xn @ wv.numpy())[0]
+    s = q @ K[:i + 1].T / D ** 0.5
+    a = np.exp(s - s.max())
+    np.testing.assert_allclose(out, (a / a.sum()) @ V[:i + 1], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(cache_k.numpy(), K, rtol=1e-6, atol=1e-6)

@@ -62,6 +62,10 @@ class _LiveTensors:
 
 
 _all_tensors = _LiveTensors()
+# Assigns through a view (`cache[i:j].assign(x)`), in creation order, held until they run (the view is often a
+# temporary): a realize that reads their buffer runs them first, so the write is seen through every tensor on that
+# memory (tinygrad's view assign).
+_view_writes: list[Tensor] = []
 
 
 class Tensor(TensorAPI):
@@ -262,6 +266,7 @@ class Tensor(TensorAPI):
     value = x.uop
     if _reads_buffer_differently(value, self.uop): value = x.contiguous().uop
     self.uop = UOp(Ops.STORE, self.dtype, (self.uop, value))
+    if contiguous_buffer(self.uop.src[0]) is None: _view_writes.append(self)
     return self
 
   def clone(self, device: str | None = None) -> Tensor:

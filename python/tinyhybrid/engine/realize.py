@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
 from tinyhybrid.helpers import BEAM, DEBUG, getenv
-from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, create_schedule, normalize
+from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
@@ -111,6 +111,7 @@ capturing: list[list[tuple[str, CompiledProgram, list[Buffer | UOp], int]]] = []
 
 def realize_tensors(tensors: list[Tensor]) -> None:
   from tinyhybrid.tensor import _all_tensors, _new_memory
+  _run_view_writes(tensors)
   by_device: dict[str, list[Tensor]] = {}
   for t in tensors:
     if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
@@ -125,8 +126,9 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     roots = [t.uop for t in ts]
     var_vals: dict[UOp, int] = {}
     key, inputs, nodes = normalize(roots, var_vals)
-    # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first
-    written = {id(base_buffer(u.src[0]).arg) for u in nodes if u.op is Ops.STORE}
+    # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first (a write
+    # through a view is seen by every tensor on its memory instead, as in tinygrad)
+    written = {id(base_buffer(u.src[0]).arg) for u in nodes if u.op is Ops.STORE and contiguous_buffer(u.src[0]) is not None}
     if written:
       mine = set(map(id, ts))
       if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
@@ -174,6 +176,25 @@ def realize_tensors(tensors: list[Tensor]) -> None:
     _apply_becomes(becomes)
     for t in ts:
       if id(t) in own: t.uop = own[id(t)]
+
+
+_running_view_writes = False
+
+
+def _run_view_writes(tensors: list[Tensor]) -> None:
+  """Runs the pending assigns through views (tensor.py _view_writes) into buffers these tensors read, oldest first."""
+  global _running_view_writes
+  from tinyhybrid.tensor import _view_writes
+  if _running_view_writes or not _view_writes: return
+  _view_writes[:] = [w for w in _view_writes if w.uop.op is Ops.STORE]  # the ones realized since are done
+  pending = [w for w in _view_writes if all(w is not t for t in tensors)]
+  if not pending: return
+  reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
+  _running_view_writes = True
+  try:
+    for w in pending:
+      if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads: realize_tensors([w])
+  finally: _running_view_writes = False
 
 
 def _reads_buffer(u: UOp) -> bool:
