@@ -61,6 +61,12 @@ CASES = {
   "mul_bcast_col": lambda a=_f(40, 48), b=_f(40, 1): (Tensor(a).realize() * Tensor(b).realize(), a * b),
   "where_relu": lambda a=_f(7, 96): ((Tensor(a).realize() > 0).where(Tensor(a).realize(), -1.0).relu(), np.maximum(np.where(a > 0, a, -1), 0)),
   "int_add": lambda a=RNG.integers(-9, 9, (5, 64)).astype(np.int32): (Tensor(a).realize() * 3 + 1, a * 3 + 1),
+  # rows of 14 and 7 are one vector of 16 (8) with dead lanes: they must not be read, stored or reduced
+  "conv_14": lambda x=_f(2, 8, 14, 14), w=_f(8, 8, 3, 3): (Tensor(x).realize().conv2d(Tensor(w).realize(), padding=1), _conv_ref(x, w, padding=1)),
+  "conv1x1_7": lambda x=_f(2, 16, 7, 7), w=_f(8, 16, 1, 1): (Tensor(x).realize().conv2d(Tensor(w).realize()), _conv_ref(x, w)),
+  "max_row_13": lambda x=_f(9, 13) - 5: (Tensor(x).realize().max(1), x.max(1)),
+  "sum_row_14": lambda x=_f(12, 14): (Tensor(x).realize().sum(1), x.sum(1)),
+  "add_14": lambda a=_f(6, 14), b=_f(14): (Tensor(a).realize() + Tensor(b).realize(), a + b),
 }
 
 
@@ -162,3 +168,15 @@ def test_beam_search_and_its_cache(tmp_path, monkeypatch):
   _forget_kernels()
   with Context(BEAM=2): np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
   _forget_kernels()
+
+
+def test_dead_lanes_of_a_padded_vector():
+  """A row of 14 runs as one vector of 16: the source masks its loads to 14 lanes and stores 8 + 4 + 2 of them."""
+  x = Tensor(_f(3, 14)).realize()
+  k, _ = kernel_of(x * 2)
+  dev = Device["CPU"]
+  if dev.renderer.vec == 1: pytest.skip("vectors need clang")
+  fk = finalize(k, hand_coded_optimizations(k), dev.renderer.vec)
+  src = dev.renderer.render(fk)
+  assert "th_float16" in src and "16383u" in src, src  # the live lanes' mask
+  np.testing.assert_allclose(run_plan(x * 2, fk.opts), x.numpy() * 2)

@@ -29,14 +29,27 @@ _VEC_INT = {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
 _VEC_FLOAT = {Ops.FDIV, Ops.RECIPROCAL}
 
 
-def chunks(size: int, vec: int) -> list[tuple[int, int]]:
-  """(start, width) pieces of an axis: powers of two of at most `vec` lanes, widest first."""
+def chunks(size: int, vec: int) -> list[tuple[int, int, int]]:
+  """(start, width, live) pieces of an axis: powers of two of at most `vec` lanes, widest first. A rest a little
+  short of a power of two (a 14 or 7 wide image row) is one vector of that power whose last lanes are dead: they are
+  computed but never read from memory, stored or combined (at most a quarter of the vector)."""
   out, start = [], 0
   while start < size:
-    w = vec
-    while w > size - start: w //= 2
-    out.append((start, w))
+    rest, w = size - start, vec
+    while w > rest: w //= 2
+    if w < rest and (p := 2 * w) <= vec and p - rest <= rest // 4: w = p
+    out.append((start, w, min(w, rest)))
     start += w
+  return out
+
+
+def _pieces(n: int) -> list[tuple[int, int]]:
+  """(offset, width) powers of two covering n lanes, widest first."""
+  out, off = [], 0
+  while off < n:
+    w = 1 << ((n - off).bit_length() - 1)
+    out.append((off, w))
+    off += w
   return out
 
 
@@ -124,6 +137,10 @@ class Expander:
   def width(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> int:
     return self.chunks[key[axes.index(self.vaxis)]][1] if self.vaxis in axes else 1
 
+  def live(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> int:
+    """How many of the key's lanes are real (the rest pad a chunk to a power of two)."""
+    return self.chunks[key[axes.index(self.vaxis)]][2] if self.vaxis in axes else 1
+
   def subs(self, axes: tuple[UOp, ...], key: tuple[int, ...], lane: int) -> dict[UOp, UOp]:
     return {a: _c(self.chunks[k][0] + lane if a is self.vaxis else k) for a, k in zip(axes, key)}
 
@@ -174,7 +191,7 @@ class Expander:
 
   def load(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
     buf, idx = u.src[0].src
-    w, dt = self.width(axes, key), u.dtype
+    w, n, dt = self.width(axes, key), self.live(axes, key), u.dtype
     ix = self.lanes_of(idx, axes, key, w)
     gx = self.lanes_of(u.src[1], axes, key, w) if len(u.src) > 1 else None
     if (ix.uniform or dt in VEC_DTYPES and ix.contiguous) and (gx is None or gx.uniform):
@@ -183,16 +200,17 @@ class Expander:
       if gate is not None and gate.op is Ops.CONST: return bcast(UOp.const(dt, 0), w)  # never read
       if ix.uniform: return bcast(UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, ix.first)),) + ((gate,) if gate is not None else ())), w)
       index = UOp(Ops.INDEX, dt.vec(w), (buf, ix.first), _aligned(ix.first, w, dt, self.simplify))
-      return UOp(Ops.LOAD, dt.vec(w), (index,) + ((gate,) if gate is not None else ()))
+      dead = () if n == w else (UOp.const(dtypes.uint, (1 << n) - 1),)  # dead lanes may lie past the buffer
+      return UOp(Ops.LOAD, dt.vec(w), (index,) + ((gate,) if gate is not None else ()) + dead)
     idxs = ix.each()
     gates = gx.each() if gx is not None else [None] * w
     gates = [None if g is None or (g.op is Ops.CONST and g.arg is True) else g for g in gates]
-    live = [i for i, g in enumerate(gates) if not (g is not None and g.op is Ops.CONST and g.arg is False)]
+    live = [i for i, g in enumerate(gates[:n]) if not (g is not None and g.op is Ops.CONST and g.arg is False)]
 
     def scalar(i: int) -> UOp:
       if i not in live: return UOp.const(dt, 0)
       return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, idxs[i])),) + ((gates[i],) if gates[i] is not None else ()))
-    if not live: return bcast(scalar(0), w)
+    if not live: return bcast(UOp.const(dt, 0), w)
     if ix.uniform and all(g is gates[0] for g in gates): return bcast(scalar(0), w)
     if dt in VEC_DTYPES and ix.contiguous:
       gate: UOp | None = None
@@ -213,15 +231,18 @@ class Expander:
     axes = tuple(a for a in self.lane_axes if a in set(self.axes(value)) | set(self.axes(out.src[1])))
     stores = []
     for key in self.keys(axes):
-      w = self.width(axes, key)
+      w, n = self.width(axes, key), self.live(axes, key)
       v = self.get(value, axes, key)
       ix = self.lanes_of(out.src[1], axes, key, w)
       if w > 1 and value.dtype in VEC_DTYPES and ix.contiguous:
-        index = UOp(Ops.INDEX, v.dtype, (out.src[0], ix.first), _aligned(ix.first, w, value.dtype, self.simplify))
-        stores.append(UOp(Ops.STORE, dtypes.void, (index, v)))
+        # a chunk with dead lanes stores its live ones as narrower vectors
+        for off, pw in ([(0, w)] if n == w else _pieces(n)):
+          at = ix.first if off == 0 else self.simplify(ix.first + off)
+          piece = v if pw == w else vectorize([gep(v, off + i) for i in range(pw)])
+          stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, piece.dtype, (out.src[0], at), _aligned(at, pw, value.dtype, self.simplify)), piece)))
       else:
         idxs = ix.each()
-        stores += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out.src[0], idxs[i])), gep(v, i))) for i in range(w)]
+        stores += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out.src[0], idxs[i])), gep(v, i))) for i in range(n)]
     return stores
 
   def reduce(self, u: UOp) -> dict[tuple[int, ...], UOp]:
@@ -249,11 +270,11 @@ class Expander:
     alu = Ops.OR if op is Ops.ADD and dt is dtypes.bool else op
     out = {}
     for key in self.keys(acc_axes[:pos] + acc_axes[pos + 1:]):
-      # chunks of one width combine as vectors first, then the lanes of what is left
-      widths: dict[int, list[UOp]] = {}
-      for c in range(len(self.chunks)): widths.setdefault(self.chunks[c][1], []).append(accs[key[:pos] + (c,) + key[pos:]])
-      groups = [[a] for g in widths.values() for a in g] if dt not in VEC_DTYPES else list(widths.values())
-      out[key] = _fold(alu, [gep(v, i) for g in groups for v in [_fold(alu, g)] for i in range(v.dtype.count)])
+      # chunks of one shape combine as vectors first, then the live lanes of what is left
+      shapes: dict[tuple[int, int], list[UOp]] = {}
+      for c, (_, w, n) in enumerate(self.chunks): shapes.setdefault((w, n), []).append(accs[key[:pos] + (c,) + key[pos:]])
+      groups = [((w, n), [a]) for (w, n), g in shapes.items() for a in g] if dt not in VEC_DTYPES else list(shapes.items())
+      out[key] = _fold(alu, [gep(v, i) for (_, n), g in groups for v in [_fold(alu, g)] for i in range(n)])
     return out
 
   def expand(self) -> UOp:

@@ -155,15 +155,18 @@ def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
 _DIVMOD = {Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD}
 
 
-def merge_loops(ast: UOp) -> UOp:
+def merge_loops(ast: UOp, vec: int = 16) -> UOp:
   """Adjacent output loops that every access walks as one (row-major: the outer index times the inner size plus the
   inner index) become one loop: a longer axis to vectorize and share, e.g. a 7x7 image as 49 positions. A pair
-  merges when no division or modulo of the merged loop is left once the indices are simplified."""
+  merges when no division or modulo of the merged loop is left once the indices are simplified, and when the merged
+  loop cuts into `vec`-lane vectors at least as well (a 14x14 image stays two loops: 196 splits only by 4, while a
+  row of 14 is one vector of 16 with two dead lanes)."""
   k = KernelParts.of(ast)
   i = 0
   while i + 1 < len(k.loops):
     a, b = k.loops[i], k.loops[i + 1]
-    if rkind(a) is AxisType.LOOP and rkind(b) is AxisType.LOOP and a.src[0].op is Ops.CONST and b.src[0].op is Ops.CONST:
+    if rkind(a) is AxisType.LOOP and rkind(b) is AxisType.LOOP and a.src[0].op is Ops.CONST and b.src[0].op is Ops.CONST and \
+       ((size := rsize(a) * rsize(b)) % vec == 0 or rsize(b) >= vec or size <= 4 * vec):
       n = rsize(b)
       m = rng(rsize(a) * n, a.arg[0], AxisType.LOOP)
       subs = {a: m // n, b: m % n}

@@ -42,7 +42,7 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   vec = getattr(dev.renderer, "vec", 1) if dev is not None else 1
   # a loop of a variable's length has no size to split by: such kernels run as lowered
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
-  if not symbolic and not getenv("NOOPT"): k = replace(k, ast=merge_loops(k.ast))
+  if not symbolic and not getenv("NOOPT"): k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
   if getenv("NOOPT") or symbolic: opts: list[Opt] = []
   elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   else: opts = hand_coded_optimizations(k)
