@@ -152,6 +152,9 @@ class Tensor(TensorAPI):
 
   # ** the primitives every other operation is built from **
   def _wrap(self, u: UOp) -> Tensor:
+    # the shape now, while the sources' nodes still have their Python objects (and their cached shapes): a node keeps
+    # its sources' objects alive once its shape is known, so no shape below a live tensor is ever worked out again
+    shape_of(u)
     t = Tensor.__new__(Tensor)
     t.uop, t.device, t.grad = u, self.device, None
     t.requires_grad = None
