@@ -90,6 +90,13 @@ def test_int_arith_wraps(dt):
   np.testing.assert_array_equal((ta < tb).numpy(), a < b)
 
 
+def test_fmod_against_torch_with_infinities_and_zeros():
+  inf = float("inf")
+  a = np.array([5.5, -5.5, 5.5, -5.5, inf, 3.0, 0.0, -0.0, 7.0, 2.5], np.float32)
+  b = np.array([2.0, 2.0, -inf, inf, 3.0, 0.0, 2.0, 2.0, 7.0, -1.5], np.float32)
+  np.testing.assert_array_equal(Tensor(a).fmod(Tensor(b)).numpy(), torch.fmod(torch.tensor(a), torch.tensor(b)).numpy())
+
+
 def test_weak_python_constants_keep_dtype():
   assert (Tensor([1, 2], dtype=dtypes.int8) * 2).dtype is dtypes.int8
   assert (Tensor([1, 2], dtype=dtypes.half) + 1.5).dtype is dtypes.half

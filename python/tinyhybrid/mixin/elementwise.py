@@ -220,7 +220,8 @@ class ElementwiseMixin:
     """C's remainder: the sign follows the dividend."""
     a, b = self._broadcasted(x)
     if a.dtype._is_int: return a._alu(Ops.CMOD, b)
-    return a - b * (a / b).trunc()
+    # a finite dividend over an infinite divisor is itself (the formula would give inf * 0)
+    return (b.isinf() & a.isfinite()).where(a, a - b * (a / b).trunc())
   def logaddexp(self: Tensor, other: Operand) -> Tensor:
     a, b = self._broadcasted(other)
     m = a.maximum(b)
