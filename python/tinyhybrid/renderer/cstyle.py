@@ -110,6 +110,12 @@ def var_name(v: UOp) -> str:
   return "var_" + "".join(c if c.isalnum() else "_" for c in v.arg[0])
 
 
+def _infix(op: Ops, dt: DType, t: str, s: list[str]) -> str:
+  e = f"({s[0]} {_INFIX[op]} {s[1]})"
+  # C promotes small ints to int: narrow the result back to the node's type
+  return f"(({t}){e})" if dt.count == 1 and dt.itemsize < 4 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
+
+
 def _identity(op: Ops, dt: DType):
   return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dt.min}[op]
 
@@ -186,10 +192,7 @@ class _KernelWriter:
     names = self.names
     s = [names.get(x, "") for x in u.src]  # an INDEX has no name: its LOAD reads its sources
     op, dt = u.op, u.dtype
-    if op in _INFIX and op not in _SPECIAL_INFIX:
-      e = f"({s[0]} {_INFIX[op]} {s[1]})"
-      # C promotes small ints to int: narrow the result back to the node's type
-      return f"(({t}){e})" if dt.itemsize < 4 and dt.count == 1 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
+    if op in _INFIX and op not in _SPECIAL_INFIX: return _infix(op, dt, t, s)
     vec = dt.count > 1
     if op is Ops.CONST: return const_literal(u.arg, dt)
     if op is Ops.VECTORIZE:
@@ -226,9 +229,7 @@ class _KernelWriter:
       return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
     if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float and not (u.src[1].op is Ops.CONST and u.src[1].arg != 0):
       return f"({s[1]} == 0 ? ({t})0 : ({t})({s[0]} {_INFIX[op]} {s[1]}))"
-    if op in _INFIX:  # a division by a nonzero constant
-      e = f"({s[0]} {_INFIX[op]} {s[1]})"
-      return f"(({t}){e})" if not vec and dt.itemsize < 4 and dt is not dtypes.bool else e
+    if op in _INFIX: return _infix(op, dt, t, s)  # a division by a nonzero constant
     raise NotImplementedError(f"the C renderer can't render {op}")
 
   def name(self, u: UOp) -> None:
