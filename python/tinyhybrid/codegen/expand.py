@@ -1,10 +1,12 @@
 """Expanding UPCAST and UNROLL ranges into lanes: every value node becomes one node per combination of the lane
 axes it depends on. One lane axis, the vector axis (the one contiguous in memory), is cut into chunks of up to
-VEC lanes that become vector values (dtype.vec(n)); the other lane axes become separate registers.
+VEC lanes that become vector values (dtype.vec(n)); the other lane axes become separate registers. A chunk may end in
+dead lanes (see chunks()).
 
-Memory accesses are resolved lane by lane: the index (and mask) of each lane is the scalar index with the lane's
-values substituted and simplified. Lanes at consecutive addresses become one vector load or store (aligned when the
-first address is provably a multiple of the width, masked when some lanes are padding), anything else a gather.
+Memory accesses are resolved per chunk: the index (and gate) is simplified once with the chunk's lane as a variable,
+which shows whether every lane reads one address or consecutive ones; only other accesses are worked out lane by
+lane. Lanes at consecutive addresses become one vector load or store (aligned when the first address is provably a
+multiple of the width, masked when some lanes are padding or dead), anything else a gather.
 A REDUCE keeps one accumulator per register; UNROLL lanes are added into it every step, except along the vector
 axis, whose lanes accumulate separately and are combined once after the loop. Ops the renderer has no vector form
 for are done lane by lane.

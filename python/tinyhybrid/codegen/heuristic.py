@@ -49,8 +49,8 @@ def hand_coded_optimizations(k: LoweredKernel) -> list[Opt]:
   p = plan.parts
   out_idx, loads = p.out.src[1], _loads(p)
   red = p.reduce
-  # 1. vectors along the output axis contiguous in memory (in a reduce, only if no load then gathers: a row reduce
-  # rather accumulates vectors along its row)
+  # 1. vectors along the output axis contiguous in memory (in a reduce, only if no load then gathers from far apart,
+  # a stride of 2 staying within two cache lines: a row reduce rather accumulates vectors along its row)
   vec = next((r for r in reversed(p.loops) if stride(out_idx, r) == 1 and rsize(r) > 1 and
               (red is None or all(stride(ld, r) in (0, 1, 2) for ld in loads))), None)
   # reuse: an output axis along which some load stays put, so one loaded value serves several outputs; the best
