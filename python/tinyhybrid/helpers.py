@@ -51,6 +51,11 @@ class Context(contextlib.ContextDecorator):
 DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
+
+
+def is_training(tensor_cls: type) -> bool:
+  """Whether layers run in training mode: Tensor.training (Tensor.train()) or Context(TRAINING=1)."""
+  return bool(getattr(tensor_cls, "training", False) or TRAINING)
 JIT = ContextVar("JIT", 1)
 PROFILE = ContextVar("PROFILE", 0)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")

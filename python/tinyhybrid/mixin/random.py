@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes, to_dtype
-from tinyhybrid.helpers import prod
+from tinyhybrid.helpers import is_training, prod
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -262,14 +262,10 @@ class RandomMixin:
     """In training (Tensor.training, or Context(TRAINING=1)), zeroes each element with
     probability p and scales the rest by 1/(1-p); otherwise returns self."""
     if not 0 <= p <= 1: raise ValueError(f"dropout: p={p} is out of range [0, 1]")
-    if not _training(type(self)) or p == 0: return self
+    if not is_training(type(self)) or p == 0: return self
     if p == 1: return self.zeros_like()
     keep = (type(self).rand(*self.shape, device=self.device, dtype=dtypes.float32, contiguous=False) >= p).contiguous()
     dt = self.dtype if self.dtype._is_float else dtypes.default_float
     # self * (keep ? 1/(1-p) : 0): the mask is a scale, so the gradient is the same masked scale
     return self * keep.where(1.0 / (1.0 - p), 0.0).cast(dt)
 
-
-def _training(cls) -> bool:
-  from tinyhybrid.helpers import TRAINING
-  return bool(getattr(cls, "training", False) or TRAINING)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.helpers import prod
-from tinyhybrid.mixin.random import _training
+from tinyhybrid.helpers import is_training, prod
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.nn import optim, state  # noqa: F401
 
@@ -38,7 +37,7 @@ class BatchNorm:
 
   def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
     """(mean, biased variance) per channel: the running ones in eval mode, else the batch's."""
-    if self.track_running_stats and not _training(Tensor): return self.running_mean, self.running_var
+    if self.track_running_stats and not is_training(Tensor): return self.running_mean, self.running_var
     axes = tuple(a for a in range(x.ndim) if a != 1)
     mean = x.mean(axes)
     # the mean is detached inside the variance because d(var)/d(mean) is zero anyway; it saves a backward path
@@ -48,7 +47,7 @@ class BatchNorm:
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2: raise ValueError(f"BatchNorm: input needs (N, C, ...) dimensions, got shape {x.shape}")
     mean, var = self.calc_stats(x)
-    if self.track_running_stats and _training(Tensor):
+    if self.track_running_stats and is_training(Tensor):
       if (n := x.numel() // x.shape[1]) < 2: raise ValueError(f"BatchNorm: training needs more than one value per channel, got shape {x.shape}")
       self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
       self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * n / (n - 1) * var.detach())

@@ -5,7 +5,7 @@ complex: SGD and Muon are LARS without a trust ratio; Adam and AdamW are LAMB wi
 from __future__ import annotations
 
 from tinyhybrid.dtype import DType, dtypes, least_upper_dtype
-from tinyhybrid.mixin.random import _training
+from tinyhybrid.helpers import is_training
 from tinyhybrid.tensor import Tensor
 
 
@@ -45,7 +45,7 @@ class Optimizer:
 
   def schedule_step(self) -> list[Tensor]:
     """Assigns the updates lazily and returns the tensors to realize to perform them."""
-    if not _training(Tensor):
+    if not is_training(Tensor):
       raise RuntimeError(f"{type(self).__name__}.step: Tensor.training is False; set Tensor.training = True to train")
     for t in self.params:
       if t.grad is None: raise RuntimeError(f"{type(self).__name__}.step: a param of shape {t.shape} has no grad; call backward first")
