@@ -34,12 +34,13 @@ _VEC_FLOAT = {Ops.FDIV, Ops.RECIPROCAL}
 def chunks(size: int, vec: int) -> list[tuple[int, int, int]]:
   """(start, width, live) pieces of an axis: powers of two of at most `vec` lanes, widest first. A rest a little
   short of a power of two (a 14 or 7 wide image row) is one vector of that power whose last lanes are dead: they are
-  computed but never read from memory, stored or combined (at most a quarter of the vector)."""
+  computed but never read from memory, stored or combined (at most a third of what is left: 28 is 16 and 16 with 12
+  live)."""
   out, start = [], 0
   while start < size:
     rest, w = size - start, vec
     while w > rest: w //= 2
-    if w < rest and (p := 2 * w) <= vec and p - rest <= rest // 4: w = p
+    if w < rest and (p := 2 * w) <= vec and p - rest <= rest // 3: w = p
     out.append((start, w, min(w, rest)))
     start += w
   return out
