@@ -90,7 +90,9 @@ class _Timer:
     return fk, self.dev.renderer.render(fk)
 
   def time(self, cands: list[tuple[tuple[Opt, ...], LoweredKernel, str]], limit: float) -> list[float]:
-    progs = list(self.pool.map(lambda c: _compile_or_none(self.dev, c[1].name, c[2]), cands))
+    # one compiler run per core for the whole round; if a candidate breaks it, each is compiled alone to find it
+    try: progs = list(self.dev.compile_many([(fk.name, src) for _, fk, src in cands]))
+    except CompileError: progs = list(self.pool.map(lambda c: _compile_or_none(self.dev, c[1].name, c[2]), cands))
     times = []
     addrs = [b.address for b in self.bufs] + [v.arg[1] for v in self.k.vars]  # variables at their smallest value
     for (_, fk, _), prg in zip(cands, progs):
