@@ -1,7 +1,7 @@
 """tinyhybrid: tinygrad's design with a compiled C++ core."""
 from tinyhybrid import _core  # noqa: F401
 from tinyhybrid.dtype import dtypes, DType  # noqa: F401
-from tinyhybrid.helpers import getenv, Context, DEBUG  # noqa: F401
+from tinyhybrid.helpers import getenv, Context, DEBUG, GlobalCounters, fetch  # noqa: F401
 from tinyhybrid.uop import Ops, GroupOp, AxisType, AddrSpace  # noqa: F401
 from tinyhybrid.uop.ops import UOp, Variable  # noqa: F401
 from tinyhybrid.device import Device  # noqa: F401

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.helpers import PROFILE, getenv
+from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv
 
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
 _NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
@@ -60,7 +60,11 @@ class Buffer:
     if self._mem is None:
       self._mem = Device[self.device].allocator.alloc(self.nbytes)
       self._address = self._mem.ctypes.data  # asked on every kernel launch: numpy's lookup is slow
+      GlobalCounters.mem_used += self.nbytes
     return self
+
+  def __del__(self) -> None:
+    if self._mem is not None: GlobalCounters.mem_used -= self.nbytes
 
   @property
   def address(self) -> int: return self._address or self.ensure_allocated()._address
@@ -91,6 +95,8 @@ class CompiledProgram:
   address: int
   call: Callable[[list[int], int], None]  # (args as uint64 words, number of threads)
   keepalive: Any = None
+  ops: int = 0  # estimated operations and bytes of memory per run (GlobalCounters), set when the kernel is lowered
+  mem: int = 0
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
+import hashlib
 import os
+import pathlib
+import urllib.request
 from typing import Any, ClassVar, Iterator
+
+from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
 
 
 @functools.cache
@@ -51,15 +57,63 @@ class Context(contextlib.ContextDecorator):
 DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
+JIT = ContextVar("JIT", 1)
+PROFILE = ContextVar("PROFILE", 0)
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 
 
 def is_training(tensor_cls: type) -> bool:
   """Whether layers run in training mode: Tensor.training (Tensor.train()) or Context(TRAINING=1)."""
   return bool(getattr(tensor_cls, "training", False) or TRAINING)
-JIT = ContextVar("JIT", 1)
-PROFILE = ContextVar("PROFILE", 0)
-DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
-DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+
+
+class GlobalCounters:
+  """What the kernels run since the last reset() did, as in tinygrad: how many ran, their operations and memory
+  traffic (estimated when a kernel is lowered: its arithmetic per iteration times its iterations, the bytes of its
+  buffers), and their time (measured only with DEBUG>=2). mem_used, the bytes of buffers allocated now, is never
+  reset."""
+  global_ops: ClassVar[int] = 0
+  global_mem: ClassVar[int] = 0
+  time_sum_s: ClassVar[float] = 0.0
+  kernel_count: ClassVar[int] = 0
+  mem_used: ClassVar[int] = 0
+
+  @staticmethod
+  def reset() -> None: GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s, GlobalCounters.kernel_count = 0, 0, 0.0, 0
+
+
+_COLORS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
+
+
+def colored(st: str, color: str | None, background: bool = False) -> str:
+  """st in an ANSI color (tinygrad's helper); an upper-case name is the bright variant."""
+  if color is None: return st
+  code = _COLORS.index(color.lower()) + (40 if background else 30) + (60 if color.isupper() else 0)
+  return f"\x1b[{code}m{st}\x1b[0m"
+
+
+def fetch(url: str, name: str | None = None, subdir: str | None = None, gunzip: bool = False, allow_caching: bool = True) -> pathlib.Path:
+  """The file at url, downloaded once into the cache (TINYHYBRID_CACHE/downloads, under `subdir`) with a progress bar
+  and kept by `name` (default: a hash of the url and gunzip); gunzip unpacks it on the way. A download that fails leaves
+  nothing behind."""
+  from tinyhybrid.runtime.compiler import cache_root
+  d = cache_root() / "downloads" / (subdir or "")
+  path = d / (name or hashlib.sha256(f"{url}\0{gunzip}".encode()).hexdigest()[:24])
+  if allow_caching and path.exists(): return path
+  d.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
+  try:
+    with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+      total = int(r.headers.get("content-length") or 0) or None
+      with tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=total is None or total < (1 << 20)) as bar:
+        while chunk := r.read(1 << 20):
+          f.write(chunk)
+          bar.update(len(chunk))
+    if gunzip: tmp.write_bytes(gzip.decompress(tmp.read_bytes()))
+    os.replace(tmp, path)
+  finally: tmp.unlink(missing_ok=True)
+  return path
 
 
 def prod(xs: Iterator[Any] | list[Any] | tuple[Any, ...], start: Any = 1) -> Any:

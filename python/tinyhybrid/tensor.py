@@ -13,7 +13,7 @@ import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
 from tinyhybrid.dtype import DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
-from tinyhybrid.helpers import prod
+from tinyhybrid.helpers import fetch, prod
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
@@ -134,7 +134,9 @@ class Tensor(TensorAPI):
 
   # ** basic properties **
   @property
-  def shape(self) -> tuple[int, ...]: return shape_of(self.uop) or ()
+  def shape(self) -> tuple[int, ...]:
+    try: return self.uop.__dict__["_shape"] or ()  # cached on the node (uop/shape.py): the common case, inline
+    except KeyError: return shape_of(self.uop) or ()
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
@@ -151,10 +153,12 @@ class Tensor(TensorAPI):
   def __bool__(self) -> bool: raise TypeError("__bool__ on Tensor is not defined: use .item() or .any()/.all()")
 
   # ** the primitives every other operation is built from **
-  def _wrap(self, u: UOp) -> Tensor:
+  def _wrap(self, u: UOp, shape: tuple | None = None) -> Tensor:
     # the shape now, while the sources' nodes still have their Python objects (and their cached shapes): a node keeps
-    # its sources' objects alive once its shape is known, so no shape below a live tensor is ever worked out again
-    shape_of(u)
+    # its sources' objects alive once its shape is known, so no shape below a live tensor is ever worked out again.
+    # A caller that knows the shape (an elementwise op, a reshape) passes it
+    if shape is None: shape_of(u)
+    else: u.__dict__["_shape"], u.__dict__["_srcs"] = shape, u.src
     t = Tensor.__new__(Tensor)
     t.uop, t.device, t.grad = u, self.device, None
     t.requires_grad = None
@@ -163,7 +167,7 @@ class Tensor(TensorAPI):
 
   def _mop(self, op: Ops, arg: Any) -> Tensor:
     """A movement op whose arg is plain ints; _smop takes one with sints of bound Variables."""
-    return self._wrap(UOp(op, self.dtype, (self.uop,), arg))
+    return self._wrap(UOp(op, self.dtype, (self.uop,), arg), arg if op is Ops.RESHAPE or op is Ops.EXPAND else None)
 
   def _smop(self, op: Ops, arg: Any) -> Tensor: return self._wrap(movement(op, self.uop, arg, strict=True))
 
@@ -177,7 +181,10 @@ class Tensor(TensorAPI):
 
   def _alu(self, op: Ops, *src: Tensor) -> Tensor:
     dt = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else None
-    return self._wrap(UOp(op, dt, (self.uop, *[s.uop for s in src])))
+    shape = self.shape
+    u = UOp(op, dt, (self.uop, *[s.uop for s in src]))
+    # sources of one shape (the callers broadcast them): the result's; anything else is checked by shape_of
+    return self._wrap(u, shape if all(s.shape == shape for s in src) else None)
 
   def cast(self, dtype: DTypeLike) -> Tensor:
     dt = to_dtype(dtype)
@@ -200,6 +207,11 @@ class Tensor(TensorAPI):
     if shape: t = t.reshape((1,) * len(shape)).expand(shape)
     t.requires_grad = requires_grad
     return t
+
+  @staticmethod
+  def from_url(url: str, gunzip: bool = False, **kwargs) -> Tensor:
+    """The bytes of the file at url (downloaded once, see helpers.fetch) as a uint8 tensor, as in tinygrad."""
+    return Tensor(np.frombuffer(fetch(url, gunzip=gunzip).read_bytes(), dtype=np.uint8), **kwargs)
 
   @staticmethod
   def _iota(n: int, device: str | None = None) -> Tensor:

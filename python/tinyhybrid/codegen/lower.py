@@ -127,6 +127,8 @@ class LoweredKernel:
   work: int                # total loop iterations, to decide whether splitting is worth it
   opts: tuple[Opt, ...] = ()  # the optimizations applied
   vars: tuple[UOp, ...] = ()  # its DEFINE_VARs, whose values follow the buffer addresses in the kernel's args
+  ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
+  mem: int = 0   # bytes of the buffers it reads and writes
 
 
 class Lowerer:
@@ -204,7 +206,10 @@ class Lowerer:
     ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
-    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, prod(max_shape(full_shape)), vars=kvars)
+    work = prod(max_shape(full_shape))
+    arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
+    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
+                         mem=sum(b.size * b.dtype.itemsize for b in self.buffers))
 
 
 def _kernel_name(out: UOp, shape: tuple[sint, ...]) -> str:

@@ -113,6 +113,7 @@ class _Replay:
     self.var_slots = {k: s for k, s in slot_of.items() if isinstance(k, UOp)}
     devices = {d for d, _, _, _ in runs}
     self.runner = Device[devices.pop()].runner(self.items, len(self.args)) if len(devices) == 1 else None
+    self.ops, self.mem = sum(prg.ops for prg, _, _ in self.items), sum(prg.mem for prg, _, _ in self.items)
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> None:
     args = self.args
@@ -122,6 +123,7 @@ class _Replay:
     if self.runner is not None: self.runner(args)
     else:
       for prg, slots, threads in self.items: prg.call([args[s] for s in slots], threads)
+    engine.count_runs(len(self.items), self.ops, self.mem)
 
 
 class TinyJit(Generic[ReturnType]):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
-from tinyhybrid.helpers import BEAM, DEBUG, getenv
+from tinyhybrid.helpers import BEAM, DEBUG, GlobalCounters, getenv
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
@@ -38,6 +38,15 @@ class CompiledSchedule:
   outputs: list[tuple[str, int]]
   runner: Runner
   vars: tuple[UOp, ...] = ()  # the variables whose values follow the buffers in the runner's arguments, in this order
+
+  def __post_init__(self) -> None: self.ops, self.mem = sum(ei.prg.ops for ei in self.items), sum(ei.prg.mem for ei in self.items)
+
+
+def count_runs(kernels: int, ops: int, mem: int) -> None:
+  """Adds kernels that ran to GlobalCounters."""
+  GlobalCounters.kernel_count += kernels
+  GlobalCounters.global_ops += ops
+  GlobalCounters.global_mem += mem
 
 
 # normalized sink -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently used
@@ -82,7 +91,10 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   # per core, each over its share)
   unique = list({(k.name, src): None for k, src in fresh.values()})
   compiled = dict(zip(unique, dev.compile_many(unique))) if unique else {}
-  for ck, (k, src) in fresh.items(): kernel_cache[ck] = (k, compiled[(k.name, src)])
+  for ck, (k, src) in fresh.items():
+    prg = compiled[(k.name, src)]
+    prg.ops, prg.mem = k.ops, k.mem
+    kernel_cache[ck] = (k, prg)
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1
   items = []
@@ -153,9 +165,13 @@ def realize_tensors(tensors: list[Tensor]) -> None:
       for ei in cs.items:  # one at a time, so each kernel's time is seen
         st = time.perf_counter()
         ei.prg.call([args[s] for s in ei.slots], ei.threads)
-        print(f"{ei.prg.name:<40} {(time.perf_counter() - st) * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads")
+        et = time.perf_counter() - st
+        GlobalCounters.time_sum_s += et
+        print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
+              f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
     elif cs.items:
       cs.runner(args)
+    count_runs(len(cs.items), cs.ops, cs.mem)
     if capturing:
       bound = [*bufs, *(v.bind(var_vals[v]) for v in cs.vars)]
       for ei in cs.items: capturing[-1].append((device, ei.prg, [bound[s] for s in ei.slots], ei.threads))

@@ -42,7 +42,15 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
 
 def shape_of(u: UOp) -> tuple[int, ...] | None:
   """The shape of a tensor-graph node (None for nodes without one)."""
-  if "_shape" in u.__dict__: return u.__dict__["_shape"]
+  d = u.__dict__
+  try: return d["_shape"]
+  except KeyError: pass
+  srcs = u.src
+  try: shapes = [x.__dict__["_shape"] for x in srcs]
+  except KeyError: pass
+  else:  # every source's shape known: the common case, a node a tensor op just made
+    d["_shape"], d["_srcs"] = ret = _own_shape(u, shapes), srcs
+    return ret[0]
   # the list keeps every wrapper it holds (and so its cached shape) alive while the sources' shapes are read
   nodes = list(u.toposort(gate=lambda n: "_shape" not in n.__dict__))
   for n in nodes:

@@ -1,0 +1,82 @@
+"""tinygrad's helpers that scripts import (GlobalCounters, colored, fetch, trange) and nn.datasets.mnist."""
+import gzip
+import urllib.error
+
+import numpy as np
+import pytest
+
+from tinyhybrid import GlobalCounters, Tensor, TinyJit, fetch
+from tinyhybrid.device import Buffer
+from tinyhybrid.dtype import dtypes
+from tinyhybrid.helpers import colored, trange
+
+
+def test_global_counters_count_kernels_ops_and_memory():
+  a, b = Tensor(np.arange(1000, dtype=np.float32)).realize(), Tensor(np.ones(1000, dtype=np.float32)).realize()
+  GlobalCounters.reset()
+  (a + b).realize()
+  assert GlobalCounters.kernel_count == 1
+  assert GlobalCounters.global_ops == 1000  # one add per element
+  assert GlobalCounters.global_mem == 3 * 4000  # two inputs and the output, float32
+  GlobalCounters.reset()
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0, 0)
+
+
+def test_global_counters_count_jit_replays():
+  f = TinyJit(lambda x: (x * 2).realize())
+  x = Tensor(np.ones(64, dtype=np.float32)).realize()
+  for _ in range(3): f(x)
+  GlobalCounters.reset()
+  f(x)
+  assert GlobalCounters.kernel_count == 1 and GlobalCounters.global_ops == 64
+
+
+def test_mem_used_follows_buffers():
+  before = GlobalCounters.mem_used
+  b = Buffer("CPU", 1 << 20, dtypes.float32).ensure_allocated()
+  assert GlobalCounters.mem_used == before + (4 << 20)
+  del b
+  assert GlobalCounters.mem_used == before
+
+
+def test_colored():
+  assert colored("ok", "green") == "\x1b[32mok\x1b[0m"
+  assert colored("ok", "RED") == "\x1b[91mok\x1b[0m"  # upper case: the bright variant
+  assert colored("ok", "blue", background=True) == "\x1b[44mok\x1b[0m"
+  assert colored("ok", None) == "ok"
+  assert list(trange(3)) == [0, 1, 2]
+
+
+def test_fetch_caches_and_gunzips(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path / "cache"))
+  src = tmp_path / "data.gz"
+  src.write_bytes(gzip.compress(b"hello"))
+  got = fetch(src.as_uri(), gunzip=True)
+  assert got.read_bytes() == b"hello"
+  src.write_bytes(gzip.compress(b"changed"))
+  assert fetch(src.as_uri(), gunzip=True).read_bytes() == b"hello"  # from the cache
+  assert fetch(src.as_uri(), gunzip=True, allow_caching=False).read_bytes() == b"changed"
+  assert Tensor.from_url(src.as_uri()).dtype is dtypes.uint8
+
+
+def test_a_failed_fetch_leaves_nothing(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path / "cache"))
+  with pytest.raises(urllib.error.URLError): fetch((tmp_path / "missing").as_uri(), name="x")
+  assert not list((tmp_path / "cache" / "downloads").iterdir())
+
+
+def test_mnist_reads_idx_files(tmp_path, monkeypatch):
+  from tinyhybrid.nn import datasets
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path / "cache"))
+  rng = np.random.default_rng(0)
+  imgs = {"train": rng.integers(0, 256, (5, 28, 28), dtype=np.uint8), "t10k": rng.integers(0, 256, (3, 28, 28), dtype=np.uint8)}
+  labels = {"train": rng.integers(0, 10, 5, dtype=np.uint8), "t10k": rng.integers(0, 10, 3, dtype=np.uint8)}
+  for split in ("train", "t10k"):
+    (tmp_path / f"{split}-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\0" * 16 + imgs[split].tobytes()))
+    (tmp_path / f"{split}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(b"\0" * 8 + labels[split].tobytes()))
+  monkeypatch.setattr(datasets, "MNIST_URL", tmp_path.as_uri() + "/")
+  xt, yt, xv, yv = datasets.mnist()
+  assert xt.shape == (5, 1, 28, 28) and xt.dtype is dtypes.uint8 and xv.shape == (3, 1, 28, 28)
+  np.testing.assert_array_equal(xt.numpy()[:, 0], imgs["train"])
+  np.testing.assert_array_equal(yt.numpy(), labels["train"])
+  np.testing.assert_array_equal(yv.numpy(), labels["t10k"])
