@@ -80,3 +80,13 @@ def test_mnist_reads_idx_files(tmp_path, monkeypatch):
   np.testing.assert_array_equal(xt.numpy()[:, 0], imgs["train"])
   np.testing.assert_array_equal(yt.numpy(), labels["train"])
   np.testing.assert_array_equal(yv.numpy(), labels["t10k"])
+
+
+def test_small_helpers(capsys):
+  from tinyhybrid.helpers import Timing, argfix, ceildiv, dedup, round_up
+  assert dedup([3, 1, 3, 2, 1]) == [3, 1, 2]
+  assert argfix(1, 2) == argfix((1, 2)) == argfix([1, 2]) == (1, 2)
+  assert (ceildiv(7, 2), ceildiv(-7, 2), round_up(7, 4), round_up(8, 4)) == (4, -3, 8, 8)
+  with Timing("step ", on_exit=lambda ns: f" ({ns >= 0})"): pass
+  out = capsys.readouterr().out
+  assert out.startswith("step ") and out.rstrip().endswith("ms (True)")

@@ -7,8 +7,9 @@ import gzip
 import hashlib
 import os
 import pathlib
+import time
 import urllib.request
-from typing import Any, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
 
@@ -127,3 +128,29 @@ def all_same(items: list[Any] | tuple[Any, ...]) -> bool:
 
 def flatten(items: Any) -> list[Any]:
   return [x for sub in items for x in sub]
+
+
+def dedup(items: Iterable[Any]) -> list[Any]:
+  """The items without repeats, first occurrences in order."""
+  return list(dict.fromkeys(items))
+
+
+def argfix(*x: Any) -> tuple[Any, ...]:
+  """f(1, 2), f((1, 2)) and f([1, 2]) all as (1, 2): how tinygrad's shape arguments are read."""
+  return tuple(x[0]) if len(x) == 1 and isinstance(x[0], (tuple, list)) else x
+
+
+def ceildiv(num: int, amt: int) -> int: return -(-num // amt)
+def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
+
+
+class Timing(contextlib.ContextDecorator):
+  """`with Timing("load "):` prints how long the block took, in ms (and on_exit(ns)'s text after it)."""
+  def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True):
+    self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+
+  def __enter__(self) -> None: self.st = time.perf_counter_ns()
+
+  def __exit__(self, *exc: object) -> None:
+    self.et = time.perf_counter_ns() - self.st
+    if self.enabled: print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
