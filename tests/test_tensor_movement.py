@@ -183,3 +183,26 @@ def test_views_share_nothing_lazy():
 ])
 def test_errors(fn, exc):
   with pytest.raises(exc): fn(Tensor.ones(3, 4))
+
+
+def test_rearrange_against_numpy():
+  x = np.arange(2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+  t = Tensor(x)
+  np.testing.assert_array_equal(t.rearrange("b c h w -> b h w c").numpy(), x.transpose(0, 2, 3, 1))
+  want = x.reshape(2, 3, 2, 2, 6).reshape(2, 6, 2, 6)  # (h2 h) split, then (c h2) merged
+  np.testing.assert_array_equal(t.rearrange("b c (h2 h) w -> b (c h2) h w", h2=2).numpy(), want)
+  np.testing.assert_array_equal(t.rearrange("b ... w -> w b ...").numpy(), x.transpose(3, 0, 1, 2))
+  np.testing.assert_array_equal(t.rearrange("b c h w -> (b c) (h w)").numpy(), x.reshape(6, 24))
+  np.testing.assert_array_equal(t.rearrange("b c h w -> b c h w 1").numpy(), x[..., None])
+  np.testing.assert_array_equal(t[:, :1].rearrange("b 1 h w -> b h w").numpy(), x[:, 0])
+
+
+@pytest.mark.parametrize("formula,kw", [("b c h w", {}), ("b c h -> b c h", {}), ("b c h w -> b c h", {}), ("b c (h w) x -> b c h w x", {}),
+                                         ("b c h w -> b c h w", {"z": 2}), ("b c (h2 h) w -> b c h2 h w", {"h2": 3}), ("b c (h w -> b c h w", {})])
+def test_rearrange_errors(formula, kw):
+  with pytest.raises(ValueError): Tensor.zeros(2, 3, 4, 6).rearrange(formula, **kw)
+
+
+def test_data_is_a_shaped_memoryview():
+  m = Tensor(np.arange(6, dtype=np.int32).reshape(2, 3)).data()
+  assert m.shape == (2, 3) and m.format == "i" and m.tolist() == [[0, 1, 2], [3, 4, 5]]

@@ -349,7 +349,8 @@ class Tensor(TensorAPI):
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
     arr = np.ascontiguousarray(self.numpy())
-    return memoryview(arr).cast(arr.dtype.char, self.shape) if self.shape and 0 not in self.shape else memoryview(arr)
+    if not self.shape or 0 in self.shape: return memoryview(arr)
+    return memoryview(arr.reshape(-1).view(np.uint8)).cast(arr.dtype.char, self.shape)  # bytes to items: one cast
 
   def tolist(self) -> Any: return self.numpy().tolist()
 

@@ -158,6 +158,30 @@ class MovementMixin:
     d = self._resolve_dim(dim)
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
+  def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    """einops' rearrange: `"b c (h w) -> b (c h) w"`, giving the sizes of split axes (`h=4`); `...` stands for the
+    dimensions not named, and `1` or `()` for an axis of size 1."""
+    if formula.count("->") != 1: raise ValueError(f"rearrange: {formula!r} needs exactly one '->'")
+    lhs, rhs = (_einops_groups(side, formula) for side in formula.split("->"))
+    if any("..." in g and len(g) > 1 for g in lhs): raise ValueError(f"rearrange: '...' can't be grouped on the left of {formula!r}")
+    if ["..."] in lhs:
+      ell = [f"...{i}" for i in range(self.ndim - len(lhs) + 1)]
+      lhs = [g2 for g in lhs for g2 in ([[n] for n in ell] if g == ["..."] else [g])]
+      rhs = [g2 for g in rhs for g2 in ([[n] for n in ell] if g == ["..."] else [[n for x in g for n in (ell if x == "..." else [x])]])]
+    left, right = [n for g in lhs for n in g], [n for g in rhs for n in g]
+    if len(lhs) != self.ndim: raise ValueError(f"rearrange: {formula!r} names {len(lhs)} dimensions of shape {self.shape}")
+    if sorted(left) != sorted(right) or len(set(left)) != len(left): raise ValueError(f"rearrange: both sides of {formula!r} must name the same axes once")
+    if unknown := set(sizes) - set(left): raise ValueError(f"rearrange: sizes given for axes not in {formula!r}: {sorted(unknown)}")
+    size: dict[str, int] = {}
+    for g, d in zip(lhs, self.shape):
+      known = prod(sizes[n] for n in g if n in sizes)
+      free = [n for n in g if n not in sizes]
+      if len(free) > 1: raise ValueError(f"rearrange: give the sizes of all but one of {free} ({formula!r})")
+      if (d % known if free else d != known): raise ValueError(f"rearrange: axes {g} don't split a dimension of {d}")
+      size.update({n: sizes[n] for n in g if n in sizes} | ({free[0]: d // known} if free else {}))
+    t = self.reshape(tuple(size[n] for n in left)).permute(tuple(left.index(n) for n in right))
+    return t.reshape(tuple(prod(size[n] for n in g) for g in rhs))
+
   def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     dims = {self._resolve_dim(d) for d in ((dim,) if isinstance(dim, int) else dim)}
@@ -204,3 +228,25 @@ class MovementMixin:
     if chunks <= 0: raise ValueError(f"chunk: chunks must be positive, got {chunks}")
     n = self.shape[self._resolve_dim(dim)]
     return self.split(max(1, -(-n // chunks)) if n else 1, dim)
+
+
+def _einops_groups(side: str, formula: str) -> list[list[str]]:
+  """One side of an einops formula as its dimensions, each the list of axis names it holds ([] for `1` or `()`)."""
+  groups: list[list[str]] = []
+  cur: list[str] | None = None
+  for tok in side.replace("(", " ( ").replace(")", " ) ").replace("…", "...").split():
+    if tok == "(":
+      if cur is not None: raise ValueError(f"rearrange: nested parentheses in {formula!r}")
+      cur = []
+    elif tok == ")":
+      if cur is None: raise ValueError(f"rearrange: unbalanced parentheses in {formula!r}")
+      groups.append(cur)
+      cur = None
+    elif tok == "1":
+      if cur is None: groups.append([])
+    elif tok == "..." or tok.isidentifier():
+      if cur is None: groups.append([tok])
+      else: cur.append(tok)
+    else: raise ValueError(f"rearrange: {tok!r} is not an axis name ({formula!r})")
+  if cur is not None: raise ValueError(f"rearrange: unbalanced parentheses in {formula!r}")
+  return groups
