@@ -165,7 +165,7 @@ def realize_tensors(tensors: list[Tensor]) -> None:
       for ei in cs.items:  # one at a time, so each kernel's time is seen
         st = time.perf_counter()
         ei.prg.call([args[s] for s in ei.slots], ei.threads)
-        et = time.perf_counter() - st
+        et = max(time.perf_counter() - st, 1e-9)
         GlobalCounters.time_sum_s += et
         print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
               f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
