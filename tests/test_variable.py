@@ -166,7 +166,8 @@ def test_symbolic_kernel_source():
   assert var_vals == {Variable("i", 1, 10): 4} and not any(u.op is Ops.BIND for u in key.toposort())
   local, _ = localize(create_schedule(key, len(inputs)).items[0])
   k = lower(local)
-  assert k.vars == (Variable("i", 1, 10),) and k.opts == () and k.outer == 1
+  # the loop of the variable's length is not optimized; the fixed-size loop around it is shared by the cores
+  assert k.vars == (Variable("i", 1, 10),) and [o.op.name for o in k.opts] == ["THREAD"] and k.outer == A_NP.shape[0]
   src = Device["CPU"].renderer.render(k)
   assert "long long var_i = (long long)args[2];" in src and "< var_i;" in src
 
@@ -187,3 +188,16 @@ def test_symbolic_with_debug_and_null():
     np.testing.assert_allclose(Tensor(A_NP)[:, :vi(3)].sum(1).numpy(), A_NP[:, :3].sum(1), rtol=1e-5)
   out = (Tensor.ones(3, 10, device="NULL")[:, :vi(3)] + vi(3)).realize()
   assert out.shape == (3, vi(3))
+
+
+def test_symbolic_kernel_shares_its_fixed_loop_across_cores():
+  # attention scores over a cache of variable length: the heads' loop is split across the cores
+  from tinyhybrid.engine.realize import kernel_cache
+  rng = np.random.default_rng(3)
+  qn, kn = rng.standard_normal((8, 1, 64), dtype=np.float32), rng.standard_normal((8, 512, 64), dtype=np.float32)
+  q, k = Tensor(qn).realize(), Tensor(kn).realize()
+  for n in (1, 77, 512):
+    scores = (q @ k[:, :Variable("pos", 1, 512).bind(n)].transpose(1, 2)).contiguous().realize()
+    np.testing.assert_allclose(scores[:, :, :n].numpy(), qn @ kn[:, :n].transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+  sym = [kk for kk, _ in kernel_cache.values() if kk.vars and kk.name.startswith("r_8_1_64")]
+  assert sym and all(kk.outer == 8 for kk in sym)

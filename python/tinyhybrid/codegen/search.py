@@ -40,10 +40,12 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> L
 
 def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   vec = getattr(dev.renderer, "vec", 1) if dev is not None else 1
-  # a loop of a variable's length has no size to split by: such kernels run as lowered
+  # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
+  # heads, a batch) across the cores
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
   if not symbolic and not getenv("NOOPT"): k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
-  if getenv("NOOPT") or symbolic: opts: list[Opt] = []
+  if getenv("NOOPT"): opts: list[Opt] = []
+  elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
   elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   else: opts = hand_coded_optimizations(k)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
