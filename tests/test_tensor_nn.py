@@ -86,6 +86,22 @@ def test_conv_kernel_counts():
   assert _count_kernels(x.avg_pool2d(2)) <= 2   # the sum, then the scale (one kernel once a reduce fuses its epilogue)
 
 
+def test_expanded_work_is_computed_once():
+  # work read many times by a reduce's loop gets a buffer when it is more than one operation per value
+  a, w = Tensor(_arr((4, 8))), Tensor(_arr((8, 5)))
+  assert _count_kernels((a * 2) @ w) == 1
+  assert _count_kernels((a * 2 + 1) @ w) == 2
+  np.testing.assert_allclose(((a * 2 + 1) @ w).numpy(), (a.numpy() * 2 + 1) @ w.numpy(), rtol=1e-5, atol=1e-5)
+  # a batch norm before a convolution: normalized once, not once per output channel
+  x, g = Tensor(_arr((1, 2, 6, 6))), Tensor(_arr((3, 2, 3, 3)))
+  mean, std = Tensor(_arr((1, 2, 1, 1))), (Tensor(_arr((1, 2, 1, 1))).abs() + 1).realize()
+  y = ((x - mean) / std).relu().conv2d(g, padding=1)
+  assert _count_kernels(y) == 2
+  want = torch.nn.functional.conv2d(torch.relu((torch.tensor(x.numpy()) - torch.tensor(mean.numpy())) / torch.tensor(std.numpy())),
+                                    torch.tensor(g.numpy()), padding=1).numpy()
+  np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_conv_errors():
   x = Tensor.zeros(1, 4, 5, 5)
   with pytest.raises(ValueError, match=r"\(1, 4, 5, 5\)"): x.conv2d(Tensor.zeros(2, 3, 3, 3))

@@ -91,6 +91,7 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
   ends_kernel |= {r for r in roots if not buffer_view(r) and ((base := _strip_reshape(r)) not in ends_kernel or
                   (base is not r and not (_concrete(shape_of(r)) and _concrete(shape_of(base)))))}
   ends_kernel |= _shared_results(nodes, ends_kernel)
+  ends_kernel |= _expanded_work(nodes, ends_kernel)
   items: list[KernelItem] = []
   realized: dict[UOp, BufferSlot] = {}
   new_slots: list[BufferSlot] = []
@@ -137,6 +138,32 @@ def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     readers[u] = ks
     if u.op in GroupOp.ALU and len(ks) > 1: shared.add(u)
   return shared
+
+
+def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
+  """Elementwise results read through an EXPAND (every value read many times, e.g. by a convolution's or a matmul's
+  loop) that take more than one operation each: they get a buffer. Fused into the reader they would be recomputed on
+  every read: a batch norm before a convolution, once per output channel; a lazily initialized weight, once per
+  image position."""
+  out: set[UOp] = set()
+  for u in nodes:
+    if u.op is not Ops.EXPAND: continue
+    s = u.src[0]
+    while s.op in MOVEMENT: s = s.src[0]
+    if s.op in GroupOp.ALU and s not in ends and _ops_in(s, ends) >= 2: out.add(s)
+  return out
+
+
+def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:
+  """How many elementwise operations computing u takes (counting stops at `limit`), not looking past kernel ends."""
+  seen, stack, n = set(), [u], 0
+  while stack and n < limit:
+    x = stack.pop()
+    if x in seen or (x is not u and x in ends): continue
+    seen.add(x)
+    if x.op in GroupOp.ALU: n += 1
+    stack.extend(x.src)
+  return n
 
 
 def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
