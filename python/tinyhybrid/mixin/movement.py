@@ -164,10 +164,12 @@ class MovementMixin:
     if formula.count("->") != 1: raise ValueError(f"rearrange: {formula!r} needs exactly one '->'")
     lhs, rhs = (_einops_groups(side, formula) for side in formula.split("->"))
     if any("..." in g and len(g) > 1 for g in lhs): raise ValueError(f"rearrange: '...' can't be grouped on the left of {formula!r}")
-    if ["..."] in lhs:
+    if ["..."] in lhs:  # the dimensions no name covers, an axis each (inside a group on the right: merged)
       ell = [f"...{i}" for i in range(self.ndim - len(lhs) + 1)]
-      lhs = [g2 for g in lhs for g2 in ([[n] for n in ell] if g == ["..."] else [g])]
-      rhs = [g2 for g in rhs for g2 in ([[n] for n in ell] if g == ["..."] else [[n for x in g for n in (ell if x == "..." else [x])]])]
+
+      def spread(groups: list[list[str]]) -> list[list[str]]:
+        return [h for g in groups for h in ([[n] for n in ell] if g == ["..."] else [[n for x in g for n in (ell if x == "..." else [x])]])]
+      lhs, rhs = spread(lhs), spread(rhs)
     left, right = [n for g in lhs for n in g], [n for g in rhs for n in g]
     if len(lhs) != self.ndim: raise ValueError(f"rearrange: {formula!r} names {len(lhs)} dimensions of shape {self.shape}")
     if sorted(left) != sorted(right) or len(set(left)) != len(left): raise ValueError(f"rearrange: both sides of {formula!r} must name the same axes once")
