@@ -137,15 +137,15 @@ class Expander:
   def keys(self, axes: tuple[UOp, ...]) -> list[tuple[int, ...]]:
     return list(itertools.product(*[range(len(self.chunks) if a is self.vaxis else rsize(a)) for a in axes]))
 
-  def width(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> int:
-    return self.chunks[key[axes.index(self.vaxis)]][1] if self.vaxis in axes else 1
+  def chunk(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> tuple[int, int, int]:
+    """The key's vector chunk: (first lane, width, live lanes; see chunks()), or (0, 1, 1) when it has no vector axis."""
+    return self.chunks[key[axes.index(self.vaxis)]] if self.vaxis in axes else (0, 1, 1)
 
-  def live(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> int:
-    """How many of the key's lanes are real (the rest pad a chunk to a power of two)."""
-    return self.chunks[key[axes.index(self.vaxis)]][2] if self.vaxis in axes else 1
+  def width(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> int: return self.chunk(axes, key)[1]
 
-  def subs(self, axes: tuple[UOp, ...], key: tuple[int, ...], lane: int) -> dict[UOp, UOp]:
-    return {a: _c(self.chunks[k][0] + lane if a is self.vaxis else k) for a, k in zip(axes, key)}
+  def subs(self, axes: tuple[UOp, ...], key: tuple[int, ...]) -> dict[UOp, UOp]:
+    """Each lane axis at the key's first lane."""
+    return {a: _c(self.chunks[k][0] if a is self.vaxis else k) for a, k in zip(axes, key)}
 
   def get(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...], widen: bool = True) -> UOp:
     """u's value for a key over `axes` (a superset of u's), made as wide as that key's chunk if `widen`."""
@@ -172,7 +172,7 @@ class Expander:
   def node(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
     w = self.width(axes, key)
     if u.op is Ops.RANGE:
-      s = self.subs(axes, key, 0)[u]
+      s = self.subs(axes, key)[u]
       return vectorize([_c(s.arg + i) for i in range(w)])
     if u.op is Ops.LOAD: return self.load(u, axes, key)
     srcs = [self.get(s, axes, key, widen=False) for s in u.src]
@@ -183,8 +183,8 @@ class Expander:
     return vectorize([UOp(u.op, u.dtype, tuple(gep(s, i) for s in srcs), u.arg) for i in range(w)])
 
   def lanes_of(self, x: UOp, axes: tuple[UOp, ...], key: tuple[int, ...], w: int) -> Lanes:
-    subs = self.subs(axes, key, 0)
-    if w > 1: subs[self.vaxis] = _c(self.chunks[key[axes.index(self.vaxis)]][0]) + _lane(w)
+    subs = self.subs(axes, key)
+    if w > 1: subs[self.vaxis] = subs[self.vaxis] + _lane(w)
     return Lanes(self.simplify(x.substitute(subs)), w, self.simplify)
 
   def simplify(self, x: UOp) -> UOp:
@@ -194,7 +194,7 @@ class Expander:
 
   def load(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
     buf, idx = u.src[0].src
-    w, n, dt = self.width(axes, key), self.live(axes, key), u.dtype
+    (_, w, n), dt = self.chunk(axes, key), u.dtype
     ix = self.lanes_of(idx, axes, key, w)
     gx = self.lanes_of(u.src[1], axes, key, w) if len(u.src) > 1 else None
     if (ix.uniform or dt in VEC_DTYPES and ix.contiguous) and (gx is None or gx.uniform):
@@ -234,7 +234,7 @@ class Expander:
     axes = tuple(a for a in self.lane_axes if a in set(self.axes(value)) | set(self.axes(out.src[1])))
     stores = []
     for key in self.keys(axes):
-      w, n = self.width(axes, key), self.live(axes, key)
+      _, w, n = self.chunk(axes, key)
       v = self.get(value, axes, key)
       ix = self.lanes_of(out.src[1], axes, key, w)
       if w > 1 and value.dtype in VEC_DTYPES and ix.contiguous:
