@@ -126,8 +126,10 @@ class Runner:
 
 class Compiled:
   """A device that compiles and runs kernels: an allocator, a renderer, a compiler and a runtime."""
-  def __init__(self, name: str, allocator: Allocator, renderer: Any, compile_fn: Callable[[str, str], CompiledProgram] | None):
-    self.name, self.allocator, self.renderer, self._compile = name, allocator, renderer, compile_fn
+  def __init__(self, name: str, allocator: Allocator, renderer: Any,
+               build_fn: Callable[[list[tuple[str, str]]], list[CompiledProgram]] | None):
+    # build_fn compiles a list of new (name, source) kernels at once: a compiler may take several in one run
+    self.name, self.allocator, self.renderer, self._build = name, allocator, renderer, build_fn
     self._cache: dict[tuple[str, str], CompiledProgram] = {}
     self.max_threads = 1  # how many cores a kernel's outer loop is split across
 
@@ -135,14 +137,9 @@ class Compiled:
 
   def compile_many(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     """The programs of (name, source) pairs, each compiled once per device."""
-    if self._compile is None: raise RuntimeError(f"device {self.name} does not run kernels")
+    if self._build is None: raise RuntimeError(f"device {self.name} does not run kernels")
     if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]: self._cache.update(zip(todo, self._build(todo)))
     return [self._cache[k] for k in kernels]
-
-  def _build(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
-    """Compiles new kernels; a device whose compiler takes several at once does them together."""
-    assert self._compile is not None
-    return [self._compile(name, src) for name, src in kernels]
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner: return Runner(items, nslots)
 

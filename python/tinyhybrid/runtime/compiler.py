@@ -74,9 +74,9 @@ def _build(text: str, out: Path, what: str) -> None:
     os.replace(so_tmp, out)  # atomic: concurrent builds of the same library never see a partial file
 
 
-def _renamed(name: str, src: str) -> str:
+def _renamed(name: str, sym: str, src: str) -> str:
   # the function's name is a single C token: a macro gives it the symbol's name without touching the source
-  return f"#define {name} {kernel_symbol(name, src)}\n{src}\n#undef {name}\n"
+  return f"#define {name} {sym}\n{src}\n#undef {name}\n"
 
 
 def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
@@ -88,19 +88,19 @@ def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
     sym = kernel_symbol(name, src)
     path = cache_dir() / f"{sym}.so"
     out.append((path, sym))
-    if not path.exists(): missing.append((name, src, path))
+    if not path.exists(): missing.append((name, sym, src, path))
   if len(missing) == 1:
-    name, src, path = missing[0]
-    _build(_renamed(name, src), path, f"kernel {name}")
+    name, sym, src, path = missing[0]
+    _build(_renamed(name, sym, src), path, f"kernel {name}")
   elif missing:
-    text = "".join(_renamed(name, src) for name, src, _ in missing)
+    text = "".join(_renamed(name, sym, src) for name, sym, src, _ in missing)
     lib = cache_dir() / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}.so"
     try:
       if not lib.exists(): _build(text, lib, f"{len(missing)} kernels")
     except CompileError:
-      for name, src, path in missing: _build(_renamed(name, src), path, f"kernel {name}")
+      for name, sym, src, path in missing: _build(_renamed(name, sym, src), path, f"kernel {name}")
       return out
-    for _, _, path in missing:
+    for *_, path in missing:
       link = path.with_suffix(f".{os.getpid()}.tmp")
       link.unlink(missing_ok=True)
       os.symlink(lib.name, link)

@@ -50,11 +50,11 @@ class CPUQueueRunner(Runner):
 
 class CPUDevice(Compiled):
   def __init__(self, name: str):
-    super().__init__(name, Allocator(), CRenderer(16 if is_clang() else 1), self._compile_program)
+    super().__init__(name, Allocator(), CRenderer(16 if is_clang() else 1), self._build_kernels)
     self.queue = hcq.CPUDevice()
     self.max_threads = self.queue.num_threads
 
-  def _build(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
+  def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     # one compiler run per core, each over its share of the kernels (split by source size)
     groups: list[list[int]] = [[] for _ in range(min(len(kernels), os.cpu_count() or 1))]
     sizes = [0] * len(groups)
@@ -63,12 +63,9 @@ class CPUDevice(Compiled):
       groups[g].append(i)
       sizes[g] += len(kernels[i][1])
     with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g]), groups))
-    libs: list[tuple[Path, str]] = [("", "")] * len(kernels)  # type: ignore[list-item]
-    for g, b in zip(groups, built):
-      for i, lib in zip(g, b): libs[i] = lib
-    return [self._load(name, src, *lib) for (name, src), lib in zip(kernels, libs)]
-
-  def _compile_program(self, name: str, src: str) -> CompiledProgram: return self._build([(name, src)])[0]
+    libs: dict[int, tuple[Path, str]] = {}
+    for g, b in zip(groups, built): libs.update(zip(g, b))
+    return [self._load(name, src, *libs[i]) for i, (name, src) in enumerate(kernels)]
 
   def _load(self, name: str, src: str, path: Path, symbol: str) -> CompiledProgram:
     lib, addr = load_kernel(path, symbol)

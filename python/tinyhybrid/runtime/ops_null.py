@@ -5,7 +5,8 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram
 from tinyhybrid.renderer.cstyle import CRenderer
 
 
-def _compile(name: str, src: str) -> CompiledProgram: return CompiledProgram(name, src, 0, lambda args, threads: None)
+def _build(kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
+  return [CompiledProgram(name, src, 0, lambda args, threads: None) for name, src in kernels]
 
 
-def make_device(name: str) -> Compiled: return Compiled(name, Allocator(), CRenderer(), _compile)
+def make_device(name: str) -> Compiled: return Compiled(name, Allocator(), CRenderer(), _build)
