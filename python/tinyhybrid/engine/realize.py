@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tinyhybrid.codegen.lower import LoweredKernel, lower
@@ -38,6 +38,9 @@ class CompiledSchedule:
   outputs: list[tuple[str, int]]
   runner: Runner
   vars: tuple[UOp, ...] = ()  # the variables whose values follow the buffers in the runner's arguments, in this order
+
+  ops: int = field(init=False)  # the kernels' estimated operations and memory traffic per run (GlobalCounters)
+  mem: int = field(init=False)
 
   def __post_init__(self) -> None: self.ops, self.mem = sum(ei.prg.ops for ei in self.items), sum(ei.prg.mem for ei in self.items)
 
@@ -122,8 +125,12 @@ capturing: list[list[tuple[str, CompiledProgram, list[Buffer | UOp], int]]] = []
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  from tinyhybrid.tensor import _all_tensors, _new_memory
   _run_view_writes(tensors)
+  _realize(tensors)
+
+
+def _realize(tensors: list[Tensor]) -> None:
+  from tinyhybrid.tensor import _all_tensors, _new_memory
   by_device: dict[str, list[Tensor]] = {}
   for t in tensors:
     if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
@@ -194,23 +201,17 @@ def realize_tensors(tensors: list[Tensor]) -> None:
       if id(t) in own: t.uop = own[id(t)]
 
 
-_running_view_writes = False
-
-
 def _run_view_writes(tensors: list[Tensor]) -> None:
-  """Runs the pending assigns through views (tensor.py _view_writes) into buffers these tensors read, oldest first."""
-  global _running_view_writes
+  """Runs the pending assigns through views (tensor.py _view_writes) into buffers these tensors read, oldest first.
+  A view write has no readers to compute first (every tensor on its memory sees it), so running one runs nothing else."""
   from tinyhybrid.tensor import _view_writes
-  if _running_view_writes or not _view_writes: return
+  if not _view_writes: return
   _view_writes[:] = [w for w in _view_writes if w.uop.op is Ops.STORE]  # the ones realized since are done
   pending = [w for w in _view_writes if all(w is not t for t in tensors)]
   if not pending: return
   reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
-  _running_view_writes = True
-  try:
-    for w in pending:
-      if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads: realize_tensors([w])
-  finally: _running_view_writes = False
+  for w in pending:
+    if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads: _realize([w])  # (one may be listed twice)
 
 
 def _reads_buffer(u: UOp) -> bool:
