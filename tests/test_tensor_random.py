@@ -108,7 +108,8 @@ def test_same_values_in_another_process():
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([pkg_root, os.environ.get("PYTHONPATH", "")])}
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
   assert out.returncode == 0, out.stderr
-  there = np.array([float.fromhex(v) for v in out.stdout.split()], dtype=np.float32)
+  # the last line: an editable install may print its rebuild log first
+  there = np.array([float.fromhex(v) for v in out.stdout.splitlines()[-1].split()], dtype=np.float32)
   np.testing.assert_array_equal(here, there)
 
 

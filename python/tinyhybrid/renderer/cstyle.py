@@ -17,7 +17,7 @@ from tinyhybrid.uop.ops import UOp
 # bfloat16 values are computed as float and stored as their top 16 bits
 _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "unsigned char": "unsigned char", "short": "short",
            "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
-           "unsigned long": "unsigned long long", "weakint": "long long", "half": "_Float16", "float": "float",
+           "unsigned long": "unsigned long long", "weakint": "long long", "half": "th_half", "float": "float",
            "double": "double", "weakfloat": "double"}
 _MASK_INT = {1: "signed char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
 
@@ -27,6 +27,13 @@ PRELUDE = """#ifndef TH_PRELUDE
 #define TH_PRELUDE
 #include <math.h>
 #include <stdbool.h>
+/* half: _Float16 where the compiler has it; otherwise (clang before 15 on x86 without AVX512-FP16) the storage type
+   __fp16, whose arithmetic runs in float and rounds on every assignment, which gives the same results */
+#ifdef __FLT16_MAX__
+typedef _Float16 th_half;
+#else
+typedef __fp16 th_half;
+#endif
 #ifdef __clang__
 #define TH_CONTRACT _Pragma("clang fp contract(fast)")
 #else
@@ -48,6 +55,13 @@ static inline unsigned short th_f2bf(float f) {
   return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
 static inline float th_round_bf16(float f) { return th_bf2f(th_f2bf(f)); }
+/* double to float rounded to odd, so that the conversion on to half is the only rounding that counts (a direct
+   double to __fp16 conversion is miscompiled by some clangs, and __fp16 can't be a return type) */
+static inline float th_d2f_odd(double d) {
+  union { float f; unsigned int u; } v; v.f = (float)d;
+  if ((double)v.f != d && d == d) { if (fabs((double)v.f) > fabs(d)) v.u -= 1; v.u |= 1u; }
+  return v.f;
+}
 #endif
 """
 
@@ -207,7 +221,8 @@ class _KernelWriter:
     if op is Ops.CAST:
       if vec: return f"__builtin_convertvector({s[0]}, {t})"
       if dt is dtypes.bool: return f"({s[0]} != 0)"
-      return f"th_round_bf16((float){s[0]})" if dt is dtypes.bfloat16 else f"(({t}){s[0]})"
+      if dt is dtypes.bfloat16: return f"th_round_bf16((float){s[0]})"
+      return f"(({t})th_d2f_odd({s[0]}))" if dt is dtypes.half and u.src[0].dtype is dtypes.double else f"(({t}){s[0]})"
     if op is Ops.BITCAST and vec: return f"(({t}){s[0]})"
     if op is Ops.BITCAST and dtypes.bfloat16 in (dt, u.src[0].dtype):
       return f"th_bf2f((unsigned short){s[0]})" if dt is dtypes.bfloat16 else f"(({t})th_f2bf({s[0]}))"
