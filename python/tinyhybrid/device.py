@@ -50,6 +50,7 @@ class Buffer:
     self.device, self.size, self.dtype = device, size, dtype
     self._mem: np.ndarray | None = None
     self._address = 0
+    self._external = False
     if initial is not None: self.copyin(initial)
 
   @property
@@ -63,8 +64,15 @@ class Buffer:
       GlobalCounters.mem_used += self.nbytes
     return self
 
+  def attach(self, ptr: int) -> Buffer:
+    """Makes this (unallocated) buffer the host memory at ptr, which its owner keeps alive and frees."""
+    if self._mem is not None: raise RuntimeError(f"attach: {self} already has memory")
+    self._mem = np.ctypeslib.as_array((ctypes.c_uint8 * max(self.nbytes, 1)).from_address(ptr))[:self.nbytes]
+    self._address, self._external = ptr, True
+    return self
+
   def __del__(self) -> None:
-    if self._mem is not None: GlobalCounters.mem_used -= self.nbytes
+    if self._mem is not None and not self._external: GlobalCounters.mem_used -= self.nbytes
 
   @property
   def address(self) -> int: return self._address or self.ensure_allocated()._address
@@ -174,6 +182,11 @@ Device = _DeviceRegistry()
 def to_ctypes_words(args: list[int]) -> ctypes.Array:
   """Kernel arguments as the uint64 array every kernel takes."""
   return (ctypes.c_uint64 * max(len(args), 1))(*[a & 0xFFFFFFFFFFFFFFFF for a in args])
+
+
+def is_dtype_supported(dtype: DType, device: str | None = None) -> bool:
+  """Whether kernels on device (the default one if None) can hold and compute in dtype."""
+  return dtype in Device[Device.canonicalize(device)].renderer.supported_dtypes()
 
 
 def default_float_np() -> np.dtype: return np_storage(dtypes.default_float)

@@ -81,6 +81,9 @@ class DTypes:
 
 
 dtypes = DTypes()
+# every dtype by each of its names ("float32", "float", "half", ...), as tinygrad's DTYPES_DICT
+DTYPES_DICT: dict[str, DType] = {k: v for k, v in DTypes.__dict__.items()
+                                 if isinstance(v, DType) and not k.startswith(("default", "void", "weak", "_"))}
 
 _FINFO = {"half": (5, 10), "__bf16": (8, 7), "float": (8, 23), "double": (11, 52), "float8_e4m3": (4, 3),
           "float8_e5m2": (5, 2), "float8_e4m3fnuz": (4, 3), "float8_e5m2fnuz": (5, 2)}
@@ -135,3 +138,17 @@ def sum_acc_dtype(dt: DType) -> DType:
   if dt._is_unsigned: return least_upper_dtype(dt, dtypes.uint32)
   if dt._is_int or dt is dtypes.bool: return least_upper_dtype(dt, dtypes.int32)
   return least_upper_dtype(dt, dtypes.float32)
+
+
+def _to_np_dtype(dtype: DType) -> type | None:
+  """The numpy scalar type that holds dtype's values (float32 for bfloat16 and fp8s), None for void."""
+  import numpy as np
+  if dtype in (dtypes.bfloat16, *dtypes.fp8s): return np.float32
+  if dtype is dtypes.void: return None
+  from tinyhybrid.device import np_storage
+  return np_storage(strong_dtype(dtype)).type
+
+
+def _from_np_dtype(npdtype: object) -> DType:
+  import numpy as np
+  return DTYPES_DICT[np.dtype(npdtype).name]  # type: ignore[call-overload]

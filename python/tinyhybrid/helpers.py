@@ -7,6 +7,8 @@ import gzip
 import hashlib
 import os
 import pathlib
+import sys
+import tempfile
 import time
 import urllib.request
 from typing import Any, Callable, ClassVar, Iterable, Iterator
@@ -59,9 +61,20 @@ DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
 JIT = ContextVar("JIT", 1)
+NOOPT = ContextVar("NOOPT", 0)
+SPEC = ContextVar("SPEC", 0)
+CHECK_OOB = ContextVar("CHECK_OOB", 0)
 PROFILE = ContextVar("PROFILE", 0)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+# tinygrad's backend switches, read by its programs and tests; tinyhybrid has none of these backends, so they stay off
+IMAGE = ContextVar("IMAGE", 0)
+CPU_LLVM = ContextVar("CPU_LLVM", 0)
+AMD_LLVM = ContextVar("AMD_LLVM", 0)
+EMULATE = ContextVar("EMULATE", "")
+CI = os.getenv("CI", "") != ""
+OSX = sys.platform == "darwin"
+WIN = sys.platform == "win32"
 
 
 def is_training(tensor_cls: type) -> bool:
@@ -154,3 +167,14 @@ class Timing(contextlib.ContextDecorator):
   def __exit__(self, *exc: object) -> None:
     self.et = time.perf_counter_ns() - self.st
     if self.enabled: print(f"{self.prefix}{self.et * 1e-6:6.2f} ms" + (self.on_exit(self.et) if self.on_exit else ""))
+
+
+def temp(name: str, append_user: bool = False) -> str:
+  """A path for `name` in the system's temporary directory (tinygrad's helper)."""
+  return str(pathlib.Path(tempfile.gettempdir()) / (f"{name}.{os.getenv('USER', 'user')}" if append_user else name))
+
+
+def mv_address(mv: memoryview) -> int:
+  """The address of a memoryview's first byte (read-only ones too)."""
+  import numpy as np
+  return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)

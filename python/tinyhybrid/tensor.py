@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Iterable, Iterator, Sequence
 import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
-from tinyhybrid.dtype import DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
+from tinyhybrid.dtype import _to_np_dtype, DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
 from tinyhybrid.helpers import fetch, prod
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
@@ -87,23 +87,23 @@ class Tensor(TensorAPI):
     def __exit__(self, *exc: Any) -> None: Tensor.no_grad = self.prev
 
   def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
-    _all_tensors.add(self)
-    self.device = Device.canonicalize(device)
+    self.uop = self._init_uop(data, device, dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
+    _all_tensors.add(self)  # only once it is whole: a failed construction leaves no half-made tensor behind
+
+  def _init_uop(self, data: Any, device: str | None, dtype: DTypeLike | None) -> UOp:
+    self.device = Device.canonicalize(device)
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
       if (op := data.op) is _BIND or op is _DEFINE_VAR or data.dtype is _WEAKINT:
         # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's
         bound_value(data)
         dt = dt or (dtypes.default_int if data.dtype is _WEAKINT else data.dtype)
-      self.uop = data if dt is None or data.dtype is dt else data.cast(dt)
-      return
+      return data if dt is None or data.dtype is dt else data.cast(dt)
     if isinstance(data, Tensor): data = data.numpy()
     if isinstance(data, (bool, int, float)):
-      dt = dt or strong_dtype(dtypes.from_py(data))
-      self.uop = UOp.const(dt, data)
-      return
+      return UOp.const(dt or strong_dtype(dtypes.from_py(data)), data)
     if isinstance(data, bytes):
       arr: np.ndarray = np.frombuffer(data, dtype=np.uint8)
       dt = dt or dtypes.uint8
@@ -119,7 +119,7 @@ class Tensor(TensorAPI):
       raise TypeError("Tensor(None): use Tensor.empty(shape) for an uninitialized tensor")
     else:
       raise TypeError(f"Tensor: can't make a tensor from {type(data).__name__}")
-    self.uop = Tensor._from_numpy(arr, dt, self.device)
+    return Tensor._from_numpy(arr, dt, self.device)
 
   @staticmethod
   def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
@@ -206,6 +206,13 @@ class Tensor(TensorAPI):
     t = Tensor(UOp.const(dt, fill_value), device=device, **kwargs)
     if shape: t = t.reshape((1,) * len(shape)).expand(shape)
     t.requires_grad = requires_grad
+    return t
+
+  @staticmethod
+  def from_blob(ptr: int, shape: tuple[int, ...], **kwargs) -> Tensor:
+    """A tensor over the host memory at ptr, without copying or owning it: the memory must outlive the tensor."""
+    t = Tensor.empty(*shape, **kwargs)
+    base_buffer(t.uop).arg.attach(ptr)
     return t
 
   @staticmethod

@@ -20,7 +20,7 @@ from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.opt import KernelOptError, KernelParts, Opt, OptOps, apply_opts, merge_loops, rkind, rsize
 from tinyhybrid.device import Buffer, np_storage
-from tinyhybrid.helpers import BEAM, DEBUG, getenv
+from tinyhybrid.helpers import BEAM, DEBUG, NOOPT
 from tinyhybrid.runtime.compiler import CompileError, cache_root, compiler_key
 from tinyhybrid.uop import AxisType, Ops
 
@@ -43,8 +43,8 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
   # heads, a batch) across the cores
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
-  if not symbolic and not getenv("NOOPT"): k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
-  if getenv("NOOPT"): opts: list[Opt] = []
+  if not symbolic and not NOOPT.value: k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
+  if NOOPT.value: opts: list[Opt] = []
   elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
   elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   else: opts = hand_coded_optimizations(k)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
-from tinyhybrid.helpers import BEAM, DEBUG, GlobalCounters, getenv
+from tinyhybrid.helpers import BEAM, DEBUG, NOOPT, GlobalCounters
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
@@ -79,7 +79,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   fresh: dict[tuple, tuple[LoweredKernel, str]] = {}
   for item in spec.items:
     local, slots = localize(item)
-    kernels.append((ck := (local.out, local.buffer, device, BEAM.value, getenv("NOOPT")), slots))
+    kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
     if ck in kernel_cache or ck in fresh: continue
     k = lower(local, dev)
     t2 = time.perf_counter()

@@ -11,6 +11,7 @@ import math
 from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.renderer import Renderer
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -107,9 +108,13 @@ def const_literal(v, dt: DType) -> str:
   return str(int(v))
 
 
-class CRenderer:
+class CRenderer(Renderer):
   """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's)."""
+  device = "CPU"
+
   def __init__(self, vec: int = 16): self.vec = vec
+
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)  # no fp8 type in C
 
   def render(self, k: LoweredKernel) -> str: return _KernelWriter(k).write()
 
