@@ -30,16 +30,22 @@ def np_storage(dtype: DType) -> np.dtype:
 
 
 class Allocator:
-  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly."""
+  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly. A device
+  with memory of its own (runtime/ops_cl.py) allocates opaque handles instead: `address` is then what its kernels take
+  as the buffer's argument."""
   ALIGN = 64
 
-  def alloc(self, nbytes: int) -> np.ndarray:
+  def alloc(self, nbytes: int) -> Any:
     raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % self.ALIGN
     return raw[off:off + nbytes]
 
-  def copyin(self, dest: np.ndarray, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
-  def copyout(self, dest: memoryview, src: np.ndarray) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
+  def address(self, mem: Any) -> int: return mem.ctypes.data
+  def wrap(self, ptr: int, nbytes: int) -> Any:
+    """Memory for the host memory at ptr, which its owner keeps alive and frees."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr))[:nbytes]
+  def copyin(self, dest: Any, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
+  def copyout(self, dest: memoryview, src: Any) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
 
 
 class Buffer:
@@ -48,7 +54,7 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType, initial: bytes | np.ndarray | None = None):
     if size < 0: raise ValueError(f"Buffer: negative size {size}")
     self.device, self.size, self.dtype = device, size, dtype
-    self._mem: np.ndarray | None = None
+    self._mem: Any = None  # the allocator's memory: a numpy array on the host, a handle on a device with its own
     self._address = 0
     self._external = False
     if initial is not None: self.copyin(initial)
@@ -59,16 +65,18 @@ class Buffer:
 
   def ensure_allocated(self) -> Buffer:
     if self._mem is None:
-      self._mem = Device[self.device].allocator.alloc(self.nbytes)
-      self._address = self._mem.ctypes.data  # asked on every kernel launch: numpy's lookup is slow
+      alloc = Device[self.device].allocator
+      self._mem = alloc.alloc(self.nbytes)
+      self._address = alloc.address(self._mem)  # asked on every kernel launch: numpy's lookup is slow
       GlobalCounters.mem_used += self.nbytes
     return self
 
   def attach(self, ptr: int) -> Buffer:
     """Makes this (unallocated) buffer the host memory at ptr, which its owner keeps alive and frees."""
     if self._mem is not None: raise RuntimeError(f"attach: {self} already has memory")
-    self._mem = np.ctypeslib.as_array((ctypes.c_uint8 * max(self.nbytes, 1)).from_address(ptr))[:self.nbytes]
-    self._address, self._external = ptr, True
+    alloc = Device[self.device].allocator
+    self._mem = alloc.wrap(ptr, self.nbytes)
+    self._address, self._external = alloc.address(self._mem), True
     return self
 
   def __del__(self) -> None:
@@ -80,13 +88,13 @@ class Buffer:
   def copyin(self, data: bytes | memoryview | np.ndarray) -> Buffer:
     raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")
     if len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
-    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)  # type: ignore[arg-type]
+    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)
     return self
 
   def numpy(self) -> np.ndarray:
     """A copy of the contents as a flat numpy array (raw bits for dtypes numpy lacks)."""
     out = np.empty(self.size, dtype=np_storage(self.dtype))
-    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)  # type: ignore[arg-type]
+    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)
     return out
 
   def as_buffer(self) -> memoryview: return memoryview(self.numpy().view(np.uint8).reshape(-1))
@@ -101,10 +109,14 @@ class CompiledProgram:
   name: str
   src: str
   address: int
-  call: Callable[[list[int], int], None]  # (args as uint64 words, number of threads)
+  # (args as uint64 words, launch): a CPU kernel's launch is its number of threads, a GPU kernel's its (global, local)
+  # work sizes (LoweredKernel.launch). A call may return before the kernel has run (the device's queue keeps order)
+  call: Callable[[list[int], Any], None]
   keepalive: Any = None
   ops: int = 0  # estimated operations and bytes of memory per run (GlobalCounters), set when the kernel is lowered
   mem: int = 0
+  # runs the kernel and waits for it: its time in seconds as the device measured it (None: the host's clock around call)
+  timed: Callable[[list[int], Any], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,8 +167,9 @@ class Compiled:
 
 
 class _DeviceRegistry:
-  """Device["CPU"] gives the device object (made on first use); Device.DEFAULT is DEV= or CPU."""
-  _known = ("CPU", "NULL")
+  """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
+  DEV=CL:1), else the first of CPU=1, NULL=1, CL=1 set, else CPU. A name without an index is that family's device 0."""
+  _known = ("CPU", "NULL", "CL")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)

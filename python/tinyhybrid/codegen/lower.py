@@ -129,6 +129,8 @@ class LoweredKernel:
   vars: tuple[UOp, ...] = ()  # its DEFINE_VARs, whose values follow the buffer addresses in the kernel's args
   ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
   mem: int = 0   # bytes of the buffers it reads and writes
+  # on a GPU-style device (codegen/gpu.py): (work-groups per dimension, work-items per group per dimension)
+  launch: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 class Lowerer:

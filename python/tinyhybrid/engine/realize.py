@@ -105,7 +105,8 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   n_bufs = n_inputs + len(spec.new_slots)
   for ck, slots in kernels:
     k, prg = kernel_cache[ck]
-    threads = max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1
+    # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
+    threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
     items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
@@ -169,10 +170,12 @@ def _realize(tensors: list[Tensor]) -> None:
     args = [b.address for b in bufs]
     if cs.vars: args += [var_vals[v] & U64_MASK for v in cs.vars]
     if DEBUG >= 2:
-      for ei in cs.items:  # one at a time, so each kernel's time is seen
+      for ei in cs.items:  # one at a time, so each kernel's time is seen (the device's clock where it has one)
         st = time.perf_counter()
-        ei.prg.call([args[s] for s in ei.slots], ei.threads)
-        et = max(time.perf_counter() - st, 1e-9)
+        if ei.prg.timed is not None: et = ei.prg.timed([args[s] for s in ei.slots], ei.threads)
+        else:
+          ei.prg.call([args[s] for s in ei.slots], ei.threads)
+          et = max(time.perf_counter() - st, 1e-9)
         GlobalCounters.time_sum_s += et
         print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
               f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
