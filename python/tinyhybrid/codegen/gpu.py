@@ -82,54 +82,54 @@ class _Plan:
 def _loads(p: KernelParts) -> list[UOp]: return [u.src[0].src[1] for u in p.value.toposort() if u.op is Ops.LOAD and u.src[0] is not p.out]
 
 
-GROUP_MIN = 512     # reduce steps per output from which a reduce is split among a work-group's items
-TILE_LANES = 128    # accumulator lanes of a register tile
+GROUP_STEPS = 64      # reduce steps per work-item left from which a reduce is grouped
+GROUP_OUTPUTS = 4096  # outputs below which a reduce is grouped: too few work-groups to fill the device otherwise
+TILE_LANES = 128      # accumulator lanes of a register tile
+LOCAL_ITEMS = 16      # work-items per group the local tiles aim for
 
 
 def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
-  """A plan for a GPU-style device: vectors along the axis contiguous in memory (the device's width), a register tile
-  along the output axes a load is reused across (matmul, convolution), a reduce with few outputs and many steps each
-  grouped among a work-group's items, and work-groups along the output axes that are left."""
+  """A plan for a GPU-style device (tinygrad's hand_coded_optimizations for GPUs): vectors along the output axis
+  contiguous in memory (the device's width), or vector accumulators along such a reduce axis; a register tile along
+  the output axes a load is reused across (matmul, convolution); a reduce with few outputs and many steps grouped
+  among a work-group's items, each taking every n-th step (neighbouring items read neighbouring memory); and
+  work-groups along the output loops that are left."""
   plan = _Plan(k.ast, ren)
   p = plan.parts
   if any(r.src[0].op is not Ops.CONST for r in p.all_ranges()): return []  # a loop of a variable's length: the grid only
-  out_idx, loads, red = p.out.src[1], _loads(p), p.reduce
-  vec = ren.vec
+  out_idx, loads, red, vec = p.out.src[1], _loads(p), p.reduce, ren.vec
   streamed = [ld for ld in loads if any(stride(ld, r) != 0 for r in p.reduce_ranges) and any(stride(ld, r) != 0 for r in p.loops)]
   reused = [r for r in p.loops if red is not None and any(stride(ld, r) == 0 for ld in streamed)]
-  outputs = prod(rsize(r) for r in p.loops)
-  # 1. a reduce with many steps per output: vector accumulators along a reduce axis contiguous in memory, the rest of
-  # the reduce split among a work-group's items
-  if red is not None and not reused and (steps := prod(rsize(r) for r in p.reduce_ranges)) >= GROUP_MIN:
+  # 1. vectors along the output axis contiguous in memory, if every load is contiguous or the same along it (a gather
+  # otherwise), else vector accumulators along a reduce axis contiguous in memory
+  cont = next((r for r in reversed(p.loops) if stride(out_idx, r) == 1 and rsize(r) > 1 and
+               (red is None or all(stride(ld, r) in (0, 1) for ld in loads))), None)
+  if cont is not None and vec > 1:
+    amt = next((a for a in ((2 * vec, vec) if cont in reused else (vec,)) if rsize(cont) % a == 0), 0)
+    if not amt and vec // 4 <= rsize(cont) <= vec: amt = rsize(cont)  # the whole axis, in chunks of different widths
+    if amt > 1: plan.apply(OptOps.UPCAST, cont.arg[0], amt)
+  elif red is not None and vec > 1:
     rvec = next((r for r in reversed(p.reduce_ranges) if any(stride(ld, r) == 1 for ld in loads)), None)
-    if rvec is not None and (amt := next((a for a in (vec, 8, 4) if a > 1 and rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 0)):
+    if rvec is not None and (amt := next((a for a in (vec, 8, 4) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 0)):
       plan.apply(OptOps.UNROLL, rvec.arg[0], amt)
-      steps //= amt
-    big = max(plan.parts.reduce_ranges, key=rsize)
-    for g in (64, 32, 16, 8, 4):
-      if rsize(big) % g == 0 and rsize(big) // g >= 4 and plan.apply(OptOps.GROUPTOP, big.arg[0], g): break
-  else:
-    # 2. vectors along the output axis contiguous in memory
-    cont = next((r for r in reversed(p.loops) if stride(out_idx, r) == 1 and rsize(r) > 1), None)
-    if cont is not None and vec > 1:
-      amt = next((a for a in ((2 * vec, vec) if reused and cont in reused else (vec,)) if rsize(cont) % a == 0), 0)
-      if not amt and rsize(cont) <= vec and rsize(cont) >= vec // 4: amt = rsize(cont)  # the whole axis, chunks of different widths
-      if amt > 1: plan.apply(OptOps.UPCAST, cont.arg[0], amt)
-    # 3. register tile: upcast the other reused output axes while the accumulators fit
-    for r in reused:
-      if r is cont: continue
-      for amt in (4, 3, 2):
-        if rsize(r) % amt == 0 and plan.lanes((AxisType.UPCAST,)) * amt <= TILE_LANES and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
-    # 4. unroll a short reduce (a convolution's window), and a long one a little
-    for r in [r for r in plan.parts.reduce_ranges if rkind(r) is AxisType.REDUCE]:
-      if rsize(r) <= 4: plan.apply(OptOps.UNROLL, r.arg[0], rsize(r))
-      elif reused and rsize(r) % 4 == 0: plan.apply(OptOps.UNROLL, r.arg[0], 4)
-  # 5. work-groups: local tiles along the output loops left, innermost first, while the group stays small and the grid
-  # keeps a group for every compute unit
-  want = 16 if outputs >= 4096 else 4
+  # 2. register tile: upcast the other reused output axes while the accumulators fit
+  for r in reused:
+    if r is cont: continue
+    for amt in (4, 3, 2):
+      if rsize(r) % amt == 0 and plan.lanes((AxisType.UPCAST,)) * amt <= TILE_LANES and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
+  # 3. unroll a short reduce axis (a convolution's window), a tile's reduce a little
+  for r in [r for r in plan.parts.reduce_ranges if rkind(r) is AxisType.REDUCE]:
+    if rsize(r) <= 4: plan.apply(OptOps.UNROLL, r.arg[0], rsize(r))
+    elif reused and rsize(r) % 4 == 0: plan.apply(OptOps.UNROLL, r.arg[0], 4)
+  # 4. a reduce with many steps and few outputs: its longest loop split among the items of a group
+  rloops = [r for r in plan.parts.reduce_ranges if rkind(r) is AxisType.REDUCE]
+  if rloops and not reused and prod(rsize(r) for r in plan.loops()) < GROUP_OUTPUTS:
+    big = max(rloops, key=rsize)
+    for g in (16, 8, 4):
+      if rsize(big) % g == 0 and prod(rsize(r) for r in rloops) // g >= GROUP_STEPS and plan.apply(OptOps.GROUP, big.arg[0], g): break
+  # 5. work-groups: local tiles along the output loops left, innermost first, keeping two groups per loop at least
   for r in reversed(plan.loops()):
     have = plan.lanes(LOCALS)
-    if have >= want: break
     for amt in (16, 8, 4, 2):
-      if amt * have <= want and rsize(r) % amt == 0 and rsize(r) // amt >= 2 and plan.apply(OptOps.LOCAL, r.arg[0], amt): break
+      if amt * have <= LOCAL_ITEMS and rsize(r) % amt == 0 and rsize(r) // amt >= 2 and plan.apply(OptOps.LOCAL, r.arg[0], amt): break
   return plan.opts

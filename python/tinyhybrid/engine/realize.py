@@ -52,9 +52,9 @@ def count_runs(kernels: int, ops: int, mem: int) -> None:
   GlobalCounters.global_mem += mem
 
 
-# normalized sink -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently used
-# plans are dropped past the limit, so programs that build ever-new graphs do not grow without bound.
-schedule_cache: OrderedDict[UOp, CompiledSchedule] = OrderedDict()
+# (normalized sink, device) -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently
+# used plans are dropped past the limit, so programs that build ever-new graphs do not grow without bound.
+schedule_cache: OrderedDict[tuple[UOp, str], CompiledSchedule] = OrderedDict()
 SCHEDULE_CACHE_SIZE = 256
 
 
@@ -71,8 +71,8 @@ phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0,
 
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
   t0 = time.perf_counter()
-  spec = create_schedule(key, n_inputs)
   dev = Device[device]
+  spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local)
   t1 = time.perf_counter()
   phase_times["schedule"] += t1 - t0
   kernels: list[tuple[tuple, list[BufferSlot]]] = []
@@ -155,11 +155,11 @@ def _realize(tensors: list[Tensor]) -> None:
         realize_tensors(readers)
         roots = [t.uop for t in ts]
         key, inputs, nodes = normalize(roots, var_vals)
-    if (cs := schedule_cache.get(key)) is None:
-      cs = schedule_cache[key] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
+    if (cs := schedule_cache.get((key, device))) is None:
+      cs = schedule_cache[(key, device)] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
       if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
     else:
-      schedule_cache.move_to_end(key)
+      schedule_cache.move_to_end((key, device))
       if DEBUG >= 3: print(f"schedule cache hit: {len(cs.items)} kernels")
     # bind memory: inputs, then the plan's physical buffers
     phys: dict[int, Buffer] = {}

@@ -143,10 +143,14 @@ def device_ids() -> list[tuple[Any, Any]]:
   return out
 
 
-def available() -> bool:
-  """Whether an OpenCL device can be opened here (tests skip on machines without one)."""
-  try: return bool(device_ids())
-  except RuntimeError: return False
+def why_unavailable() -> str | None:
+  """Why no OpenCL device can be opened here (the missing loader or driver), None when one can."""
+  try: device_ids()
+  except RuntimeError as e: return str(e)
+  return None
+
+
+def available() -> bool: return why_unavailable() is None
 
 
 @dataclass(frozen=True)
