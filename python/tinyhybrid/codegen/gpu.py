@@ -84,7 +84,7 @@ def _loads(p: KernelParts) -> list[UOp]: return [u.src[0].src[1] for u in p.valu
 
 GROUP_STEPS = 64      # reduce steps per work-item left from which a reduce is grouped
 GROUP_OUTPUTS = 4096  # outputs below which a reduce is grouped: too few work-groups to fill the device otherwise
-TILE_LANES = 128      # accumulator lanes of a register tile
+TILE_VECTORS = 16     # accumulator vectors of a register tile (of the device's width)
 LOCAL_ITEMS = 16      # work-items per group the local tiles aim for
 
 
@@ -115,8 +115,8 @@ def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
   # 2. register tile: upcast the other reused output axes while the accumulators fit
   for r in reused:
     if r is cont: continue
-    for amt in (4, 3, 2):
-      if rsize(r) % amt == 0 and plan.lanes((AxisType.UPCAST,)) * amt <= TILE_LANES and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
+    for amt in (8, 4, 3, 2):
+      if rsize(r) % amt == 0 and plan.lanes((AxisType.UPCAST,)) * amt <= TILE_VECTORS * vec and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
   # 3. unroll a short reduce axis (a convolution's window), a tile's reduce a little
   for r in [r for r in plan.parts.reduce_ranges if rkind(r) is AxisType.REDUCE]:
     if rsize(r) <= 4: plan.apply(OptOps.UNROLL, r.arg[0], rsize(r))
@@ -127,9 +127,12 @@ def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
     big = max(rloops, key=rsize)
     for g in (16, 8, 4):
       if rsize(big) % g == 0 and prod(rsize(r) for r in rloops) // g >= GROUP_STEPS and plan.apply(OptOps.GROUP, big.arg[0], g): break
-  # 5. work-groups: local tiles along the output loops left, innermost first, keeping two groups per loop at least
-  for r in reversed(plan.loops()):
+  # 5. work-groups: local tiles along the output loops left, innermost first, keeping two groups per loop at least;
+  # a group is square-ish where two loops are left (it shares a tile's loads both ways)
+  loops = plan.loops()
+  for i, r in enumerate(reversed(loops)):
     have = plan.lanes(LOCALS)
+    cap = LOCAL_ITEMS // have if i + 1 == len(loops) else max(LOCAL_ITEMS // have // 4, 1)
     for amt in (16, 8, 4, 2):
-      if amt * have <= LOCAL_ITEMS and rsize(r) % amt == 0 and rsize(r) // amt >= 2 and plan.apply(OptOps.LOCAL, r.arg[0], amt): break
+      if amt <= cap and rsize(r) % amt == 0 and rsize(r) // amt >= 2 and plan.apply(OptOps.LOCAL, r.arg[0], amt): break
   return plan.opts

@@ -144,7 +144,9 @@ def _compile_or_none(dev: Compiled, name: str, src: str):
 
 def _cache_path(k: LoweredKernel, dev: Compiled, width: int):
   src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
-  key = hashlib.sha256("\0".join((src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))).encode())
+  parts = (src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))
+  if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver
+  key = hashlib.sha256("\0".join(parts).encode())
   d = cache_root() / "beam"
   d.mkdir(parents=True, exist_ok=True)
   return d / f"{k.name}-{key.hexdigest()[:24]}.json"

@@ -177,7 +177,8 @@ def _realize(tensors: list[Tensor]) -> None:
           ei.prg.call([args[s] for s in ei.slots], ei.threads)
           et = max(time.perf_counter() - st, 1e-9)
         GlobalCounters.time_sum_s += et
-        print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
+        launch = f"{ei.threads} threads" if isinstance(ei.threads, int) else f"grid {ei.threads[0]} local {ei.threads[1]}"
+        print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {launch}  "
               f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
     elif cs.items:
       cs.runner(args)

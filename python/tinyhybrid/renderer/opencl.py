@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
+from tinyhybrid.renderer.cstyle import MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -76,8 +77,7 @@ class OpenCLWriter(GPUWriter):
   def convert(self, x: str, t: str) -> str: return f"convert_{t}({x})"
   def fma(self, t: str) -> str: return "fma"
 
-  def math(self, op, dt: DType, t: str, x: str) -> str:
-    from tinyhybrid.renderer.cstyle import MATH
+  def math(self, op: Ops, dt: DType, t: str, x: str) -> str:
     return f"{MATH[op]}({x})" if dt.scalar() in (dtypes.float, dtypes.double) else f"(({t}){MATH[op]}((float){x}))"
 
   def rounding(self, dt: DType) -> str | None:

@@ -168,8 +168,7 @@ class CLProperties:
 
 
 def _properties(plat: Any, dev: Any) -> CLProperties:
-  _, lib = _api()
-  ffi = _api()[0]
+  ffi, lib = _api()
   ndim = _info(lib.clGetDeviceInfo, dev, _MAX_WORK_ITEM_DIMENSIONS, "cl_uint")
   sizes = ffi.new("size_t[]", ndim)
   check(lib.clGetDeviceInfo(dev, _MAX_WORK_ITEM_SIZES, ffi.sizeof("size_t") * ndim, sizes, ffi.NULL), "clGetDeviceInfo")
@@ -189,6 +188,8 @@ class CLAllocator(Allocator):
 
   def alloc(self, nbytes: int) -> Any:
     ffi, lib = _api()
+    if nbytes > self.dev.props.max_alloc:
+      raise MemoryError(f"{self.dev.name}: a buffer of {nbytes} bytes is past the device's largest allocation, {self.dev.props.max_alloc} bytes")
     err = ffi.new("cl_int*")
     mem = lib.clCreateBuffer(self.dev.ctx, _MEM_READ_WRITE, max(nbytes, 1), ffi.NULL, err)
     check(err[0], f"clCreateBuffer of {nbytes} bytes on {self.dev.name}")
