@@ -1,11 +1,13 @@
 """The suite on another device. `DEV=CL python -m pytest tests` runs the modules that compare Tensor results against
 torch and NumPy (ops, nn, JIT: DEVICE_SUITE) with every Tensor on that device; the other modules test the CPU's own
 machinery and the graph core, and are left to the CPU run. What a device cannot do is marked in KNOWN with its reason.
-Without the device's runtime the run is skipped with the reason, except under CI, where it fails."""
+Without the device's runtime the run is skipped with the reason, except under CI, where it fails. A CL run ends by
+saying how many files its compilers added to the kernel caches (ours and PoCL's): none on a second run."""
 from __future__ import annotations
 
 import fnmatch
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,22 @@ KNOWN: dict[str, dict[str, str]] = {
 
 
 def _device() -> str: return os.getenv("DEV", "").upper().partition(":")[0]
+
+
+def _cl_cache_files() -> set[Path]:
+  from tinyhybrid.runtime.compiler import cache_root
+  dirs = [cache_root() / "cl", Path(os.getenv("POCL_CACHE_DIR", cache_root() / "pocl"))]  # where runtime/ops_cl.py puts them
+  # files with something in them: PoCL leaves an empty temporary file behind in its cache at every start
+  return {f for d in dirs if d.exists() for f in d.rglob("*") if f.is_file() and f.stat().st_size}
+
+
+def pytest_configure(config):
+  if _device() == "CL" and not hasattr(config, "workerinput"): config.cl_cache_before = _cl_cache_files()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  if (before := getattr(config, "cl_cache_before", None)) is not None:
+    terminalreporter.write_line(f"CL: {len(_cl_cache_files() - before)} files added to the kernel caches by this run")
 
 
 def pytest_ignore_collect(collection_path, config):

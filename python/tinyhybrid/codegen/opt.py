@@ -172,8 +172,6 @@ def _local(k: KernelParts, r: UOp, opt: Opt, next_axis: int) -> None:
     return
   if r not in k.reduce_ranges or kind is not AxisType.REDUCE: raise KernelOptError(f"{opt.op.name} needs a reduce loop")
   if any(rkind(x) is AxisType.GROUP_REDUCE for x in k.reduce_ranges): raise KernelOptError("one grouped reduce axis")
-  if k.value is not k.reduce and any(u.op is Ops.LOAD and u.src[0] is k.out for u in k.value.toposort()):
-    raise KernelOptError("a grouped reduce can't read its own output")
   grp = rng(amt, next_axis, AxisType.GROUP_REDUCE)
   if amt == size: outer, expr = None, grp
   else:
