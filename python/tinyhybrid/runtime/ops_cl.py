@@ -49,7 +49,6 @@ cl_int clFinish(cl_command_queue);
 cl_int clWaitForEvents(cl_uint, const cl_event*);
 cl_int clGetEventProfilingInfo(cl_event, cl_uint, size_t, void*, size_t*);
 cl_int clReleaseEvent(cl_event);
-cl_int clGetDeviceAndHostTimer(cl_device_id, cl_ulong*, cl_ulong*);
 """
 
 # the info queries and flags used here (cl.h)
@@ -60,7 +59,7 @@ _DEVICE_TYPE_ALL, _DEVICE_TYPE_CPU = 0xFFFFFFFF, 2
 _MEM_READ_WRITE, _MEM_USE_HOST_PTR = 1, 8
 _QUEUE_PROFILING_ENABLE = 2
 _PROGRAM_BUILD_LOG, _PROGRAM_BINARY_SIZES, _PROGRAM_BINARIES = 0x1183, 0x1165, 0x1166
-_PROFILING_START, _PROFILING_END = 0x1282, 0x1283
+_PROFILING_QUEUED, _PROFILING_START, _PROFILING_END = 0x1280, 0x1282, 0x1283
 _KERNEL_NUM_ARGS = 0x1191
 
 _ERRORS = {-1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE", -4: "CL_MEM_OBJECT_ALLOCATION_FAILURE",
@@ -279,7 +278,7 @@ class CLRunner(Runner):
       k.enqueue([addresses[s] for s in slots], launch, ev)
       start, end, _ = self.dev.event_time(ev[0])
       lib.clReleaseEvent(ev[0])
-      profile_events.append(ProfileEvent(k.prog.name, self.dev.name, start, end))
+      profile_events.append(ProfileEvent(k.prog.name, self.dev.name, start + self.dev.clock_offset, end + self.dev.clock_offset))
 
 
 class CLDevice(Compiled):
@@ -303,7 +302,6 @@ class CLDevice(Compiled):
     super().__init__(name, CLAllocator(self), OpenCLRenderer(self.props), self._build_kernels)
     self._sizes: dict[Any, tuple[Any, Any]] = {}
     self._programs: dict[str, Any] = {}  # built programs by their binary's path in the cache
-    self._clock = self._clock_offset()
 
   def sizes(self, launch: Any) -> tuple[Any, Any]:
     """The global and local work sizes (size_t[3] each) of a launch ((groups per dim), (local size per dim))."""
@@ -313,23 +311,31 @@ class CLDevice(Compiled):
       hit = self._sizes[launch] = (ffi.new("size_t[3]", [g * l for g, l in zip(groups, local)]), ffi.new("size_t[3]", list(local)))
     return hit
 
-  def _clock_offset(self) -> int:
-    """monotonic_ns() minus the device's profiling clock, so that PROFILE=1 events line up with the host's."""
+  @functools.cached_property
+  def clock_offset(self) -> int:
+    """monotonic_ns() minus the device's profiling clock, so that PROFILE=1 events line up with the host's: the time
+    before enqueueing a small copy minus the device's stamp of its enqueueing, the largest of a few tries (each is
+    below the true offset by the call's latency; a thread put to sleep in between only lowers that one)."""
     ffi, lib = _api()
-    dev_t, host_t = ffi.new("cl_ulong*"), ffi.new("cl_ulong*")
-    try:
-      if lib.clGetDeviceAndHostTimer(self.device_id, dev_t, host_t) == 0: return time.monotonic_ns() - dev_t[0]
-    except AttributeError: pass  # an OpenCL 1.x loader
-    return 0
+    mem, word = self.allocator.alloc(4), ffi.new("cl_uint*")
+    queued, best = ffi.new("cl_ulong*"), None
+    for _ in range(5):
+      ev = ffi.new("cl_event*")
+      t0 = time.monotonic_ns()
+      check(lib.clEnqueueWriteBuffer(self.queue, mem, 1, 0, 4, word, 0, ffi.NULL, ev), "clEnqueueWriteBuffer")
+      check(lib.clGetEventProfilingInfo(ev[0], _PROFILING_QUEUED, 8, queued, ffi.NULL), "clGetEventProfilingInfo")
+      lib.clReleaseEvent(ev[0])
+      best = max(best if best is not None else t0 - queued[0], t0 - queued[0])
+    return best
 
   def event_time(self, ev: Any) -> tuple[int, int, float]:
-    """Waits for an event: its start and end (monotonic ns) and its duration in seconds."""
+    """Waits for an event: its start and end (the device's clock, in ns) and its duration in seconds."""
     ffi, lib = _api()
     check(lib.clWaitForEvents(1, ffi.new("cl_event[1]", [ev])), "clWaitForEvents")
     start, end = ffi.new("cl_ulong*"), ffi.new("cl_ulong*")
     check(lib.clGetEventProfilingInfo(ev, _PROFILING_START, 8, start, ffi.NULL), "clGetEventProfilingInfo")
     check(lib.clGetEventProfilingInfo(ev, _PROFILING_END, 8, end, ffi.NULL), "clGetEventProfilingInfo")
-    return start[0] + self._clock, end[0] + self._clock, max(end[0] - start[0], 1) * 1e-9
+    return start[0], end[0], max(end[0] - start[0], 1) * 1e-9
 
   # ** programs **
 
