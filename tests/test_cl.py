@@ -154,7 +154,7 @@ def test_no_loader_names_it():
 def test_device_selection():
   code = "from tinyhybrid import Device; print(Device.DEFAULT)"
   env = {k: v for k, v in os.environ.items() if k not in ("DEV", "CL", "CPU", "NULL")}
-  run = lambda **e: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **e}, timeout=120).stdout.strip()  # noqa: E731
+  def run(**e: str) -> str: return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**env, **e}, timeout=120).stdout.strip()
   assert run() == "CPU"
   assert run(DEV="CL") == "CL"
   assert run(CL="1") == "CL"

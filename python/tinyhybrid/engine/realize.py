@@ -70,8 +70,8 @@ phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0,
 
 
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
-  t0 = time.perf_counter()
   dev = Device[device]
+  t0 = time.perf_counter()
   spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local)
   t1 = time.perf_counter()
   phase_times["schedule"] += t1 - t0
