@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, Device
+from tinyhybrid.device import Buffer, Device, ProfileEvent, profile_events
 from tinyhybrid.engine import realize as engine
-from tinyhybrid.helpers import JIT
+from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.schedule.kernelize import buffer_view, contiguous_buffer
 from tinyhybrid.uop import Ops
@@ -93,7 +93,8 @@ def _prepare(values: list[Any]) -> tuple[list[Buffer], list[tuple], dict[UOp, in
 class _Replay:
   """The captured kernels over numbered argument slots (buffers, then variables' values); inputs and variables are
   patched per call."""
-  def __init__(self, runs: list[tuple[str, Any, list[Buffer | UOp], int]], inputs: list[Buffer]):
+  def __init__(self, runs: list[tuple[str, Any, list[Buffer | UOp], int]], inputs: list[Buffer], name: str = "jit"):
+    self.name = name
     slot_of: dict[Any, int] = {}
     self.buffers: list[Buffer] = []  # intermediates and outputs are reused as they are
     self.args: list[int] = []        # the argument words; a variable's slot starts with its value at capture
@@ -120,9 +121,13 @@ class _Replay:
     for slot, b in zip(self.input_slots, inputs): args[slot] = b.address
     for var, val in var_vals.items():
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK
+    first = len(profile_events)
     if self.runner is not None: self.runner(args)
     else:
       for prg, slots, threads in self.items: prg.call([args[s] for s in slots], threads)
+    if PROFILE and (ran := profile_events[first:]):
+      # the replay as one span around the kernels it ran, from their own (queue) timestamps
+      profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))
     engine.count_runs(len(self.items), self.ops, self.mem)
 
 
@@ -171,7 +176,7 @@ class TinyJit(Generic[ReturnType]):
     finally:
       runs = engine.capturing.pop()
     self.sig = sig
-    self.replay = _Replay(runs, bufs)
+    self.replay = _Replay(runs, bufs, getattr(self.fxn, "__qualname__", "jit"))
     self.symbolic_outs = [t for t in outs if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]
     self.ret, self.cnt = ret, 2
     return ret

@@ -1,0 +1,77 @@
+"""VIZ: every graph_rewrite, grouped by kernel, and the profiler's timeline, in a local web page.
+
+`VIZ=1 python script.py` records what the C++ rewrite engine does and serves the page when the script ends (`VIZ=-1`:
+at once, while it runs); `python -m tinyhybrid.viz trace.pkl` serves a saved session. `PROFILE=1` (on with VIZ)
+records kernels, copies and TinyJit replays per device queue and writes a Chrome/Perfetto trace at exit.
+`TRACK_MATCH_STATS=1` prints how often each rule fired.
+
+This module is what the pipeline calls: `group` and `stage` cost one check while tracking is off. The server and
+its pieces are imported only when they are used."""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from types import TracebackType
+
+from tinyhybrid import _core
+from tinyhybrid.helpers import PROFILE, TRACK_MATCH_STATS, VIZ, getenv
+from tinyhybrid.uop.ops import UOp
+
+
+def stage(name: str, before: UOp, after: UOp) -> None:
+  """Records a pass that is not a graph_rewrite (lowering, applying optimizations) as a step of the current group."""
+  if _core.track_enabled(): _core.track_stage(name, before, after)
+
+
+class group:  # noqa: N801 (used as a statement: `with viz.group("kernel") as g:`)
+  """The rewrites inside the block form one group (a kernel); set `name` and `text` (its source) before it ends."""
+  __slots__ = ("on", "name", "text")
+
+  def __init__(self, kind: str):
+    self.on, self.name, self.text = _core.track_enabled(), "", ""
+    if self.on: _core.track_group_begin(kind)
+
+  def __enter__(self) -> group: return self
+
+  def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    if self.on: _core.track_group_end(self.name or (f"failed: {typ.__name__}" if typ else "?"), self.text)
+
+
+def _at_exit() -> None:
+  from tinyhybrid.viz import session as vsession
+  tracked = _core.track_enabled()
+  sess = vsession.collect(final=True) if (tracked or VIZ) else None
+  if TRACK_MATCH_STATS and sess is not None:
+    from tinyhybrid.viz.stats import print_match_stats
+    print_match_stats(sess)
+  if PROFILE or VIZ:
+    from tinyhybrid.viz import profile
+    profile.write_at_exit()
+  if not VIZ or sess is None: return
+  path = getenv("VIZ_PATH", "") or os.path.join(_tempdir(), f"tinyhybrid_viz_{os.getpid()}.pkl")
+  try:
+    vsession.save(sess, path)
+    print(f"VIZ: session saved to {path} (`python -m tinyhybrid.viz {path}` serves it again)", file=sys.stderr)
+  except OSError as e: print(f"VIZ: could not save the session to {path}: {e}", file=sys.stderr)
+  from tinyhybrid.viz import serve
+  if _live_server is not None: serve.wait_forever(_live_server)
+  else: serve.serve(sess, block=True)
+
+
+def _tempdir() -> str:
+  import tempfile
+  return tempfile.gettempdir()
+
+
+_live_server = None
+
+
+def _setup() -> None:
+  """Called once when tinyhybrid is imported: switches tracking on for VIZ and TRACK_MATCH_STATS."""
+  global _live_server
+  if VIZ or TRACK_MATCH_STATS: _core.track_enable(True)
+  atexit.register(_at_exit)
+  if VIZ.value == -1:  # serve at once: the page reads what has been recorded so far on every load
+    from tinyhybrid.viz import serve, session as vsession
+    _live_server = serve.serve(vsession.live(), block=False)
