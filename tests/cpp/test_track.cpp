@@ -87,13 +87,14 @@ void test_calls_and_steps() {
   // a node is listed once however often it is named
   for (size_t i = 0; i < t.nodes.size(); ++i)
     for (size_t j = i + 1; j < t.nodes.size(); ++j) CHECK(t.nodes[i] != t.nodes[j]);
-  // ids restart after a take
+  // string and node ids restart after a take; call ids go on
   track::enable(true);
   graph_rewrite(add(x, ci(0)), identities());
   track::enable(false);
   const track::Trace again = track::take();
   const std::vector<Rec> r2 = decode(again);
-  CHECK_EQ(r2.at(0).w[0], uint32_t(0));
+  CHECK_EQ(r2.at(0).w[0], call + 1);
+  CHECK_EQ(r2[0].w[2], uint32_t(0));
   CHECK_EQ(again.strings.at(r2[0].w[2]), std::string("graph_rewrite"));  // the name of an unnamed call
 }
 

@@ -40,6 +40,7 @@ class group:  # noqa: N801 (used as a statement: `with viz.group("kernel") as g:
 
 def _at_exit() -> None:
   from tinyhybrid.viz import session as vsession
+  sys.stdout.flush()  # the program's own output first: the server may block from here on
   tracked = _core.track_enabled()
   sess = vsession.collect(final=True) if (tracked or VIZ) else None
   if TRACK_MATCH_STATS and sess is not None:

@@ -35,17 +35,20 @@ class Graphs:
 
   def __init__(self, s: Session):
     self.s = s
-    self.made: dict[tuple[int, tuple[int, ...]], int] = {}  # (node, new sources) -> the node with those sources
-    self.cache: dict[tuple[int, int], tuple[int, int]] = {}  # (call, k) -> (root after k steps, root after k-1)
+    self.by_content: dict[tuple, int] | None = None  # the table's nodes by what they are: the rewrite's own nodes
 
   def call(self, g: int, c: int) -> Call: return self.s.groups[g].calls[c]
 
   def with_src(self, n: int, src: tuple[int, ...]) -> int:
-    if src == self.s.nodes[n].src: return n
-    if (hit := self.made.get((n, src))) is None:
-      old = self.s.nodes[n]
-      hit = self.made[(n, src)] = len(self.s.nodes)
-      self.s.nodes.append(Node(old.op, old.dtype, old.arg, src, old.tag))
+    """n with other sources: the recorded node that is exactly that (nodes are interned, so a step's `before` is found
+    again), or a new one."""
+    old = self.s.nodes[n]
+    if src == old.src: return n
+    if self.by_content is None: self.by_content = {(x.op, x.dtype, x.arg, x.src, x.tag): i for i, x in enumerate(self.s.nodes)}
+    key = (old.op, old.dtype, old.arg, src, old.tag)
+    if (hit := self.by_content.get(key)) is None:
+      hit = self.by_content[key] = len(self.s.nodes)
+      self.s.nodes.append(Node(*key))
     return hit
 
   def root_at(self, call: Call, k: int) -> int:

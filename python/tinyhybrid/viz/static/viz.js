@@ -338,6 +338,7 @@ function showView(name) {
   if (name === "profiler") showProfiler();
 }
 for (const t of document.querySelectorAll(".tab")) t.onclick = () => showView(t.dataset.view);
+window.addEventListener("hashchange", () => showView(location.hash === "#profiler" ? "profiler" : "rewrites"));
 
 async function main() {
   try { state.session = await api("/api/session"); }
