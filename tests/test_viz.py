@@ -110,10 +110,16 @@ def test_each_step_applies_one_rule():
   # the middle steps are built by the viewer (the engine made some of these nodes only later, or never)
   mid = gs.root_at(call, 1)
   assert ops(s, mid).count("CONST") in (1, 2)
+  assert sizes == [9, 7, 6, 4]
+  # constants are written into their users' labels, unless new in the step: boxes drawn per step
+  drawn = [gs.step(0, 0, k)["nodes"] for k in range(4)]
+  assert drawn == [7, 6, 5, 4]
   st = gs.step(0, 0, 2)
-  assert st["nodes"] == sizes[2] and st["rule"]["location"].endswith(str(ADD_ZERO_LINE)) or st["rule"]["location"].endswith(str(ADD_ZERO_LINE + 1))
+  assert st["total"] == sizes[2] and st["rule"]["location"].rsplit(":", 1)[1] in (str(ADD_ZERO_LINE), str(ADD_ZERO_LINE + 1))
   assert st["changed"] and st["focus"] in st["info"]
-  if vgraph.have_graphviz(): assert st["svg"].startswith("<svg") and st["svg"].count('class="node"') == sizes[2]
+  if vgraph.have_graphviz():
+    assert st["svg"].startswith("<svg") and st["svg"].count('class="node"') == drawn[2]
+    assert "[1]=0" in gs.step(0, 0, 0)["svg"]  # b + 0: the folded constant in the ADD's label
 
 
 def test_a_huge_graph_is_summarized():
@@ -193,7 +199,7 @@ def test_server_api_and_port_in_use(capsys):
     j = get(port, "/api/session")
     assert j["groups"][0]["name"] == "known" and j["groups"][0]["calls"][0][:3] == [0, "identities", 3] and j["profile"]
     st = get(port, "/api/step?g=0&c=0&k=3")
-    assert st["nodes"] == 4 and st["step"] == 3
+    assert st["nodes"] == st["total"] == 4 and st["step"] == 3
     assert get(port, "/api/source?g=0")["text"].startswith("void known")
     assert get(port, "/api/profile")["tracks"]
     assert get(port, "/trace.json")["traceEvents"]

@@ -12,7 +12,7 @@ from typing import Any
 from tinyhybrid.helpers import getenv
 from tinyhybrid.viz.session import Call, Node, Session
 
-MAX_NODES = getenv("VIZ_MAX_NODES", 1500)  # past this a graph is summarized: dot needs seconds, the browser more
+MAX_NODES = getenv("VIZ_MAX_NODES", 1000)  # past this a graph is summarized: dot needs many seconds
 DOT_TIMEOUT_S = 30.0
 
 # fill colors by op (and by op family for the rest)
@@ -36,6 +36,7 @@ class Graphs:
   def __init__(self, s: Session):
     self.s = s
     self.by_content: dict[tuple, int] | None = None  # the table's nodes by what they are: the rewrite's own nodes
+    self.layouts: dict[tuple[int, int, int], dict[str, Any]] = {}  # (group, call, step) -> laid out, the latest 64
 
   def call(self, g: int, c: int) -> Call: return self.s.groups[g].calls[c]
 
@@ -102,23 +103,35 @@ class Graphs:
   def step(self, g: int, c: int, k: int) -> dict[str, Any]:
     """What the page shows for step k of call c of group g (k = 0: the input; k = i: after the i-th rule fired)."""
     call = self.call(g, c)
-    k = max(0, min(k, len(call.steps)))
+    n = nsteps(call)
+    k = max(0, min(k, n))
     root = self.root_at(call, k)
     ids = self.reachable(root, MAX_NODES)
-    out: dict[str, Any] = {"group": g, "call": c, "step": k, "steps": len(call.steps), "name": call.name, "root": root}
-    if k:
+    out: dict[str, Any] = {"group": g, "call": c, "step": k, "steps": n, "name": call.name, "root": root}
+    if k and call.steps:
       st = call.steps[k - 1]
       out["rule"] = {"name": st.rule, "location": st.location, "code": source_line(st.location)}
+    elif k: out["rule"] = {"name": call.name, "location": "a pass of the pipeline (not a graph_rewrite): its input, then its output", "code": ""}
     if len(ids) > MAX_NODES:
       out["summary"] = self.summary(root)
       return out
     prev = set(self.reachable(self.root_at(call, k - 1))) if k else set(ids)
     changed = [n for n in ids if n not in prev]
-    focus = call.steps[k - 1].after if k else None
-    out.update(nodes=len(ids), changed=changed, focus=focus if focus in ids else None,
+    focus = call.steps[k - 1].after if k and call.steps else None  # a stage's output is all new: no one node to show
+    drawn = self.drawn(ids, root, set(changed) | {focus})
+    out.update(nodes=len(drawn), total=len(ids), changed=[n for n in changed if n in drawn], focus=focus if focus in drawn else None,
                info={n: self.info(n) for n in ids})
-    out.update(layout(self.dot(ids, set(changed), focus)))
+    if (key := (g, c, k)) not in self.layouts:
+      self.layouts[key] = layout(self.dot(drawn, set(changed), focus), quick=len(drawn) > 300)
+      if len(self.layouts) > 64: self.layouts.pop(next(iter(self.layouts)))
+    out.update(self.layouts[key])
     return out
+
+  def drawn(self, ids: list[int], root: int, keep: set) -> list[int]:
+    """The nodes drawn as boxes. A constant is written into the labels of the nodes that use it instead (shared
+    constants would otherwise pull edges across the whole drawing), unless it is the root or new in this step."""
+    nodes = self.s.nodes
+    return [n for n in ids if nodes[n].op != "CONST" or n == root or n in keep]
 
   def info(self, n: int) -> dict[str, Any]:
     x = self.s.nodes[n]
@@ -135,25 +148,34 @@ class Graphs:
     lines = ["digraph G {", 'graph [rankdir=TB, nodesep=0.15, ranksep=0.3, bgcolor="transparent"];',
              'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, margin="0.08,0.03", height=0.2, penwidth=0.6];',
              'edge [arrowsize=0.5, color="#777777"];']
+    nodes, drawn = self.s.nodes, set(ids)
     for n in ids:
-      x = self.s.nodes[n]
-      label = "\n".join(p for p in (x.op, _short(x.arg), x.dtype if x.dtype != "void" else "") if p)
+      x = nodes[n]
+      folded = " ".join(f"[{i}]={_short(nodes[s].arg, 16)}" for i, s in enumerate(x.src) if s not in drawn)
+      label = "\n".join(p for p in (x.op, _short(x.arg), folded, x.dtype if x.dtype != "void" else "") if p)
       extra = ', penwidth=3, color="#e02020"' if n == focus else ', penwidth=2, color="#e07020"' if n in changed else ""
       lines.append(f'n{n} [id="n{n}", label="{_esc(label)}", fillcolor="{color(x.op)}"{extra}];')
     for n in ids:
-      src = self.s.nodes[n].src
+      src = nodes[n].src
       for i, x in enumerate(src):
-        lines.append(f'n{x} -> n{n}' + (f' [label="{i}", fontsize=8]' if len(src) > 1 and src.count(x) > 1 else "") + ";")
+        if x in drawn: lines.append(f'n{x} -> n{n}' + (f' [label="{i}", fontsize=8]' if len(src) > 1 and src.count(x) > 1 else "") + ";")
     lines.append("}")
     return "\n".join(lines)
 
 
-def layout(dot_src: str) -> dict[str, Any]:
-  """{"svg": ...} laid out by Graphviz, or {"error": ...} saying why not."""
+def nsteps(call: Call) -> int:
+  """The steps the page steps through: the rules that fired, or for a stage one step from its input to its output."""
+  return len(call.steps) or int(call.stage and call.result is not None)
+
+
+def layout(dot_src: str, quick: bool = False) -> dict[str, Any]:
+  """{"svg": ...} laid out by Graphviz, or {"error": ...} saying why not. quick: fewer rounds of dot's rank and
+  crossing optimization, for big graphs (a slightly messier drawing in a fraction of the time)."""
   exe = shutil.which("dot")
   if exe is None: return {"error": GRAPHVIZ_MISSING}
   try:
-    r = subprocess.run([exe, "-Tsvg"], input=dot_src.encode(), capture_output=True, timeout=DOT_TIMEOUT_S, check=False)
+    r = subprocess.run([exe, "-Tsvg", *(["-Gnslimit=2", "-Gmclimit=0.3"] if quick else [])], input=dot_src.encode(),
+                       capture_output=True, timeout=DOT_TIMEOUT_S, check=False)
   except subprocess.TimeoutExpired: return {"error": f"Graphviz took more than {DOT_TIMEOUT_S:.0f} s to lay this graph out"}
   if r.returncode != 0: return {"error": f"Graphviz failed: {r.stderr.decode(errors='replace')[-500:]}"}
   svg = r.stdout.decode(errors="replace")
@@ -179,7 +201,7 @@ def source_line(location: str) -> str:
   return linecache.getline(path, int(line)).strip()
 
 
-def _short(arg: str) -> str: return arg if len(arg) <= 60 else arg[:57] + "..."
+def _short(arg: str, n: int = 60) -> str: return arg if len(arg) <= n else arg[:n - 3] + "..."
 def _esc(s: str) -> str: return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 from tinyhybrid.helpers import getenv
 from tinyhybrid.viz import profile as vprofile
-from tinyhybrid.viz.graph import GRAPHVIZ_MISSING, Graphs, have_graphviz
+from tinyhybrid.viz.graph import GRAPHVIZ_MISSING, Graphs, have_graphviz, nsteps
 from tinyhybrid.viz.session import Session
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -51,7 +51,7 @@ def session_json(s: Session) -> dict[str, Any]:
   changed nothing are only counted, as they are most of a compile (every simplify() of an index expression)."""
   groups = []
   for gi, g in enumerate(s.groups):
-    calls = [[ci, c.name, len(c.steps), c.depth, int(c.stage), int(c.result is None)]
+    calls = [[ci, c.name, nsteps(c), c.depth, int(c.stage), int(c.result is None)]
              for ci, c in enumerate(g.calls) if c.steps or c.stage or c.result is None]
     groups.append({"i": gi, "kind": g.kind, "name": g.name, "depth": g.depth, "calls": calls, "quiet": len(g.calls) - len(calls),
                    "has_source": bool(g.text)})

@@ -44,7 +44,6 @@ class Recorder {
     nodes_.clear();
     string_ids_.clear();
     node_ids_.clear();
-    next_call_ = 0;
     return t;
   }
 
@@ -68,7 +67,7 @@ class Recorder {
   std::unordered_map<std::string_view, uint32_t> string_ids_;
   std::vector<UOpRef> nodes_;
   std::unordered_map<const UOp*, uint32_t> node_ids_;
-  uint32_t next_call_ = 0;
+  uint32_t next_call_ = 0;  // not restarted by take(): a call running across a take keeps its id
 };
 
 Recorder& recorder() {

@@ -160,10 +160,14 @@ function enablePanZoom(box, svg, focusId) {
   const vb = svg.viewBox.baseVal;
   if (!vb || !vb.width) return;
   const full = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
-  // start at the drawing's own scale (a unit per pixel), around the rule's result or else at the top
-  const r0 = box.getBoundingClientRect(), c = nodeCenter(svg, focusId);
-  const cx = c ? c.x : full.x + full.w / 2, cy = c ? c.y : full.h <= r0.height ? full.y + full.h / 2 : full.y + r0.height / 2;
-  setBox(svg, cx - r0.width / 2, cy - r0.height / 2, r0.width, r0.height);
+  // the whole graph when it fits at a readable scale (down to 40%); a bigger one at the drawing's own scale (a unit
+  // per pixel), around the rule's result or else at the top
+  const r0 = box.getBoundingClientRect(), fit = Math.max(full.w / r0.width, full.h / r0.height, 1);
+  if (fit <= 2.5) setBox(svg, full.x + full.w / 2 - r0.width * fit / 2, full.y + full.h / 2 - r0.height * fit / 2, r0.width * fit, r0.height * fit);
+  else {
+    const c = nodeCenter(svg, focusId);
+    setBox(svg, (c ? c.x : full.x + full.w / 2) - r0.width / 2, (c ? c.y : full.y + r0.height / 2) - r0.height / 2, r0.width, r0.height);
+  }
   let drag = null;
   box.onmousedown = (e) => { drag = { x: e.clientX, y: e.clientY, vx: svg.viewBox.baseVal.x, vy: svg.viewBox.baseVal.y }; box.style.cursor = "grabbing"; };
   window.onmouseup = () => { drag = null; box.style.cursor = ""; };

@@ -38,7 +38,8 @@ struct Trace {
   std::vector<std::string> strings;
   std::vector<UOpRef> nodes;
 };
-// The trace so far; the recorder starts over empty (ids restart at 0).
+// The trace so far; the recorder starts over empty. String and node ids restart at 0; call ids go on counting, so a
+// call still running across a take is named the same in the next trace.
 Trace take();
 
 // One graph_rewrite, recorded from construction to finish(). Made by the engine only while tracking is on; a call
