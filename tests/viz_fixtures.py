@@ -43,7 +43,7 @@ ADD_ZERO_LINE = next(i for i, line in enumerate(inspect.getsource(inspect.getmod
 
 
 def known_graph() -> UOp:
-  """SINK(((a*1)+0) * (b+0)): 8 nodes; the identities rewrite it in three steps to SINK(a*b) (4 nodes)."""
+  """SINK(((a*1)+0) * (b+0)): 9 nodes; the identities rewrite it in three steps to SINK(a*b) (4 nodes)."""
   a, b = leaf("a"), leaf("b")
   zero, one = UOp.const(dtypes.int, 0), UOp.const(dtypes.int, 1)
   return UOp.sink(((a * one) + zero) * (b + zero))
@@ -60,6 +60,10 @@ def known_rewrite() -> UOp:
 
 def known_run() -> list[str]:
   """Real kernels on the CPU, a copy in and out, and TinyJit replays; returns the kernel names in the order they ran."""
+  from tinyhybrid.engine import realize
+  # compiled fresh, so that its kernels' rewrites are recorded however much this process compiled before
+  realize.schedule_cache.clear()
+  realize.kernel_cache.clear()
   first = len(profile_events)
   a = Tensor(np.arange(32, dtype=np.float32).reshape(4, 8))
   b = ((a + 1) * 2).sum(axis=1)

@@ -230,7 +230,7 @@ $("#prev-step").onclick = () => state.step > 0 && showStep(state.step - 1);
 // ---------------------------------------------------------------- the profiler's timeline
 
 const TL = { data: null, start: 0, end: 1, width: 1000 };
-const TRACK_H = 22, MEM_H = 60, LABEL_W = 170, AXIS_H = 18;
+const TRACK_H = 22, MEM_H = 60, LABEL_W = 170, AXIS_H = 18, DENSE = 3000;
 
 async function showProfiler() {
   if (!TL.data) {
@@ -246,8 +246,9 @@ async function showProfiler() {
 function drawTimeline() {
   const d = TL.data, box = $("#timeline");
   const nspans = d.tracks.reduce((a, t) => a + t.spans.length, 0);
+  box.replaceChildren(el("div", { class: "message" }, `drawing ${nspans} spans…`));
   $("#timeline-info").textContent = `${d.tracks.length} queue track${d.tracks.length === 1 ? "" : "s"}, ${nspans} spans, ` +
-    `${d.duration_us.toFixed(1)} µs` + (d.dropped ? `, ${d.dropped} spans that ended before they started left out` : "");
+    `${fmtUs(d.duration_us)}` + (d.dropped ? `, ${d.dropped} spans that ended before they started left out` : "");
   if (!d.tracks.length && !Object.keys(d.memory).length) {
     box.replaceChildren(el("div", { class: "message" }, "Nothing was profiled: run with PROFILE=1 (VIZ=1 turns it on) and realize something."));
     return;
@@ -267,14 +268,20 @@ function drawTimeline() {
   let y = AXIS_H;
   for (const tr of d.tracks) {
     const lab = svgEl("text", { x: 4, y: y + 15, class: "track-label" }); lab.textContent = `${tr.device} ${tr.queue}`; svg.append(lab);
-    // a span inside another (a kernel inside a TinyJit replay) is drawn as a thinner bar over it
-    const stack = [];
+    // a span inside another (a kernel inside a TinyJit replay) is drawn as a thinner bar over it. With more than
+    // DENSE spans in view, the ones under 2 px are drawn as one bar per run of covered pixels (zoom in to see them)
+    const stack = [], inView = tr.spans.filter(([, , s, dur]) => s + dur >= TL.start && s <= TL.end).length;
+    const cover = inView > DENSE ? new Uint32Array(Math.ceil(plotW) + 2) : null;
     for (const [name, kind, s, dur] of tr.spans) {
       while (stack.length && stack[stack.length - 1] <= s) stack.pop();
       const level = Math.min(stack.length, 3);
       stack.push(s + dur);
       if (s + dur < TL.start || s > TL.end) continue;
       const x0 = x(s), w = Math.max(dur * scale, 1), inset = level * 3;
+      if (cover && w < 2) {
+        for (let p = Math.max(0, Math.floor(x0 - LABEL_W)); p <= Math.min(cover.length - 1, Math.floor(x0 - LABEL_W + w)); p++) cover[p]++;
+        continue;
+      }
       const r = svgEl("rect", { x: x0, y: y + inset, width: w, height: TRACK_H - 2 * inset, class: `span ${kind}`, "data-name": name, "data-kind": kind });
       const title = svgEl("title"); title.textContent = `${name} (${kind})\n${fmtUs(dur)} at ${fmtUs(s)}`; r.append(title);
       svg.append(r);
@@ -282,6 +289,17 @@ function drawTimeline() {
         const t = svgEl("text", { x: x0 + 3, y: y + 15, class: "span-label" });
         t.textContent = name.length * 6 > w ? name.slice(0, Math.max(1, Math.floor(w / 6) - 1)) + "…" : name;
         svg.append(t);
+      }
+    }
+    if (cover) {
+      for (let p = 0; p < cover.length; p++) {
+        if (!cover[p]) continue;
+        let q = p, n = 0;
+        while (q < cover.length && cover[q]) n += cover[q++];
+        const r = svgEl("rect", { x: LABEL_W + p, y, width: q - p, height: TRACK_H, class: "span dense" });
+        const title = svgEl("title"); title.textContent = `${n} spans: zoom in to see each`; r.append(title);
+        svg.append(r);
+        p = q;
       }
     }
     y += TRACK_H + 6;
