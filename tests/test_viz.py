@@ -320,6 +320,23 @@ def test_viz_env_serves_when_the_script_ends(tmp_path):
     proc.wait()
 
 
+def test_viz_minus_one_serves_while_the_script_runs(tmp_path):
+  port = free_port()
+  script = SCRIPT + "import sys, time\nprint('computed', flush=True)\ntime.sleep(120)\n"
+  env = {**os.environ, "VIZ": "-1", "VIZ_PORT": str(port), "VIZ_PATH": str(tmp_path / "s.pkl"), "PROFILE_PATH": str(tmp_path / "p.json")}
+  proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    assert "VIZ: serving on" in proc.stderr.readline()  # at import, before the script's work
+    assert proc.stdout.readline().strip() == "144.0" and proc.stdout.readline().strip() == "computed"
+    j = get(port, "/api/session")  # the work done so far, while the script still runs
+    assert proc.poll() is None and any(g["kind"] == "kernel" for g in j["groups"])
+    g = next(g for g in j["groups"] if g["kind"] == "kernel" and g["calls"])
+    assert get(port, f"/api/step?g={g['i']}&c={g['calls'][0][0]}&k=1")["step"] == 1
+  finally:
+    proc.kill()
+    proc.wait()
+
+
 def test_viz_cli_serves_a_saved_session(tmp_path):
   with recording() as s:
     known_rewrite()

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlparse
 from tinyhybrid.helpers import getenv
 from tinyhybrid.viz import profile as vprofile
 from tinyhybrid.viz.graph import GRAPHVIZ_MISSING, Graphs, have_graphviz, nsteps
+from tinyhybrid.viz import session as vsession
 from tinyhybrid.viz.session import Session
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -36,14 +37,16 @@ class State:
 
   def __init__(self, source: Session | Callable[[], Session]):
     self.source = source
-    self.lock = threading.Lock()
+    # a live session grows while the program runs (and the program collects into it at exit): share its lock
+    self.lock = vsession._lock if callable(source) else threading.RLock()
     self.session = source if isinstance(source, Session) else source()
     self.graphs = Graphs(self.session)
 
   def refresh(self) -> None:
     if callable(self.source):
-      s = self.source()
-      if s is not self.session: self.session, self.graphs = s, Graphs(s)
+      n = len(self.session.nodes)
+      self.session = self.source()
+      if len(self.session.nodes) != n: self.graphs = Graphs(self.session)  # its index of nodes is out of date
 
 
 def session_json(s: Session) -> dict[str, Any]:

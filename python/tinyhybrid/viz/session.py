@@ -140,7 +140,7 @@ class Builder:
 
 
 _builder = Builder()
-_lock = threading.Lock()
+_lock = threading.RLock()  # also held by a live server while it reads the session (serve.State)
 
 
 def collect(final: bool = False) -> Session:
