@@ -35,7 +35,7 @@ SPLIT = (AxisType.THREAD, AxisType.GROUP_REDUCE)
 def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> LoweredKernel:
   """k with `opts` applied and its lanes expanded: what the renderer takes."""
   ast = apply_opts(k.ast, opts)
-  viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
+  if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
   expanded = expand(ast, vec)
   viz.stage("expand", ast, expanded)

@@ -19,6 +19,11 @@ from tinyhybrid.helpers import PROFILE, TRACK_MATCH_STATS, VIZ, getenv
 from tinyhybrid.uop.ops import UOp
 
 
+def tracking() -> bool:
+  """Whether rewrites are being recorded (VIZ, TRACK_MATCH_STATS): for work only worth doing then."""
+  return _core.track_enabled()
+
+
 def stage(name: str, before: UOp, after: UOp) -> None:
   """Records a pass that is not a graph_rewrite (lowering, applying optimizations) as a step of the current group."""
   if _core.track_enabled(): _core.track_stage(name, before, after)

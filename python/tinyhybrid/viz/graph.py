@@ -3,7 +3,6 @@
 summary (op counts) instead; without Graphviz the answer says how to get it."""
 from __future__ import annotations
 
-import html
 import shutil
 import subprocess
 from collections import Counter
@@ -203,6 +202,3 @@ def source_line(location: str) -> str:
 
 def _short(arg: str, n: int = 60) -> str: return arg if len(arg) <= n else arg[:n - 3] + "..."
 def _esc(s: str) -> str: return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def escape(s: str) -> str: return html.escape(s)
