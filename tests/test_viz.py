@@ -296,12 +296,29 @@ def test_track_match_stats_env_prints_the_rules():
   r = run_env({"TRACK_MATCH_STATS": "1"})
   assert r.returncode == 0, r.stderr
   assert "TRACK_MATCH_STATS:" in r.stderr and "src/cpp/symbolic/" in r.stderr
+  assert "session saved" not in r.stderr  # level 1 counts; level 2 (what VIZ sets) also saves every match
+  quiet = run_env({"TRACK_MATCH_STATS": "1", "PRINT_MATCH_STATS": "0"})
+  assert quiet.returncode == 0 and "TRACK_MATCH_STATS:" not in quiet.stderr
+
+
+def test_viz_env_without_a_terminal_saves_and_ends(tmp_path):
+  # as tinygrad: a script whose output is piped (CI, a log file) saves its session and ends instead of serving
+  r = run_env({"VIZ": "1", "VIZ_PATH": str(tmp_path / "s.pkl"), "PROFILE_PATH": str(tmp_path / "p.json")}, timeout=120)
+  assert r.returncode == 0, r.stderr
+  assert r.stdout.strip() == "144.0" and "serving" not in r.stderr
+  assert f"python -m tinyhybrid.viz {tmp_path / 's.pkl'}" in r.stderr
+  s = vsession.load(str(tmp_path / "s.pkl"))
+  assert any(g.kind == "kernel" for g in s.groups) and s.events
+  assert "TRACK_MATCH_STATS:" not in r.stderr  # VIZ shows the rules on its page, not as a table
 
 
 def test_viz_env_serves_when_the_script_ends(tmp_path):
+  import pty
   port = free_port()
   env = {**os.environ, "VIZ": "1", "VIZ_PORT": str(port), "VIZ_PATH": str(tmp_path / "s.pkl"), "PROFILE_PATH": str(tmp_path / "p.json")}
-  proc = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  master, terminal = pty.openpty()  # the script's output goes to a terminal: VIZ=1 serves at exit
+  proc = subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=terminal, stderr=subprocess.PIPE, text=True)
+  os.close(terminal)
   try:
     lines = []
     deadline = time.time() + 300
@@ -311,20 +328,22 @@ def test_viz_env_serves_when_the_script_ends(tmp_path):
       lines.append(line)
       if "VIZ: serving on" in line: break
     assert any(f"http://127.0.0.1:{port}" in ln for ln in lines), "".join(lines)
-    assert proc.stdout.readline().strip() == "144.0"  # the script's own output came first
+    assert os.read(master, 4096).decode().split() == ["144.0"]  # the script's own output came first
     j = get(port, "/api/session")
     assert any(g["kind"] == "kernel" for g in j["groups"]) and j["profile"]
     assert vsession.load(str(tmp_path / "s.pkl")).groups
+    assert proc.poll() is None  # it serves until interrupted
   finally:
     proc.kill()
     proc.wait()
+    os.close(master)
 
 
 def test_viz_minus_one_serves_while_the_script_runs(tmp_path):
   port = free_port()
-  script = SCRIPT + "import sys, time\nprint('computed', flush=True)\ntime.sleep(120)\n"
+  script = SCRIPT + "import sys\nprint('computed', flush=True)\nsys.stdin.readline()\n"
   env = {**os.environ, "VIZ": "-1", "VIZ_PORT": str(port), "VIZ_PATH": str(tmp_path / "s.pkl"), "PROFILE_PATH": str(tmp_path / "p.json")}
-  proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     assert "VIZ: serving on" in proc.stderr.readline()  # at import, before the script's work
     assert proc.stdout.readline().strip() == "144.0" and proc.stdout.readline().strip() == "computed"
@@ -332,6 +351,9 @@ def test_viz_minus_one_serves_while_the_script_runs(tmp_path):
     assert proc.poll() is None and any(g["kind"] == "kernel" for g in j["groups"])
     g = next(g for g in j["groups"] if g["kind"] == "kernel" and g["calls"])
     assert get(port, f"/api/step?g={g['i']}&c={g['calls'][0][0]}&k=1")["step"] == 1
+    _, err = proc.communicate("\n", timeout=120)  # then the script ends, and does not wait at exit
+    assert proc.returncode == 0, err
+    assert vsession.load(str(tmp_path / "s.pkl")).groups
   finally:
     proc.kill()
     proc.wait()

@@ -131,9 +131,7 @@ def serve(source: Session | Callable[[], Session], port: int | None = None, bloc
 
 
 def wait_forever(srv: ThreadingHTTPServer) -> None:
-  """Serves until Ctrl-C (a server already running on its thread is waited on)."""
-  try:
-    if any(t.name == "tinyhybrid-viz" for t in threading.enumerate()): threading.Event().wait()
-    else: srv.serve_forever()
+  """Serves until Ctrl-C."""
+  try: srv.serve_forever()
   except KeyboardInterrupt: pass
   finally: srv.server_close()
