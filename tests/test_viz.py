@@ -124,14 +124,14 @@ def test_each_step_applies_one_rule():
 
 def test_a_huge_graph_is_summarized():
   x = leaf("x")
-  for i in range(100_000): x = x + UOp.const(dtypes.int, i)
+  for i in range(50_000): x = x + UOp.const(dtypes.int, i)  # 10^5 nodes
   with recording() as s:
     graph_rewrite(UOp.sink(x), IDENTITIES, name="huge")
   t0 = time.perf_counter()
   st = vgraph.Graphs(s).step(0, 0, 0)
   assert time.perf_counter() - t0 < 10
-  assert "svg" not in st and st["summary"]["nodes"] == 200_002
-  assert dict(st["summary"]["ops"])["ADD"] == 100_000
+  assert "svg" not in st and st["summary"]["nodes"] == 100_002
+  assert dict(st["summary"]["ops"])["ADD"] == 50_000
 
 
 def test_graphviz_missing_is_said(monkeypatch):

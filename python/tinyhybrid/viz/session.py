@@ -75,6 +75,7 @@ class Builder:
     self.session = Session()
     self.ids: dict[UOp, int] = {}
     self.dtypes: dict[Any, str] = {}
+    self.op_names: dict[Any, str] = {}  # an enum member's .name is a slow property: each op is named once
     self.open_groups: list[Group] = []
     self.open_calls: dict[int, Call] = {}
     self.loose: Group | None = None  # the group that collects calls made outside any group
@@ -85,9 +86,11 @@ class Builder:
     for n in u.toposort(gate=lambda n: n not in self.ids):
       dt = self.dtypes.get(n.dtype)
       if dt is None: dt = self.dtypes[n.dtype] = str(n.dtype).removeprefix("dtypes.")
+      op = self.op_names.get(n.op)
+      if op is None: op = self.op_names[n.op] = n.op.name
       arg = "" if n.arg is None else _text(n.arg)
       self.ids[n] = len(self.session.nodes)
-      self.session.nodes.append(Node(n.op.name, dt, arg, tuple(self.ids[s] for s in n.src), "" if n.tag is None else _text(n.tag)))
+      self.session.nodes.append(Node(op, dt, arg, tuple(self.ids[s] for s in n.src), "" if n.tag is None else _text(n.tag)))
     return self.ids[u]
 
   def feed(self, words: bytes, strings: list[str], nodes: list[UOp]) -> None:
