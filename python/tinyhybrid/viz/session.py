@@ -75,23 +75,24 @@ class Builder:
     self.session = Session()
     self.ids: dict[UOp, int] = {}
     self.dtypes: dict[Any, str] = {}
-    self.op_names: dict[Any, str] = {}  # an enum member's .name is a slow property: each op is named once
+    self.op_names: dict[Any, str] = {}
     self.open_groups: list[Group] = []
     self.open_calls: dict[int, Call] = {}
     self.loose: Group | None = None  # the group that collects calls made outside any group
 
   def node_id(self, u: UOp) -> int:
-    if (i := self.ids.get(u)) is not None: return i
-    # every node below u that is not in the table yet, sources first (the walk is C++'s)
-    for n in u.toposort(gate=lambda n: n not in self.ids):
-      dt = self.dtypes.get(n.dtype)
-      if dt is None: dt = self.dtypes[n.dtype] = str(n.dtype).removeprefix("dtypes.")
-      op = self.op_names.get(n.op)
-      if op is None: op = self.op_names[n.op] = n.op.name
-      arg = "" if n.arg is None else _text(n.arg)
-      self.ids[n] = len(self.session.nodes)
-      self.session.nodes.append(Node(op, dt, arg, tuple(self.ids[s] for s in n.src), "" if n.tag is None else _text(n.tag)))
-    return self.ids[u]
+    ids = self.ids
+    if (i := ids.get(u)) is not None: return i
+    nodes, dtypes, op_names = self.session.nodes, self.dtypes, self.op_names
+    # every node below u that is not in the table yet, sources first (the walk is C++'s); each field is read once, as
+    # reading one builds a Python object (this loop is most of the decoding at exit)
+    for n in u.toposort(gate=lambda n: n not in ids):
+      op, dtype, arg, tag = n.op, n.dtype, n.arg, n.tag
+      if (dt := dtypes.get(dtype)) is None: dt = dtypes[dtype] = str(dtype).removeprefix("dtypes.")
+      if (name := op_names.get(op)) is None: name = op_names[op] = op.name  # an enum's .name is a slow property
+      ids[n] = len(nodes)
+      nodes.append(Node(name, dt, "" if arg is None else _text(arg), tuple([ids[s] for s in n.src]), "" if tag is None else _text(tag)))
+    return ids[u]
 
   def feed(self, words: bytes, strings: list[str], nodes: list[UOp]) -> None:
     w = array("I")
