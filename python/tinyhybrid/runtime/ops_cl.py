@@ -250,7 +250,8 @@ class CLProgram:
 
   def call(self, args: list[int], launch: Any) -> None:
     if self.direct is None: self.direct = CLKernel(self)
-    self.direct.enqueue(args, launch, _api()[0].NULL)
+    if PROFILE: self.dev.profiled(self.direct, args, launch)  # a call records its own span (device.CompiledProgram)
+    else: self.direct.enqueue(args, launch, _api()[0].NULL)
 
   def timed(self, args: list[int], launch: Any) -> float:
     ffi, lib = _api()
@@ -266,7 +267,7 @@ class CLRunner(Runner):
   patches the arguments that changed (the inputs' buffers, variables) and enqueues the whole batch, without waiting.
   The queue is in order, so the batch runs as one; anything that reads a result waits for it."""
   def __init__(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int, dev: CLDevice):
-    super().__init__(items, nslots)
+    super().__init__(items, nslots, dev.name)
     self.dev = dev
     self.kernels = [(CLKernel(prg.keepalive), slots, launch) for prg, slots, launch in items]
 
@@ -276,12 +277,7 @@ class CLRunner(Runner):
       for k, slots, launch in self.kernels: k.enqueue([addresses[s] for s in slots], launch, ffi.NULL)
       lib.clFlush(self.dev.queue)
       return
-    for k, slots, launch in self.kernels:
-      ev = ffi.new("cl_event*")
-      k.enqueue([addresses[s] for s in slots], launch, ev)
-      start, end, _ = self.dev.event_time(ev[0])
-      lib.clReleaseEvent(ev[0])
-      profile_events.append(ProfileEvent(k.prog.name, self.dev.name, start + self.dev.clock_offset, end + self.dev.clock_offset))
+    for k, slots, launch in self.kernels: self.dev.profiled(k, [addresses[s] for s in slots], launch)
 
 
 class CLDevice(Compiled):
@@ -330,6 +326,15 @@ class CLDevice(Compiled):
       lib.clReleaseEvent(ev[0])
       best = max(best if best is not None else t0 - queued[0], t0 - queued[0])
     return best
+
+  def profiled(self, k: CLKernel, args: list[int], launch: Any) -> None:
+    """Runs k and waits for it, its span (the device's own timestamps) recorded in profile_events."""
+    ffi, lib = _api()
+    ev = ffi.new("cl_event*")
+    k.enqueue(args, launch, ev)
+    try: start, end, _ = self.event_time(ev[0])
+    finally: lib.clReleaseEvent(ev[0])
+    profile_events.append(ProfileEvent(k.prog.name, self.name, start + self.clock_offset, end + self.clock_offset))
 
   def event_time(self, ev: Any) -> tuple[int, int, float]:
     """Waits for an event: its start and end (the device's clock, in ns) and its duration in seconds."""
