@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from enum import Enum, auto
-
 from typing import TYPE_CHECKING
 
 from tinyhybrid.dtype import dtypes

@@ -1,7 +1,8 @@
 """Choosing a kernel's optimizations: the default heuristics (the CPU's in codegen/heuristic.py, a GPU-style device's
-in codegen/gpu.py), or with BEAM=N a beam search that compiles candidate plans and times them on the device. A candidate is a neighbour of a plan in the beam: one more action, one action
-less, or one action with another amount; the N fastest plans go on until a round finds nothing faster. The winner
-is cached on disk by the kernel's source, the device and the compiler, so a second run pays nothing."""
+in codegen/gpu.py), or with BEAM=N a beam search that compiles candidate plans and times them on the device (its own
+clock where it has one). A candidate is a neighbour of a plan in the beam: one more action, one action less, or one
+action with another amount; the N fastest plans go on until a round finds nothing faster. The winner is cached on
+disk by the kernel's source, the device and the compiler, so a second run pays nothing."""
 from __future__ import annotations
 
 import hashlib
@@ -79,7 +80,8 @@ def actions(ast, ren: Renderer | None = None) -> list[Opt]:
   out: list[Opt] = []
   for r in k.loops:
     if rkind(r) in (AxisType.LOOP, AxisType.THREAD): out += [Opt(OptOps.UPCAST, r.arg[0], a) for a in AMOUNTS[OptOps.UPCAST] if rsize(r) % a == 0]
-    if rkind(r) is AxisType.LOOP: out += [Opt(OptOps.LOCAL, r.arg[0], a) for a in AMOUNTS[OptOps.LOCAL] if rsize(r) % a == 0] if gpu else [Opt(OptOps.THREAD, r.arg[0])]
+    if rkind(r) is AxisType.LOOP and gpu: out += [Opt(OptOps.LOCAL, r.arg[0], a) for a in AMOUNTS[OptOps.LOCAL] if rsize(r) % a == 0]
+    elif rkind(r) is AxisType.LOOP: out.append(Opt(OptOps.THREAD, r.arg[0]))
     out += [Opt(OptOps.SWAP, r.arg[0], o.arg[0]) for o in k.loops if o.arg[0] > r.arg[0] and rkind(o) not in (AxisType.UPCAST,)]
   for r in k.reduce_ranges:
     if rkind(r) is not AxisType.REDUCE: continue

@@ -143,7 +143,8 @@ class OpenCLWriter(GPUWriter):
     ext = "".join(f"#pragma OPENCL EXTENSION {e} : enable\n" for e, on in (("cl_khr_fp64", ren.fp64), ("cl_khr_fp16", ren.fp16)) if on)
     half = (_HALF_EMULATED + (_HALF_FROM_DOUBLE if ren.fp64 else "")) if self.half_emulated else ""
     local = self.k.launch[1] if self.k.launch is not None else (1, 1, 1)
-    header = f"__kernel __attribute__((reqd_work_group_size({local[0]}, {local[1]}, {local[2]}))) void {self.k.name}(" + ", ".join(self.param_decls) + ") {"
+    # the group's size is part of the program: the driver can compile for it alone
+    header = f"__kernel __attribute__((reqd_work_group_size({', '.join(map(str, local))}))) void {self.k.name}({', '.join(self.param_decls)}) {{"
     statics = ["  " + line for v in self.statics.values() for line in v.split("\n")]
     return "\n".join([_PRELUDE.format(extensions=ext, half=half), *self.helpers.values(), header, *statics, *self.lines, "}\n"])
 

@@ -126,8 +126,9 @@ def device_ids() -> list[tuple[Any, Any]]:
   n = ffi.new("cl_uint*")
   err = lib.clGetPlatformIDs(0, ffi.NULL, n)
   if err == -1001 or (err == 0 and n[0] == 0):
-    raise RuntimeError(f"DEV=CL: no OpenCL platform: the ICD loader found no driver (no .icd file in {os.getenv('OCL_ICD_VENDORS', '/etc/OpenCL/vendors')} "
-                       f"names a library that loads); {_ICD_HINT}")
+    vendors = os.getenv("OCL_ICD_VENDORS", "/etc/OpenCL/vendors")
+    raise RuntimeError(f"DEV=CL: no OpenCL platform: the ICD loader found no driver (no .icd file in {vendors} names a library that loads); "
+                       f"{_ICD_HINT}")
   check(err, "clGetPlatformIDs")
   plats = ffi.new("cl_platform_id[]", n[0])
   check(lib.clGetPlatformIDs(n[0], plats, ffi.NULL), "clGetPlatformIDs")
@@ -206,11 +207,13 @@ class CLAllocator(Allocator):
 
   def copyin(self, dest: Any, src: memoryview) -> None:
     ffi, lib = _api()
-    if len(src): check(lib.clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, len(src), ffi.from_buffer(src), 0, ffi.NULL, ffi.NULL), "copy to the device")
+    if not len(src): return
+    check(lib.clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, len(src), ffi.from_buffer(src), 0, ffi.NULL, ffi.NULL), "copy to the device")
 
   def copyout(self, dest: memoryview, src: Any) -> None:
     ffi, lib = _api()
-    if len(dest): check(lib.clEnqueueReadBuffer(self.dev.queue, src, 1, 0, len(dest), ffi.from_buffer(dest), 0, ffi.NULL, ffi.NULL), "copy from the device")
+    if not len(dest): return
+    check(lib.clEnqueueReadBuffer(self.dev.queue, src, 1, 0, len(dest), ffi.from_buffer(dest), 0, ffi.NULL, ffi.NULL), "copy from the device")
 
 
 class CLKernel:
