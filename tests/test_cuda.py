@@ -107,14 +107,13 @@ def test_kernels_of_every_dtype_compile(dev):
     assert "cvt.rn.bf16.f32" in text and "add.rn.f16" in text
 
 
-def test_cuda_vector_loads_compile():
-  dev = Device[CUDA]
-  old = dev.renderer.vec
-  dev.renderer.vec = 4
-  try: srcs = _sources(lambda: (Tensor.ones(64, 128, device=CUDA).contiguous() * 3 + 1).sum(axis=0).realize())
-  finally: dev.renderer.vec = old
+def test_vector_loads_and_stores():
+  srcs = _sources(lambda: (Tensor.ones(64, 128, device=CUDA).contiguous() * 3 + 1).sum(axis=0).realize())
   text = "\n".join(srcs)
-  assert "th_v<float, 4>" in text and "(*(const th_v<float, 4>*)(" in text
+  assert "(*(const th_v<float, 4>*)(" in text and "*(th_v<float, 4>*)(data0 + " in text
+  srcs = _sources(lambda: (Tensor.ones(64, 128, device=PTX).contiguous() * 3 + 1).sum(axis=0).realize())
+  text = "\n".join(srcs)
+  assert "ld.global.v4.f32" in text and "st.global.v4.f32" in text
 
 
 def test_dev_cuda_without_a_driver_is_a_clear_error():

@@ -1,7 +1,8 @@
 """CUDA C++ for NVIDIA GPUs (compiled by NVRTC, runtime/cuda_compiler.py): the GPU frame of renderer/gpu.py in CUDA's
-words (`__global__`, blockIdx/threadIdx, `__shared__`, `__syncthreads()`). CUDA's own vector types (float4, ...) have
-no arithmetic, so vectors are `th_v<T, N>`, a struct of N lanes aligned like the hardware's vector loads (16 bytes at
-most) with lane-wise operators: an aligned vector load is one ld.global.v4. half is cuda_fp16.h's, computed natively
+words (`__global__`, blockIdx/threadIdx, `__shared__`, `__syncthreads()`). A vector value is its lanes, each a
+scalar variable, computed lane by lane (NVRTC compiles such code ~50x faster than the same work on vector structs with
+operators); a vector load or a reduce's vector accumulator is a `th_v<T, N>`, a struct of N lanes aligned like the
+hardware's vector loads (16 bytes at most), so an aligned vector load is one ld.global.v4. half is cuda_fp16.h's, computed natively
 (sm_53 and later); bfloat16 is stored as cuda_bf16.h's __nv_bfloat16 and computed in float, every result rounded to
 bfloat16 as the hardware type would. The fp8s are not rendered. Contractions into fma happen only where the kernel
 asks (a reduce's multiply-add): the compiler runs with --fmad=false, as the other backends keep mul and add apart."""
@@ -22,7 +23,6 @@ _TYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "unsi
           "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
           "unsigned long": "unsigned long long", "weakint": "long long", "half": "half", "float": "float", "double": "double",
           "weakfloat": "double"}
-_MASK_INT = {1: "signed char", 2: "short", 4: "int", 8: "long long"}  # a vector comparison's lanes: -1 (true) or 0
 # half from each integer type, correctly rounded
 _INT_TO_HALF = {"signed char": "__int2half_rn", "unsigned char": "__uint2half_rn", "short": "__short2half_rn",
                 "unsigned short": "__ushort2half_rn", "int": "__int2half_rn", "unsigned int": "__uint2half_rn",
@@ -49,41 +49,16 @@ template <typename T> __device__ inline T th_fma(T a, T b, T c) { return a * b +
 template <typename To, typename From> __device__ inline To th_bitcast(From x) { To r; memcpy(&r, &x, sizeof(r)); return r; }
 /* vectors: N lanes, aligned as the widest load that fits them */
 constexpr int th_align(int n) { return n >= 16 ? 16 : n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
-template <int S> struct th_mask_of;
-template <> struct th_mask_of<1> { typedef signed char t; };
-template <> struct th_mask_of<2> { typedef short t; };
-template <> struct th_mask_of<4> { typedef int t; };
-template <> struct th_mask_of<8> { typedef long long t; };
 template <typename T, int N> struct alignas(th_align(sizeof(T) * N)) th_v {
   typedef T elem;
   T s[N];
   th_v() = default;
   __device__ th_v(T x) { for (int i = 0; i < N; i++) s[i] = x; }
-  template <typename... A> __device__ static th_v of(A... a) { th_v r; T xs[N] = {(T)a...}; for (int i = 0; i < N; i++) r.s[i] = xs[i]; return r; }
-  __device__ T& operator[](int i) { return s[i]; }
-  __device__ const T& operator[](int i) const { return s[i]; }
 };
-#define TH_BIN(op) template <typename T, int N> __device__ inline th_v<T, N> operator op(const th_v<T, N>& a, const th_v<T, N>& b) \\
-  { th_v<T, N> r; for (int i = 0; i < N; i++) r.s[i] = (T)(a.s[i] op b.s[i]); return r; }
-TH_BIN(+) TH_BIN(-) TH_BIN(*) TH_BIN(/) TH_BIN(&) TH_BIN(|) TH_BIN(^) TH_BIN(<<) TH_BIN(>>)
-#define TH_CMP(op) template <typename T, int N> __device__ inline th_v<typename th_mask_of<sizeof(T)>::t, N> operator op(const th_v<T, N>& a, const th_v<T, N>& b) \\
-  { th_v<typename th_mask_of<sizeof(T)>::t, N> r; for (int i = 0; i < N; i++) r.s[i] = (a.s[i] op b.s[i]) ? -1 : 0; return r; }
-TH_CMP(<) TH_CMP(!=) TH_CMP(==)
-template <typename T, int N> __device__ inline th_v<T, N> operator-(const th_v<T, N>& a) { th_v<T, N> r; for (int i = 0; i < N; i++) r.s[i] = -a.s[i]; return r; }
-template <typename M, typename T, int N> __device__ inline th_v<T, N> th_where(const th_v<M, N>& m, const th_v<T, N>& a, const th_v<T, N>& b)
-  { th_v<T, N> r; for (int i = 0; i < N; i++) r.s[i] = m.s[i] ? a.s[i] : b.s[i]; return r; }
-template <typename T, int N> __device__ inline th_v<T, N> th_max(const th_v<T, N>& a, const th_v<T, N>& b)
-  { th_v<T, N> r; for (int i = 0; i < N; i++) r.s[i] = (a.s[i] > b.s[i] || a.s[i] != a.s[i]) ? a.s[i] : b.s[i]; return r; }
-template <typename T, int N> __device__ inline th_v<T, N> th_fma(const th_v<T, N>& a, const th_v<T, N>& b, const th_v<T, N>& c)
-  { th_v<T, N> r; for (int i = 0; i < N; i++) r.s[i] = th_fma(a.s[i], b.s[i], c.s[i]); return r; }
-template <typename V, typename U, int N> __device__ inline V th_cvt(const th_v<U, N>& x)
-  { V r; for (int i = 0; i < N; i++) r.s[i] = (typename V::elem)x.s[i]; return r; }
 template <typename V> __device__ inline V th_ldu(const typename V::elem* p)
   { V r; for (int i = 0; i < (int)(sizeof(r.s) / sizeof(r.s[0])); i++) r.s[i] = p[i]; return r; }
 template <typename V> __device__ inline V th_mld(const typename V::elem* p, unsigned int m)
   { V r((typename V::elem)0); for (int i = 0; i < (int)(sizeof(r.s) / sizeof(r.s[0])); i++) if ((m >> i) & 1u) r.s[i] = p[i]; return r; }
-template <typename V> __device__ inline void th_stu(typename V::elem* p, const V& v)
-  { for (int i = 0; i < (int)(sizeof(v.s) / sizeof(v.s[0])); i++) p[i] = v.s[i]; }
 #endif
 """
 _HALF = "#include <cuda_fp16.h>"
@@ -96,12 +71,74 @@ __device__ inline float th_round_bf16(float f) { return __bfloat162float(__float
 
 class CUDAWriter(GPUWriter):
   TYPES = _TYPES
-  MASK_INT = _MASK_INT
+
+  def __init__(self, k: LoweredKernel):
+    super().__init__(k)
+    self.lane_names: dict[UOp, list[str]] = {}
 
   def vtype(self, scalar: str, n: int) -> str: return f"th_v<{scalar}, {n}>"
-  def vec_literal(self, t: str, items: list[str]) -> str: return f"{t}::of({', '.join(items)})"
-  def convert(self, x: str, t: str) -> str: return f"th_cvt<{t}>({x})"
   def fma(self, t: str) -> str: return "th_fma"
+
+  # ** vectors, lane by lane **
+
+  def lanes(self, u: UOp) -> list[str]:
+    """The names of a vector's lanes: its lanes' own, or the members of its struct (a load, an accumulator)."""
+    if (hit := self.lane_names.get(u)) is not None: return hit
+    return [f"{self.names[u]}.s[{i}]" for i in range(u.dtype.count)]
+
+  def lane(self, u: UOp, i: int) -> UOp:
+    """Lane i of u as a scalar node named after it (a scalar u is the same in every lane)."""
+    if u.dtype.count == 1: return u
+    g = UOp(Ops.GEP, u.dtype.scalar(), (u,), (i,))
+    self.names[g] = self.lanes(u)[i]
+    return g
+
+  def name(self, u: UOp) -> None:
+    n = u.dtype.count
+    if u.op is Ops.GEP:
+      self.names[u] = self.lanes(u.src[0])[u.arg[0]]
+    elif n == 1 or u.op is Ops.LOAD: super().name(u)
+    elif u.op is Ops.VECTORIZE: self.lane_names[u] = [self.names[s] for s in u.src]
+    elif u.op is Ops.CONST: self.lane_names[u] = [self.literal(u.arg, u.dtype.scalar())] * n
+    else:
+      out = []
+      for i in range(n):
+        lu = UOp(u.op, u.dtype.scalar(), tuple(self.lane(s, i) for s in u.src), u.arg)
+        super().name(lu)
+        out.append(self.names[lu])
+      self.lane_names[u] = out
+
+  def update(self, acc: UOp, term: UOp) -> str:
+    if acc.dtype.count > 1:  # lane by lane
+      out = []
+      for i in range(acc.dtype.count):
+        a = self.lane_acc(acc, i)
+        if term in self.fused:
+          x, y = (self.names[self.lane(s, i)] for s in term.src)
+          out.append(f"{self.names[a]} = th_fma({x}, {y}, {self.names[a]});")
+        else: out.append(self.update(a, self.lane(term, i)))
+      return " ".join(out)
+    if acc.dtype is dtypes.half and acc.arg[0] is Ops.MAX:
+      a, v = self.names[acc], self.names[term]
+      return f"{a} = (__hgt({v}, {a}) || __hisnan({v})) ? {v} : {a};"
+    return super().update(acc, term)
+
+  def lane_acc(self, acc: UOp, i: int) -> UOp:
+    """Lane i of a vector accumulator, as an accumulator of its own."""
+    a = UOp(Ops.REDUCE, acc.dtype.scalar(), (self.lane(acc, i),), acc.arg)
+    self.names[a] = self.lanes(acc)[i]
+    return a
+
+  def store(self, st: UOp) -> None:
+    index, val = st.src
+    if val.dtype.count == 1: return super().store(st)
+    buf, idx = (self.names[x] for x in index.src)
+    lanes = self.lanes(val)
+    if index.arg is True:  # one vector store
+      t = self.ctype(val)
+      self.emit(f"{{ {t} th_st; " + " ".join(f"th_st.s[{i}] = {x};" for i, x in enumerate(lanes)) + f" *({t}*)({buf} + {idx}) = th_st; }}")
+    else:
+      for i, x in enumerate(lanes): self.emit(f"{buf}[{idx} + {i}] = {x};")
 
   def math(self, op: Ops, dt: DType, t: str, x: str) -> str:
     if dt.scalar() is dtypes.double: return f"{MATH[op]}({x})"
@@ -113,7 +150,6 @@ class CUDAWriter(GPUWriter):
 
   def cast(self, u: UOp, t: str, x: str) -> str:
     dt, src = u.dtype, u.src[0].dtype
-    if dt.count > 1: return self.convert(x, t)
     if src is dtypes.half and dt is not dtypes.half: x = f"__half2float({x})"  # half's own conversions are ambiguous
     if dt is dtypes.bool: return f"({x} != 0)"
     if dt is dtypes.bfloat16: return f"th_round_bf16((float){x})"
@@ -143,25 +179,11 @@ class CUDAWriter(GPUWriter):
     else: ret = f"th_ldu<{t}>({ptr})"
     return ret if gate is None else f"({gate} ? {ret} : ({t})(0))"
 
-  def vstore(self, t: str, buf: str, idx: str, v: str, aligned: bool) -> str:
-    return f"*({t}*)({buf} + {idx}) = {v};" if aligned else f"th_stu<{t}>({buf} + {idx}, {v});"
-
   def expr(self, u: UOp, t: str) -> str:
-    if u.dtype.count > 1 and u.op is Ops.WHERE and u.src[0].dtype.count > 1:
-      return f"th_where({', '.join(self.names[x] for x in u.src)})"
-    if u.dtype.count > 1 and u.op is Ops.MAX: return f"th_max({self.names[u.src[0]]}, {self.names[u.src[1]]})"
-    if u.dtype.count > 1 and u.op is Ops.RECIPROCAL: return f"(({t})(1) / {self.names[u.src[0]]})"
     if u.op is Ops.MAX and u.dtype is dtypes.half:
       a, b = (self.names[x] for x in u.src)
       return f"((__hgt({a}, {b}) || __hisnan({a})) ? {a} : {b})"
     return super().expr(u, t)
-
-  def update(self, acc: UOp, term: UOp) -> str:
-    if acc.dtype.count > 1 and acc.arg[0] is Ops.MAX: return f"{self.names[acc]} = th_max({self.names[term]}, {self.names[acc]});"
-    if acc.dtype is dtypes.half and acc.arg[0] is Ops.MAX:
-      a, v = self.names[acc], self.names[term]
-      return f"{a} = (__hgt({v}, {a}) || __hisnan({v})) ? {v} : {a};"
-    return super().update(acc, term)
 
   # ** the frame **
 
@@ -189,11 +211,9 @@ class CUDARenderer(Renderer):
   max_work_group = 1024
   local_mem = 48 * 1024  # static shared memory per block
 
-  def __init__(self, arch: str = "sm_90", vec: int = 1):
+  def __init__(self, arch: str = "sm_90", vec: int = 4):
     if not re.fullmatch(r"sm_\d+[a-z]?", arch): raise ValueError(f"CUDA: {arch!r} is not an architecture (sm_80, sm_90, ...)")
-    # vectors of 4 give 16-byte loads, but NVRTC takes ~50x longer on a kernel of th_v operations than on its scalar
-    # form (a ResNet-50 step's convolutions: a minute each), so kernels are scalar unless asked; PTX has v4 loads
-    self.arch, self.vec = arch, vec
+    self.arch, self.vec = arch, vec  # vectors of 4: a 16-byte load of floats
 
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)
 
