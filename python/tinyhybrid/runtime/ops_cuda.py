@@ -177,7 +177,7 @@ class CUDADevice(Compiled):
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     # PTX goes to the driver, which assembles it for the GPU (no ptxas needed on the machine)
-    if self.ptx: images = [self.compiler.join([src]).encode() + b"\0" for _, src in kernels]
+    if self.ptx: images = [src.encode() + b"\0" for _, src in kernels]
     else: images = build_kernels(self.compiler, kernels)
     out = []
     for (name, src), image in zip(kernels, images):
