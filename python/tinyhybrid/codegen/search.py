@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from tinyhybrid import viz
 from tinyhybrid.codegen.expand import expand
 from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_grid
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
@@ -41,13 +42,19 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
   if isinstance(ren, int): ren, vec = None, ren
   else: vec = ren.vec
   ast = apply_opts(k.ast, opts, ren)
+  if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
   if ren is not None and ren.has_local:
-    ast, launch = to_grid(ast, ren)
+    opted = ast
+    ast, launch = to_grid(opted, ren)
+    viz.stage("map to the grid", opted, ast)
     ex = expand(ast, vec)
+    viz.stage("expand", ast, ex)
     check_local_memory(ex, launch, ren)
     return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
-  return replace(k, ast=expand(ast, vec), outer=rsize(split[0]) if split else 1, opts=tuple(opts))
+  expanded = expand(ast, vec)
+  viz.stage("expand", ast, expanded)
+  return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
 
 
 def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
@@ -57,7 +64,10 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
   # heads, a batch) across the cores
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
-  if not symbolic and not NOOPT.value: k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
+  if not symbolic and not NOOPT.value:
+    merged = merge_loops(k.ast, max(vec, 1))
+    viz.stage("merge loops", k.ast, merged)
+    k = replace(k, ast=merged)
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
   elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
   elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
