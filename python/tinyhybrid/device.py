@@ -14,6 +14,7 @@ import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv
+from tinyhybrid.runtime.compiler import CompileError  # noqa: F401 (tinygrad's place for it)
 
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
 _NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
@@ -183,10 +184,37 @@ class Compiled:
   def synchronize(self) -> None: pass
 
 
+@dataclass(frozen=True)
+class Target:
+  """A device name in tinygrad's target syntax, DEVICE[:index][:RENDERER][:arch]: CL:1, CUDA:PTX, NULL:CUDA:sm_90."""
+  device: str
+  index: int = 0
+  renderer: str | None = None  # one of RENDERERS; None: the device's own
+  arch: str | None = None      # e.g. sm_90; None: the device's own
+
+  @staticmethod
+  def parse(name: str) -> Target:
+    base, *rest = name.split(":")
+    index, renderer, arch = 0, None, None
+    for part in rest:
+      if part.isdigit() and renderer is None and arch is None: index = int(part)
+      elif part.upper() in RENDERERS and renderer is None and arch is None: renderer = part.upper()
+      elif arch is None and part: arch = part.lower()
+      else: raise ValueError(f"device {name!r}: expected DEVICE[:index][:RENDERER][:arch] (renderers: {', '.join(RENDERERS)})")
+    return Target(base.upper(), index, renderer, arch)
+
+  def __str__(self) -> str:
+    return ":".join([self.device, *([str(self.index)] if self.index else []), *([self.renderer] if self.renderer else []), *([self.arch] if self.arch else [])])
+
+
+RENDERERS = ("CUDA", "PTX")  # renderers a target may name
+
+
 class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
-  DEV=CL:1), else the first of CPU=1, NULL=1, CL=1 set, else CPU. A name without an index is that family's device 0."""
-  _known = ("CPU", "NULL", "CL")
+  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1 set, else CPU.
+  A name without an index is that family's device 0."""
+  _known = ("CPU", "NULL", "CL", "CUDA")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)
@@ -195,9 +223,9 @@ class _DeviceRegistry:
 
   def canonicalize(self, device: str | None) -> str:
     if device is None: return self.DEFAULT
-    base, _, idx = device.upper().partition(":")
-    if base not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)}")
-    return base if not idx or idx == "0" else f"{base}:{idx}"
+    t = Target.parse(device)
+    if t.device not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)}")
+    return str(t)
 
   @functools.cache  # noqa: B019 (one device object per name for the process)
   def __getitem__(self, device: str) -> Compiled:
