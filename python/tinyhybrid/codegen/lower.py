@@ -185,13 +185,21 @@ class Lowerer:
     full_shape = shape_of(out.src[0]) if out.op is Ops.REDUCE else out_shape
     axes = set(out.arg[1]) if out.op is Ops.REDUCE else set()
     rng, ranges, reduce_ranges = [], [], []
+    collapsed = 1  # the trip count of the reduce loops a gather's one-hot no longer needs
     for i, s in enumerate(full_shape):
       if s == 1: rng.append(_c(0)); continue
       r = UOp(Ops.RANGE, IDX, (_c(s),), (i, AxisType.REDUCE if i in axes else AxisType.LOOP))
       rng.append(r)
       (reduce_ranges if i in axes else ranges).append(r)
     if out.op is Ops.REDUCE:
-      val = UOp(Ops.REDUCE, out.dtype, (self.value(out.src[0], tuple(rng), None), *reduce_ranges), out.arg[0])
+      src = self.value(out.src[0], tuple(rng), None)
+      if out.arg[0] is Ops.ADD:
+        src, kept = collapse_one_hot(src, reduce_ranges)
+        for r in reduce_ranges:
+          if r not in kept: collapsed *= r.src[0].vmax
+        reduce_ranges = kept
+      if reduce_ranges: val = UOp(Ops.REDUCE, out.dtype, (src, *reduce_ranges), out.arg[0])
+      else: val = src if src.dtype == out.dtype else src.cast(out.dtype)
       store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))
     elif out.op is Ops.STORE:
       # assign: the value goes through the target's view into the target's own buffer
@@ -206,10 +214,38 @@ class Lowerer:
     ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
-    work = prod(max_shape(full_shape))
+    work = prod(max_shape(full_shape)) // collapsed
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
     return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
                          mem=sum(b.size * b.dtype.itemsize for b in self.buffers))
+
+
+def _and_terms(c: UOp) -> list[UOp]: return [t for s in c.src for t in _and_terms(s)] if c.op is Ops.AND and c.dtype is dtypes.bool else [c]
+
+
+def collapse_one_hot(v: UOp, ranges: list[UOp]) -> tuple[UOp, list[UOp]]:
+  """A sum over a reduce loop r of where(x == r, y, 0), x not depending on r, is y at r = x (0 when x is outside the
+  loop): a gather or an embedding lookup written as a one-hot (mixin/indexing.py) becomes one indexed load instead
+  of a loop over every row of the table. The index is clamped into the loop, so the load never leaves the buffer."""
+  ranges = list(ranges)
+  while v.op is Ops.WHERE and v.src[2].op is Ops.CONST and v.src[2].arg == 0:
+    terms = _and_terms(v.src[0])
+    for t in terms:
+      if t.op is not Ops.CMPEQ: continue
+      hit = next(((x, r) for x, b in (t.src, t.src[::-1]) for r in [b.src[0] if b.op is Ops.CAST else b]
+                  if r.op is Ops.RANGE and r in ranges and dtypes.is_int(x.dtype) and r not in x.toposort()), None)
+      if hit is None: continue
+      x, r = hit
+      i = _c(x)
+      inside = (i < 0).logical_not() & (i < r.src[0])
+      sub = {r: inside.where(i, _c(0))}
+      cond = inside
+      for o in terms:
+        if o is not t: cond = cond & o.substitute(sub)
+      v, ranges = cond.where(v.src[1].substitute(sub), v.src[2]), [q for q in ranges if q is not r]
+      break
+    else: break
+  return v, ranges
 
 
 def _kernel_name(out: UOp, shape: tuple[sint, ...]) -> str:
