@@ -63,18 +63,30 @@ def _unflatten(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
 def _reshape_index(idx: tuple[UOp, ...], new: tuple, old: tuple) -> tuple[UOp, ...]:
   """The index into a reshape's source for `idx` into its result. Dims are matched in runs of equal size product: a
   run of one dim on each side (a reshape that only adds or drops 1s, or leaves a dim alone) maps as it is, so
-  only dims really merged or split get a division, which keeps most indices affine."""
-  if not all(isinstance(s, int) and s > 0 for s in new + old):
-    return tuple(x.simplify() for x in _unflatten(_flat(idx, new), old))
+  only dims really merged or split get a division, which keeps most indices affine. A symbolic dim maps as it is
+  when the other side has the same one there (a cache view of a variable's length, reshaped around it); any other
+  reshape through a symbolic dim goes through the flat index."""
+  def generic() -> tuple[UOp, ...]: return tuple(x.simplify() for x in _unflatten(_flat(idx, new), old))
+  if any(isinstance(s, int) and s <= 0 for s in new + old): return generic()
   out: list[UOp] = [_c(0)] * len(old)
   ni = [d for d, s in enumerate(new) if s != 1]
   oi = [d for d, s in enumerate(old) if s != 1]
   a = b = 0
   while a < len(ni):
-    a0, b0, pn, po = a, b, new[ni[a]], old[oi[b]]
+    if b >= len(oi): return generic()
+    sn, so = new[ni[a]], old[oi[b]]
+    if not isinstance(sn, int) or not isinstance(so, int):
+      if sn is not so: return generic()
+      out[oi[b]] = idx[ni[a]]
+      a, b = a + 1, b + 1
+      continue
+    a0, b0, pn, po = a, b, sn, so
     while pn != po:
-      if pn < po: a, pn = a + 1, pn * new[ni[a + 1]]
-      else: b, po = b + 1, po * old[oi[b + 1]]
+      if pn < po: a += 1
+      else: b += 1
+      if a >= len(ni) or b >= len(oi) or not isinstance(new[ni[a]], int) or not isinstance(old[oi[b]], int): return generic()
+      if pn < po: pn *= new[ni[a]]
+      else: po *= old[oi[b]]
     if a == a0 and b == b0: out[oi[b]] = idx[ni[a]]
     else:
       group = [oi[d] for d in range(b0, b + 1)]

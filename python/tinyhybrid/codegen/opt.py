@@ -47,7 +47,10 @@ def _c(v: int) -> UOp: return UOp.const(IDX, v)
 
 
 def rng(size: int, axis: int, kind: AxisType) -> UOp: return UOp(Ops.RANGE, IDX, (_c(size),), (axis, kind))
-def rsize(r: UOp) -> int: return r.src[0].arg
+def rsize(r: UOp) -> int:
+  """A range's trip count; 1 for a loop of a variable's length, which takes no optimization (see apply_opt), so that
+  the heuristics pass it over."""
+  return r.src[0].arg if r.src[0].op is Ops.CONST else 1
 def rkind(r: UOp) -> AxisType: return r.arg[1]
 
 
@@ -109,6 +112,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
   r = k.find(opt.axis)
   next_axis = max(x.arg[0] for x in k.all_ranges()) + 1
   kind = rkind(r)
+  if r.src[0].op is not Ops.CONST and opt.op is not OptOps.SWAP: raise KernelOptError(f"axis {opt.axis} has a variable length")
   if opt.op is OptOps.UPCAST:
     if r not in k.loops or kind not in (AxisType.LOOP, AxisType.THREAD): raise KernelOptError("UPCAST needs an output loop")
     _split(k, r, opt.arg, AxisType.UPCAST, next_axis)

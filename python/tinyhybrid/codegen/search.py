@@ -45,8 +45,7 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
   if not symbolic and not NOOPT.value: k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
   if NOOPT.value: opts: list[Opt] = []
-  elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
-  elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
+  elif BEAM >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   else: opts = hand_coded_optimizations(k)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
   return finalize(k, opts, vec)
