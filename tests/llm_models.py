@@ -92,7 +92,7 @@ class TinySpec:
   seed: int = 0
 
 
-def _hf_model(spec: TinySpec):
+def hf_model(spec: TinySpec, random_init: bool = True):
   import torch
   import transformers as tf
   cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
@@ -107,6 +107,7 @@ def _hf_model(spec: TinySpec):
   if spec.arch == "mistral": kw["sliding_window"] = None
   torch.manual_seed(spec.seed)
   model = cls[1](cls[0](**kw)).eval()
+  if not random_init: return model
   with torch.no_grad():  # initializer_range 0.02 makes near-uniform logits: widen them so the argmax is decisive
     for name, p in model.named_parameters():
       if "norm" in name: p.copy_(1 + 0.1 * torch.randn_like(p))
@@ -147,13 +148,14 @@ def gguf_name(hf: str) -> str:
   return f"blk.{i}.{_HF_NAMES[mod]}.{kind}"
 
 
-def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = None, tok_kv: dict | None = None, name: str = "tiny"):
-  """Builds spec's model with transformers, writes it to path as llama.cpp would, and returns the HF model with its
-  weights replaced by what the file holds (the dequantized values, when quantized), so the two compute the same."""
+def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = None, tok_kv: dict | None = None, name: str = "tiny", model=None):
+  """Builds spec's model with transformers (random weights, unless a model built from spec is given), writes it to path
+  as llama.cpp would, and returns the HF model with its weights replaced by what the file holds (the dequantized
+  values, when quantized), so the two compute the same."""
   import gguf
   import torch
   from gguf import GGMLQuantizationType as GQ
-  model = _hf_model(spec)
+  model = hf_model(spec) if model is None else model
   rng = np.random.default_rng(spec.seed)
   qtype = GQ[quant] if quant else None
   w = gguf.GGUFWriter(str(path), spec.arch)

@@ -21,7 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--raw", action="store_true", help="with --prompt: continue the text as it is, without the chat template")
   p.add_argument("--benchmark", nargs="?", type=int, const=20, metavar="COUNT", help="print prefill and decode tokens/s (default 20 decode steps)")
   p.add_argument("--warmup", action="store_true", help="compile and capture the kernels before the first request")
-  p.add_argument("--max_tokens", type=int, default=None, help="answer length limit in tokens")
+  p.add_argument("--max_tokens", type=int, default=None, help="answer length limit in tokens (served: when a request sets none)")
   p.add_argument("--temperature", type=float, default=0.0, help="0 (the default) picks the likeliest token")
   p.add_argument("--top_k", type=int, default=0)
   p.add_argument("--top_p", type=float, default=1.0)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.warmup or args.serve is not None: m.warmup()
   if args.serve is not None:
     from tinyhybrid.llm.serve import serve
-    serve(llm, args.host, args.serve)
+    serve(llm, args.host, args.serve, args.max_tokens)
     return 0
   if args.benchmark is not None:
     benchmark(llm, args.benchmark)

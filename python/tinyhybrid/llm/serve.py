@@ -94,8 +94,8 @@ class LLMServer(ThreadingHTTPServer):
   daemon_threads = True
   allow_reuse_address = True
 
-  def __init__(self, address: tuple[str, int], llm: LLM, log: bool = True):
-    self.llm, self.log = llm, log
+  def __init__(self, address: tuple[str, int], llm: LLM, log: bool = True, max_tokens: int | None = None):
+    self.llm, self.log, self.max_tokens = llm, log, max_tokens  # max_tokens: the answer length when a request sets none
     self.jobs: queue.Queue[Job | None] = queue.Queue()
     super().__init__(address, Handler)
     self.worker = threading.Thread(target=self._work, name="llm-worker", daemon=True)
@@ -172,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
     try: ids = llm.chat_ids(msgs)
     except ValueError as e: raise RequestError(str(e), "messages") from None
     llm.check_fits(ids)
-    job = self.server.submit(Job(ids, params, max_tokens, stop))
+    job = self.server.submit(Job(ids, params, max_tokens or self.server.max_tokens, stop))
     head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.get("model") or llm.name}
     if body.get("stream"):
       include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
@@ -245,8 +245,8 @@ def _usage(u: Usage) -> dict[str, int]:
   return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens, "total_tokens": u.prompt_tokens + u.completion_tokens}
 
 
-def serve(llm: LLM, host: str = "127.0.0.1", port: int = 8000) -> None:
-  server = LLMServer((host, port), llm)
+def serve(llm: LLM, host: str = "127.0.0.1", port: int = 8000, max_tokens: int | None = None) -> None:
+  server = LLMServer((host, port), llm, max_tokens=max_tokens)
   print(f"serving {llm.name} on http://{host}:{server.server_address[1]}/ (OpenAI API at /v1)", file=sys.stderr)
   try: server.serve_forever()
   except KeyboardInterrupt: pass
