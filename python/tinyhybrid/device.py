@@ -140,6 +140,8 @@ class Compiled:
     self.name, self.allocator, self.renderer, self._build = name, allocator, renderer, build_fn
     self._cache: dict[tuple[str, str], CompiledProgram] = {}
     self.max_threads = 1  # how many cores a kernel's outer loop is split across
+    # the runner class that replays many kernels as one submitted batch (tinygrad's graph), if the device has one
+    self.graph: type[Runner] | None = None
 
   def compile(self, name: str, src: str) -> CompiledProgram: return self.compile_many([(name, src)])[0]
 

@@ -36,6 +36,14 @@ class DTypes:
       return strong_dtype(max(dtypes.from_py(xi) for xi in x)) if x else dtypes.default_float
     raise RuntimeError(f"Could not infer dtype of {x!r} with type {type(x)}")
   @staticmethod
+  def min(dtype: DType) -> ConstType:
+    """The smallest value of dtype (-inf for floats, False for bool), as `dtypes.min(dt)` in tinygrad's tests."""
+    return dtype.min
+  @staticmethod
+  def max(dtype: DType) -> ConstType:
+    """The largest value of dtype (inf for floats, True for bool)."""
+    return dtype.max
+  @staticmethod
   def finfo(dtype: DType) -> tuple[int, int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtype._is_float or dtype._is_weak: raise ValueError(f"{dtype} is not a floating point type")
@@ -66,10 +74,11 @@ class DTypes:
   uchar = uint8; ushort = uint16; uint = uint32; ulong = uint64  # noqa: E702
   char = int8; short = int16; int = int32; long = int64  # noqa: E702
 
+  # Context(DEFAULT_FLOAT=dtypes.half) sets a DType, the environment a name
   @property
-  def default_float(self) -> DType: return to_dtype(str(DEFAULT_FLOAT.value))
+  def default_float(self) -> DType: return v if isinstance(v := DEFAULT_FLOAT.value, DType) else to_dtype(str(v))
   @property
-  def default_int(self) -> DType: return to_dtype(str(DEFAULT_INT.value))
+  def default_int(self) -> DType: return v if isinstance(v := DEFAULT_INT.value, DType) else to_dtype(str(v))
 
   fp8s = (fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz)
   floats = fp8s + (float16, bfloat16, float32, float64)

@@ -34,6 +34,13 @@ class ContextVar:
     self.value = getenv(key, default_value)
 
   def __bool__(self) -> bool: return bool(self.value)
+  def __eq__(self, x: object) -> bool: return self.value == x
+  def __ne__(self, x: object) -> bool: return self.value != x
+  __hash__ = object.__hash__  # one object per key: identity is its hash
+  def tolist(self, obj: Any = None) -> list[Any]:
+    """A comma-separated string setting as a list (of obj's attributes of those names, if obj is given)."""
+    if not isinstance(self.value, str): raise TypeError(f"ContextVar {self.key} holds {self.value!r}, not a list string")
+    return [getattr(obj, x) if obj is not None else x for x in self.value.split(",") if x]
   def __ge__(self, x: int) -> bool: return self.value >= x  # type: ignore[operator]
   def __gt__(self, x: int) -> bool: return self.value > x  # type: ignore[operator]
   def __lt__(self, x: int) -> bool: return self.value < x  # type: ignore[operator]

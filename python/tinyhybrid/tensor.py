@@ -4,6 +4,7 @@ tinygrad's Tensor."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import weakref
@@ -31,11 +32,25 @@ def _np_to_dtype(d: np.dtype) -> DType:
 
 def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
   """A nested list's items in row-major order and its shape; ragged lists are an error."""
+  if isinstance(x, (np.ndarray, np.generic)): x = x.tolist()  # numpy items inside a list read as the Python values
   if not isinstance(x, (list, tuple)): return [x], ()
   if len(x) == 0: return [], (0,)
   parts = [_flatten_list(e) for e in x]
   if any(p[1] != parts[0][1] for p in parts): raise ValueError(f"Tensor: ragged nested list, sub-shapes {[p[1] for p in parts]}")
   return [v for p in parts for v in p[0]], (len(x),) + parts[0][1]
+
+
+def _list_array(flat: list, shape: tuple[int, ...], dt: DType) -> np.ndarray:
+  """Python values as an array of dt. Values out of an int dtype's range wrap (floats truncate first), as a C cast and
+  numpy's astype do, where np.array raises OverflowError."""
+  npdt = np_storage(dt) if dt is not dtypes.bfloat16 else np.dtype(np.float32)
+  try:
+    with np.errstate(over="ignore"): return np.array(flat, dtype=npdt).reshape(shape)
+  except (OverflowError, ValueError):
+    if not dt._is_int: raise
+  mask = (1 << (8 * dt.itemsize)) - 1
+  words = [(int(v) if not isinstance(v, float) or math.isfinite(v) else 0) & mask for v in flat]  # NaN and inf: 0
+  return np.array(words, dtype=np.dtype(f"u{dt.itemsize}")).view(npdt).reshape(shape)
 
 
 _unique_ids = itertools.count()
@@ -96,6 +111,9 @@ class Tensor(TensorAPI):
     self.device = Device.canonicalize(device)
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
+      # a CONST given without a device stays deviceless (as in tinygrad): realize leaves it alone; work on it runs on
+      # the other operand's device, or the default one
+      if device is None and data.op is Ops.CONST: self.device = None  # type: ignore[assignment]
       if (op := data.op) is _BIND or op is _DEFINE_VAR or data.dtype is _WEAKINT:
         # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's
         bound_value(data)
@@ -112,11 +130,10 @@ class Tensor(TensorAPI):
       if dt is None: dt = _np_to_dtype(arr.dtype)
     elif isinstance(data, (list, tuple)):
       flat, shape = _flatten_list(data)
-      if dt is None: dt = dtypes.from_py(data) if flat else dtypes.default_float
-      dt = strong_dtype(dt)
-      arr = np.array(flat, dtype=np_storage(dt) if dt is not dtypes.bfloat16 else np.float32).reshape(shape)
-    elif data is None:
-      raise TypeError("Tensor(None): use Tensor.empty(shape) for an uninitialized tensor")
+      dt = strong_dtype(dt or (dtypes.from_py(flat) if flat else dtypes.default_float))
+      arr = _list_array(flat, shape, dt)
+    elif data is None:  # an empty tensor, as in tinygrad
+      arr, dt = np.zeros((0,), np.float32), dt or dtypes.default_float
     else:
       raise TypeError(f"Tensor: can't make a tensor from {type(data).__name__}")
     return Tensor._from_numpy(arr, dt, self.device)
@@ -148,7 +165,7 @@ class Tensor(TensorAPI):
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
   def __repr__(self) -> str:
-    return f"<Tensor {self.uop.op.name} on {self.device} with shape {self.shape} dtype {self.dtype}{' grad' if self.requires_grad else ''}>"
+    return f"<Tensor <UOp {self.device} {self.uop.op.name}> on {self.device} with shape {self.shape} dtype {self.dtype}{' grad' if self.requires_grad else ''}>"
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool: raise TypeError("__bool__ on Tensor is not defined: use .item() or .any()/.all()")
 
@@ -160,7 +177,7 @@ class Tensor(TensorAPI):
     if shape is None: shape_of(u)
     else: u.__dict__["_shape"], u.__dict__["_srcs"] = shape, u.src
     t = Tensor.__new__(Tensor)
-    t.uop, t.device, t.grad = u, self.device, None
+    t.uop, t.device, t.grad = u, self.device if self.device is not None else (u.device or Device.canonicalize(None)), None
     t.requires_grad = None
     _all_tensors.add(t)
     return t
@@ -172,10 +189,10 @@ class Tensor(TensorAPI):
   def _smop(self, op: Ops, arg: Any) -> Tensor: return self._wrap(movement(op, self.uop, arg, strict=True))
 
   def _reduce(self, op: Ops, axis: tuple[int, ...], keepdim: bool = False) -> Tensor:
-    axis = tuple(sorted({self._resolve_dim(a) for a in axis}))
-    # an empty sum or product is its identity (the kernel's loop runs zero times); max has none, as in torch
-    if op is Ops.MAX and any(self.shape[a] == 0 for a in axis):
-      raise ValueError(f"max reduce over a zero-size axis of shape {self.shape} has no identity")
+    # a 0-d tensor takes axis 0 or -1 (as torch does) and reduces nothing
+    axis = tuple(sorted({self._resolve_dim(a) for a in axis})) if self.ndim else ()
+    # over a zero-size axis the kernel's loop runs zero times and leaves the op's identity: 0, 1, or dtype.min for max
+    # (-inf, False), as in tinygrad
     ret = self._wrap(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axis))) if axis else self
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axis))
 
@@ -192,8 +209,20 @@ class Tensor(TensorAPI):
 
   def bitcast(self, dtype: DTypeLike) -> Tensor:
     dt = to_dtype(dtype)
-    if dt.itemsize != self.dtype.itemsize:
-      raise ValueError(f"bitcast: {self.dtype} ({self.dtype.itemsize} bytes) to {dt} ({dt.itemsize} bytes) needs equal sizes")
+    if (isz := self.dtype.itemsize) != (osz := dt.itemsize):
+      # another item size rescales the last axis (as in tinygrad): the bytes move through unsigned words and shifts,
+      # lowest first (little-endian), so it is elementwise work on any shape (a symbolic one too)
+      last = self.shape[-1] if self.shape else None
+      if last is None or (last * isz % osz if type(last) is int else osz > isz):
+        raise RuntimeError(f"bitcast: {self.dtype} ({isz} bytes) to {dt} ({osz} bytes) needs a last axis of whole {osz}-byte items, "
+                           f"shape {self.shape}")
+      word = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+      x = self.bitcast(word[isz])
+      if isz > osz: x = Tensor.stack(*[(x >> (8 * osz * k)).cast(word[osz]) for k in range(isz // osz)], dim=-1).flatten(-2)
+      else:
+        x = x.reshape(*self.shape[:-1], last // (r := osz // isz), r).cast(word[osz])
+        x = functools.reduce(lambda a, b: a | b, [x[..., k] << (8 * isz * k) for k in range(r)])
+      return x.bitcast(dt)
     return self if self.dtype is dt else self._wrap(UOp(Ops.BITCAST, dt, (self.uop,)))
 
   # ** creation **
@@ -205,6 +234,9 @@ class Tensor(TensorAPI):
     requires_grad = kwargs.pop("requires_grad", None)
     t = Tensor(UOp.const(dt, fill_value), device=device, **kwargs)
     if shape: t = t.reshape((1,) * len(shape)).expand(shape)
+    # a leaf that asks for gradients gets memory of its own: as a constant graph it would be the very node of every
+    # other constant of its shape and value (`Tensor.ones(4) * 1` multiplies it by itself), and gradients are keyed by node
+    if requires_grad: t = t._wrap(_new_memory(t.uop))
     t.requires_grad = requires_grad
     return t
 
@@ -246,7 +278,7 @@ class Tensor(TensorAPI):
   def realize(self, *lst: Tensor) -> Tensor:
     """Compute this tensor (and lst) now."""
     from tinyhybrid.engine.realize import realize_tensors
-    realize_tensors([self, *lst])
+    realize_tensors([t for t in (self, *lst) if t.device is not None])  # a deviceless const is its own value
     return self
 
   # ** autograd **
@@ -264,13 +296,16 @@ class Tensor(TensorAPI):
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
-    """Accumulates d(self)/d(t) into t.grad for every tensor t in the graph that has requires_grad set."""
+    """Accumulates d(self)/d(t) into t.grad for every tensor t in the graph that has requires_grad set; when none has,
+    for every float one that did not opt out (tinygrad's rule)."""
     nodes = set(self.uop.toposort())
     live = [t for t in list(_all_tensors) if t.uop in nodes and t is not self]
     targets = [t for t in live if t.requires_grad]
-    # as tinygrad does when nothing asks for gradients: every float tensor in the graph that did not opt out
-    if not targets: targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and buffer_view(t.uop)]
-    if not targets: raise RuntimeError("backward: no tensor in this graph requires grad")
+    # as tinygrad does when nothing asks for gradients: every live float tensor in the graph that did not opt out
+    # (requires_grad=False, is_param_(False)), lazy ones too, that has a device
+    if not targets: targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and t.device is not None]
+    if not targets:
+      raise RuntimeError(f"backward: no float tensor in the graph of this {self.dtype} tensor of shape {self.shape} can take a gradient")
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
       g = g.cast(t.dtype) if g.dtype is not t.dtype else g
       t.grad = g if t.grad is None else t.grad + g
@@ -278,11 +313,13 @@ class Tensor(TensorAPI):
 
   def assign(self, x: Any) -> Tensor:
     """Writes x into this tensor's memory (broadcast and cast to its shape and dtype); lazy like any op."""
-    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+    if isinstance(x, (bool, int, float)): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+    elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
     if x.device != self.device: raise ValueError(f"assign: value on {x.device}, target on {self.device}")
     x = x.cast(self.dtype).expand(self.shape) if x.shape != self.shape or x.dtype is not self.dtype else x
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
     if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
+    if self.uop.op is Ops.AFTER: self.uop = self.uop.src[0]  # the graph kept for backward computed values this overwrites
     # a lazy target gets memory of its own (not shared with a tensor that happens to have the same graph)
     if not buffer_view(self.uop): self.uop = self.contiguous().realize().uop
     value = x.uop
@@ -293,7 +330,12 @@ class Tensor(TensorAPI):
 
   def clone(self, device: str | None = None) -> Tensor:
     """A copy with its own memory (on `device` if given)."""
-    return self.to(device) if device is not None and Device.canonicalize(device) != self.device else self._wrap(_new_memory(self.uop)).realize()
+    moves = device is not None and Device.canonicalize(device) != self.device
+    ret = self.to(device) if moves else self._wrap(_new_memory(self.uop)).realize()
+    # the gradient comes along (as in tinygrad); requires_grad only as an opt-out: the copy is not a leaf of its own
+    if self.grad is not None: ret.grad = self.grad.clone(device)
+    ret.requires_grad = False if self.requires_grad is False else None
+    return ret
 
   def to(self, device: str | None) -> Tensor:
     """This tensor on another device (the same tensor when it is already there)."""
@@ -335,13 +377,33 @@ class Tensor(TensorAPI):
     self.requires_grad = requires_grad
     return self
 
+  # tinygrad's name for "not opted out of gradients": an optimizer's params are the tensors with is_param (the others
+  # are buffers it only realizes). Here it is requires_grad is not False: is_param_(False) opts out, True opts back in.
+  @property
+  def is_param(self) -> bool: return self.requires_grad is not False
+  @is_param.setter
+  def is_param(self, v: bool) -> None:
+    if not v: self.requires_grad = False
+    elif self.requires_grad is False: self.requires_grad = None
+  def is_param_(self, is_param: bool = True) -> Tensor:
+    self.is_param = is_param
+    return self
+
   def contiguous(self) -> Tensor:
     if contiguous_buffer(self.uop) is not None: return self
     return self._wrap(_new_memory(self.uop))
 
   def _buffer(self) -> Buffer:
-    t = self.realize()
-    if (buf := contiguous_buffer(t.uop)) is None: buf = contiguous_buffer(t.contiguous().realize().uop)
+    u = self.uop
+    if self.device is None or not self.dtype._is_float or u.op is Ops.STORE or buffer_view(u) or not _computes_from_memory(u):
+      self.realize()
+    else:
+      # a lazy float result is read without cutting its graph (as in tinygrad): a backward() after .numpy() still
+      # reaches the tensors it was computed from. The AFTER node reads the computed buffer, so it runs once
+      c = self.contiguous().realize()
+      if self.uop is u: self.uop = UOp(Ops.AFTER, self.dtype, (c.uop, u))
+      return contiguous_buffer(c.uop)  # type: ignore[return-value]
+    if (buf := contiguous_buffer(self.uop)) is None: buf = contiguous_buffer(self.contiguous().realize().uop)
     return buf
 
   def numpy(self) -> np.ndarray:
@@ -349,6 +411,8 @@ class Tensor(TensorAPI):
     if any(type(d) is not int for d in self.shape):
       raise ValueError(f"numpy: shape {self.shape} is symbolic; shrink or reshape it to ints first (t[:n], t.reshape(n))")
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_out_dtype(self.dtype))
+    from tinyhybrid.engine.realize import check_not_capturing
+    check_not_capturing("numpy")  # .item(), .tolist() and .data() read through here too
     out = self._buffer().numpy()
     if self.dtype is dtypes.bfloat16: out = (out.astype(np.uint32) << 16).view(np.float32)
     return out.reshape(self.shape)
@@ -370,6 +434,23 @@ class Tensor(TensorAPI):
     if not -max(1, total) <= dim < max(1, total):
       raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape}")
     return dim + total if dim < 0 else dim
+
+  # ** the schedule API (engine/realize.py): planning apart from running **
+  def linear_with_vars(self, *lst: Tensor) -> tuple[Any, dict[str, int]]:
+    """The plan that realizes these tensors (its .src: one item per kernel) and its bound Variables' values by name;
+    engine.realize.run_linear runs it."""
+    from tinyhybrid.engine.realize import linear_with_vars
+    return linear_with_vars([self, *lst])
+
+  def schedule_linear(self, *lst: Tensor) -> Any:
+    """linear_with_vars for tensors without bound Variables: the plan alone."""
+    linear, var_vals = self.linear_with_vars(*lst)
+    if var_vals: raise AssertionError(f"schedule_linear: the graph has bound Variables {sorted(var_vals)}; use linear_with_vars")
+    return linear
+
+
+def _computes_from_memory(u: UOp) -> bool:
+  return any(n.op is Ops.BUFFER for n in u.toposort())
 
 
 def _reads_buffer_differently(value: UOp, target: UOp) -> bool:

@@ -1,6 +1,14 @@
 """TinyJit: run a function of Tensors once normally, capture the kernels of its second call, and from the third call
 on replay them all as one pre-encoded batch, patching only the input buffers' addresses and the values of the bound
-Variables the call passes (as arguments, or in the shapes of its inputs)."""
+Variables the call passes (as arguments, or in the shapes of its inputs).
+
+The rules are tinygrad's (its JIT "footguns" notes): inputs are the Tensors passed positionally, by keyword (in name
+order) or directly inside a list, tuple or dict argument; each is read through its view of a buffer, and that view,
+its dtype and device must stay the same (bound Variables in it may change). Other arguments and Python code run only
+on the first two calls, and tensors made inside the function keep their capture-time contents, except random ones,
+which are drawn anew on each call. Misuse is a JitError: one buffer passed twice, a Python scalar as an input,
+reading a tensor's values (.numpy(), .item(), .tolist()) during the capture, a capture that runs no kernel or returns
+something other than tensors, and changed inputs. A TinyJit capturing inside another's capture is a RuntimeError."""
 from __future__ import annotations
 
 import functools
@@ -8,17 +16,16 @@ from typing import Any, Callable, Generic, TypeVar
 
 from tinyhybrid.device import Buffer, Device
 from tinyhybrid.engine import realize as engine
+from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT
 from tinyhybrid.tensor import Tensor
-from tinyhybrid.schedule.kernelize import buffer_view, contiguous_buffer
+from tinyhybrid.schedule.kernelize import base_buffer, buffer_view, contiguous_buffer
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, binds_of, map_binds, unbind_all, unbind_arg
 
+__all__ = ["CapturedJit", "JitError", "TinyJit"]
+
 ReturnType = TypeVar("ReturnType")
-
-
-class JitError(RuntimeError):
-  """A jitted function was called with inputs that do not match what it captured."""
 
 
 def _returned_tensors(ret: Any) -> list[Tensor]:
@@ -26,6 +33,16 @@ def _returned_tensors(ret: Any) -> list[Tensor]:
   if isinstance(ret, (list, tuple)): return [x for r in ret for x in _returned_tensors(r)]
   if isinstance(ret, dict): return [x for r in ret.values() for x in _returned_tensors(r)]
   return []
+
+
+def _check_returns(ret: Any) -> None:
+  """A replay hands back the capture's return value: anything in it but tensors would be stale, so it is an error."""
+  if ret is None or isinstance(ret, Tensor): return
+  if isinstance(ret, (list, tuple, dict)):
+    for r in (ret.values() if isinstance(ret, dict) else ret): _check_returns(r)
+    return
+  raise JitError(f"TinyJit: the function returned a {type(ret).__name__}; a jitted function returns only Tensors (in lists, "
+                 "tuples or dicts), since a replay does not run its Python code")
 
 
 def _view_chain(u: UOp) -> list[UOp]:
@@ -42,9 +59,9 @@ def _chain_binds(chain: list[UOp]) -> list[UOp]:
 
 
 def _view_key(chain: list[UOp]) -> UOp:
-  """A symbolic view with its variables unbound and its buffer replaced by its size: views with the same key are read
-  by the same kernels. Reshapes of a whole buffer see it compactly in the outermost one's shape, so there only that
-  shape counts (the buffer's size follows the variables' values)."""
+  """A view with its variables unbound and its buffer replaced by its size: inputs with the same key are read by the
+  same kernels (offsets included: a view at another offset is another input). Reshapes of a whole buffer see it
+  compactly in the outermost one's shape, so there only that shape counts (the buffer's size follows the variables)."""
   base = chain[-1]
   if all(n.op is Ops.RESHAPE for n in chain[:-1]): return UOp(Ops.RESHAPE, base.dtype, (UOp(Ops.NOOP, base.dtype),), unbind_arg(chain[0].arg))
   x = UOp(Ops.NOOP, base.dtype, (), base.arg.size)
@@ -59,125 +76,175 @@ def _add_binds(var_vals: dict[UOp, int], binds: list[UOp]) -> None:
       raise JitError(f"TinyJit: Variable {var.arg[0]!r} is bound to both {var_vals[var]} and {val} in one call")
 
 
-def _prepare(values: list[Any]) -> tuple[list[Buffer], list[tuple], dict[UOp, int]]:
-  """The input buffers, the call's signature (what must stay the same between calls) and the bound Variables' values,
-  from a call's arguments. A concrete input is made a contiguous buffer; a symbolic one (a view whose shape or
-  offsets hold bound Variables) is read through its view, which the signature holds with its variables unbound."""
+def _add_input(name: int | str | None, v: Tensor, bufs: list[Buffer], sig: list[tuple], var_vals: dict[UOp, int]) -> None:
+  """An input: a lazy one is computed first (the captured kernels read memory). A whole buffer is keyed by its shape;
+  any other view is read through, keyed by the view with its variables unbound."""
+  if v.uop.op is Ops.CONST and not v.uop.src:
+    raise JitError(f"TinyJit: input {name!r} is a constant {v.uop.arg!r} ({v.dtype}) with no buffer a replay could replace; "
+                   "pass a tensor with memory (Tensor([x]), or .contiguous())")
+  if not buffer_view(v.uop): v.replace(v.contiguous().realize())
+  u = v.uop.src[0] if v.uop.op is Ops.AFTER else v.uop  # realized, with its history kept for autograd
+  if (buf := contiguous_buffer(u)) is not None and len(u.src) <= 1:
+    bufs.append(buf)
+    sig.append((name, v.shape, u.dtype, v.device))
+    return
+  chain = _view_chain(u)
+  if binds := _chain_binds(chain): _add_binds(var_vals, binds)
+  bufs.append(chain[-1].arg)
+  sig.append((name, _view_key(chain), v.dtype, v.device))
+
+
+def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buffer], list[tuple], dict[UOp, int]]:
+  """The input buffers, the call's signature (what must stay the same between calls) and the bound Variables' values.
+  Inputs are the Tensors among the arguments (keywords in name order), then those directly inside list, tuple and
+  dict arguments (not deeper: model weights are not inputs). first: a capture or warm-up call, which also refuses a
+  realized Python scalar (a replay of one would work, but tinygrad refuses it)."""
   bufs: list[Buffer] = []
   sig: list[tuple] = []
   var_vals: dict[UOp, int] = {}
-  for v in values:
-    if isinstance(v, UOp):
+  containers: list[Any] = []
+  for name, v in (enumerate(args) if not kwargs else [*enumerate(args), *sorted(kwargs.items())]):
+    if isinstance(v, Tensor):
+      u = v.uop
+      # _add_input, inlined for the common case: a whole buffer, with no variable in its view
+      if (buf := contiguous_buffer(u)) is not None and len(u.src) <= 1:
+        bufs.append(buf)
+        sig.append((name, v.shape, u.dtype, v.device))
+      else: _add_input(name, v, bufs, sig, var_vals)
+    elif isinstance(v, UOp):
       _add_binds(var_vals, binds_of(v))
-      sig.append(("var", unbind_all(v)))
-      continue
-    if not isinstance(v, Tensor): continue
-    # the common case first: a whole buffer, with no variable in its view
-    if (buf := contiguous_buffer(v.uop)) is not None and len(v.uop.src) <= 1:
-      bufs.append(buf)
-      sig.append((v.shape, v.dtype, v.device))
-      continue
-    # the captured kernels read inputs from memory, so a lazy input is computed first
-    if not buffer_view(v.uop): v.replace(v.contiguous().realize())
-    chain = _view_chain(v.uop)
-    if binds := _chain_binds(chain):
-      _add_binds(var_vals, binds)
-      bufs.append(chain[-1].arg)
-      sig.append((_view_key(chain), v.dtype, v.device))
-    else:
-      bufs.append(_plain_buffer(v))
-      sig.append((v.shape, v.dtype, v.device))
+      sig.append((name, "var", unbind_all(v)))
+    elif isinstance(v, (list, tuple, dict)): containers.append(v)
+  if containers:
+    seen = {id(v) for v in (*args, *kwargs.values()) if isinstance(v, Tensor)}
+    for c in containers:
+      for v in (c.values() if isinstance(c, dict) else c):
+        if isinstance(v, Tensor) and id(v) not in seen:
+          seen.add(id(v))
+          _add_input(None, v, bufs, sig, var_vals)
+  if len(bufs) > 1 and len(set(bufs)) != len(bufs):
+    raise JitError("TinyJit: duplicate inputs: one buffer is passed twice (the same tensor, or two views of one buffer); "
+                   "a replay patches each input on its own, so pass a .clone() of one")
+  if first and any(b in scalar_buffers for b in bufs):
+    raise JitError("TinyJit: an input is a realized Python scalar (Tensor(x).realize()), a constant a replay cannot replace; "
+                   "pass Tensor([x]) or a .contiguous() copy")
   return bufs, sig, var_vals
 
 
-class _Replay:
-  """The captured kernels over numbered argument slots (buffers, then variables' values); inputs and variables are
-  patched per call."""
-  def __init__(self, runs: list[tuple[str, Any, list[Buffer | UOp], int]], inputs: list[Buffer]):
+class CapturedJit(Generic[ReturnType]):
+  """The kernels of one capture over numbered argument slots (buffers, then variables' values); a call patches the
+  inputs and the variables and runs them as one batch. jit_cache: one ExecItem per kernel a replay runs, in order."""
+
+  def __init__(self, ret: ReturnType, capture: Capture, inputs: list[Buffer], sig: list[tuple], prune: bool = False):
+    runs = capture.runs
+    if prune:  # kernels that read no input, directly or through another kept kernel's buffers, ran once already
+      needed, kept = {id(b) for b in inputs}, []
+      for run in runs:
+        bufs = {id(a) for a in run[2] if isinstance(a, Buffer)}
+        if not needed.isdisjoint(bufs):
+          kept.append(run)
+          needed |= bufs
+      runs = kept
+    self.ret, self.sig = ret, sig
     slot_of: dict[Any, int] = {}
-    self.buffers: list[Buffer] = []  # intermediates and outputs are reused as they are
-    self.args: list[int] = []        # the argument words; a variable's slot starts with its value at capture
+    self.objs: list[Buffer | UOp] = []  # what each slot held at capture (a variable: bound to its capture value)
+    self.args: list[int] = []           # the argument words; intermediates and outputs are reused as they are
 
     def slot(a: Buffer | UOp) -> int:
       key = a.src[0] if isinstance(a, UOp) else id(a)  # a variable's slot is its DEFINE_VAR's
       if key not in slot_of:
         slot_of[key] = len(self.args)
-        if isinstance(a, UOp): self.args.append(a.src[1].arg & engine.U64_MASK)
-        else:
-          self.buffers.append(a)
-          self.args.append(a.address)
+        self.objs.append(a)
+        self.args.append(a.src[1].arg & engine.U64_MASK if isinstance(a, UOp) else a.address)
       return slot_of[key]
 
     self.input_slots = [slot(b) for b in inputs]
-    self.items = [(prg, [slot(a) for a in args], threads) for _, prg, args, threads in runs]
+    self.jit_cache = [ExecItem(prg, [slot(a) for a in args], threads) for _, prg, args, threads in runs]
+    self.devices = [d for d, _, _, _ in runs]
     self.var_slots = {k: s for k, s in slot_of.items() if isinstance(k, UOp)}
-    devices = {d for d, _, _, _ in runs}
-    self.runner = Device[devices.pop()].runner(self.items, len(self.args)) if len(devices) == 1 else None
-    self.ops, self.mem = sum(prg.ops for prg, _, _ in self.items), sum(prg.mem for prg, _, _ in self.items)
+    self.rng = [(b, redraw) for b, redraw in capture.rng if id(b) in slot_of]  # the random calls a kernel reads
+    # buffers the kernels write (a kernel's first argument is its output) that are not inputs: an input that is one of
+    # them (a returned tensor fed back in) is copied first, or a kernel would read what another already overwrote
+    input_ids = {id(b) for b in inputs}
+    self.written = {b for ei in self.jit_cache if isinstance(b := self.objs[ei.slots[0]], Buffer) and id(b) not in input_ids}
+    self.runner = Device[self.devices[0]].runner([(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args)) \
+      if self.devices and len(set(self.devices)) == 1 else None
+    self.ops, self.mem = sum(ei.prg.ops for ei in self.jit_cache), sum(ei.prg.mem for ei in self.jit_cache)
+    # a returned realized view of a symbolic shape follows each call's values (in tinygrad it keeps the capture's)
+    self.symbolic_outs = [t for t in _returned_tensors(ret) if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]
 
-  def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> None:
-    args = self.args
-    for slot, b in zip(self.input_slots, inputs): args[slot] = b.address
+  def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> ReturnType:
+    args, written = self.args, self.written
+    for slot, b in zip(self.input_slots, inputs):
+      if b in written:  # the copy takes its place in inputs (our own list), which keeps it alive through the run
+        inputs[inputs.index(b)] = b = Buffer(b.device, b.size, b.dtype, b.numpy())
+      args[slot] = b.address
     for var, val in var_vals.items():
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK
+    for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
+      buf.copyin(base_buffer(redraw().uop).arg.numpy())
     if self.runner is not None: self.runner(args)
     else:
-      for prg, slots, threads in self.items: prg.call([args[s] for s in slots], threads)
-    engine.count_runs(len(self.items), self.ops, self.mem)
+      for ei in self.jit_cache: ei.prg.call([args[s] for s in ei.slots], ei.threads)
+    engine.count_runs(len(self.jit_cache), self.ops, self.mem)
+    if capturing: self._record(inputs, var_vals)
+    # a returned view of a symbolic shape follows this call's values
+    for t in self.symbolic_outs: t.uop = map_binds(t.uop, lambda b: b.src[0].bind(var_vals[b.src[0]]) if b.src[0] in var_vals else b)
+    return self.ret
+
+  def _record(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+    """A replay inside another TinyJit's capture: its kernels become part of that capture, with this call's inputs."""
+    objs = list(self.objs)
+    for slot, b in zip(self.input_slots, inputs): objs[slot] = b
+    for var, slot in self.var_slots.items():
+      if var in var_vals: objs[slot] = var.bind(var_vals[var])
+    for dev, ei in zip(self.devices, self.jit_cache): capturing[-1].runs.append((dev, ei.prg, [objs[s] for s in ei.slots], ei.threads))
+    capturing[-1].rng.extend(self.rng)
 
 
 class TinyJit(Generic[ReturnType]):
-  """@TinyJit on a function of Tensors: the first call runs it, the second captures its kernels, later calls replay
-  them with the new inputs (same shapes and dtypes; a change raises JitError). Bound Variables passed to it, or in
-  its inputs' shapes, may take other values on each call: returned tensors of a symbolic shape follow them. Python
-  code inside the function runs only on the first two calls. Returned tensors are the same objects on every replay,
-  refilled in place. JIT=0 turns it off."""
+  """@TinyJit (or @TinyJit(prune=True)) on a function of Tensors: the first call runs it, the second captures its
+  kernels, later calls replay them with the new inputs (see the module's notes for what may change and what is an
+  error). Returned tensors are the same objects on every replay, refilled in place. prune: kernels that read no
+  input run only at the capture. JIT=0 turns it off."""
 
-  def __init__(self, fxn: Callable[..., ReturnType]):
-    self.fxn = fxn
+  def __new__(cls, fxn: Callable[..., ReturnType] | None = None, *, prune: bool = False) -> Any:
+    if fxn is None: return lambda f: cls(f, prune=prune)  # the decorator form, @TinyJit(prune=True)
+    return super().__new__(cls)
+
+  def __init__(self, fxn: Callable[..., ReturnType], *, prune: bool = False):
+    self.fxn, self.prune = fxn, prune
     self.cnt = 0
-    self.replay: _Replay | None = None
-    self.ret: Any = None
-    self.sig: list[tuple] | None = None
-    self.symbolic_outs: list[Tensor] = []
+    self.captured: CapturedJit[ReturnType] | None = None
     functools.update_wrapper(self, fxn)
 
   def reset(self) -> None:
-    self.cnt, self.replay, self.ret, self.sig, self.symbolic_outs = 0, None, None, None, []
+    """Forgets the capture: the next call is a warm-up again."""
+    self.cnt, self.captured = 0, None
 
   def __get__(self, obj: Any, objtype: Any = None) -> Callable[..., ReturnType]:
     return functools.partial(self.__call__, obj)  # jit a method: bind self
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-    if not JIT: return self.fxn(*args, **kwargs)
-    bufs, sig, var_vals = _prepare([*args, *kwargs.values()])
-    if self.cnt >= 2:
-      assert self.replay is not None
-      if sig != self.sig: raise JitError(f"TinyJit: inputs changed from {self.sig} to {sig}; shapes, dtypes and devices must stay the same")
-      self.replay(bufs, var_vals)
-      # a returned view of a symbolic shape follows this call's values
-      for t in self.symbolic_outs: t.uop = map_binds(t.uop, lambda b: b.src[0].bind(var_vals[b.src[0]]) if b.src[0] in var_vals else b)
-      return self.ret
-    if self.cnt == 0:
+    bufs, sig, var_vals = _prepare(args, kwargs, self.cnt < 2)
+    if self.cnt >= 2 and JIT:
+      captured = self.captured
+      assert captured is not None
+      if sig != captured.sig: raise JitError(f"TinyJit: inputs changed from {captured.sig} to {sig}; their names, views, dtypes and devices must stay the same")
+      return captured(bufs, var_vals)
+    if self.cnt == 0 or not JIT:
       ret = self.fxn(*args, **kwargs)
       if outs := _returned_tensors(ret): Tensor.realize(*outs)
-      self.cnt = 1
+      if JIT: self.cnt = 1
       return ret
-    engine.capturing.append([])
+    if capturing: raise RuntimeError("TinyJit: a TinyJit capturing inside another TinyJit's capture is not supported")
+    capturing.append(frame := Capture())
     try:
       ret = self.fxn(*args, **kwargs)
-      outs = _returned_tensors(ret)
-      if outs: Tensor.realize(*outs)
+      if outs := _returned_tensors(ret): Tensor.realize(*outs)
     finally:
-      runs = engine.capturing.pop()
-    self.sig = sig
-    self.replay = _Replay(runs, bufs)
-    self.symbolic_outs = [t for t in outs if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]
-    self.ret, self.cnt = ret, 2
+      capturing.pop()
+    if not frame.runs: raise JitError("TinyJit: the capture ran no kernel, so there is nothing to replay (return the tensors it computes)")
+    _check_returns(ret)
+    self.captured, self.cnt = CapturedJit(ret, frame, bufs, sig, self.prune), 2
     return ret
-
-
-def _plain_buffer(t: Tensor) -> Buffer:
-  """The contiguous buffer holding t, realizing it into one first if it is lazy or a strided view."""
-  if (buf := contiguous_buffer(t.uop)) is None: buf = contiguous_buffer(t.replace(t.contiguous().realize()).uop)
-  return buf

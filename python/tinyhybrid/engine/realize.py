@@ -1,11 +1,13 @@
-"""Realizing tensors: normalize the graph, get its plan (from the schedule cache, or by scheduling, lowering,
-rendering and compiling), bind buffers and run the kernels."""
+"""Realizing tensors is planning, then running. Planning normalizes the graph, gets its compiled schedule (from the
+schedule cache, or by scheduling, lowering, rendering and compiling) and binds memory; the plan is a Linear (tinygrad's
+LINEAR: Tensor.linear_with_vars gives one), which run_linear runs, pointing the tensors at their results."""
 from __future__ import annotations
 
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
@@ -38,6 +40,7 @@ class CompiledSchedule:
   outputs: list[tuple[str, int]]
   runner: Runner
   vars: tuple[UOp, ...] = ()  # the variables whose values follow the buffers in the runner's arguments, in this order
+  contiguous_inside: bool = True  # the graph has a CONTIGUOUS that is not a root (a live tensor there is realized too)
 
   ops: int = field(init=False)  # the kernels' estimated operations and memory traffic per run (GlobalCounters)
   mem: int = field(init=False)
@@ -110,7 +113,9 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
-  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables)
+  roots = set(key.src)
+  inside = any(u.op is Ops.CONTIGUOUS and u not in roots for u in key.toposort())
+  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables, inside)
 
 
 # a variable's value as a kernel argument word (a negative value in two's complement)
@@ -119,25 +124,103 @@ U64_MASK = (1 << 64) - 1
 # below this many loop iterations a kernel runs on one core: waking the others costs more than it saves
 PARALLEL_WORK = 1 << 15
 
-# While TinyJit captures, every kernel run is recorded here: (device, program, its arguments, threads). The arguments
-# are its buffers, then its variables, each bound to the value it ran with.
-capturing: list[list[tuple[str, CompiledProgram, list[Buffer | UOp], int]]] = []
+
+class JitError(RuntimeError):
+  """A jitted function was misused: inputs that do not match what it captured, or something that cannot be captured
+  (reading a tensor's values, a constant input, a return that is not tensors)."""
+
+
+@dataclass(eq=False)
+class Capture:
+  """What TinyJit records while it captures: every kernel run, as (device, program, its arguments, threads) with the
+  arguments its buffers, then its variables, each bound to the value it ran with; and the random calls made
+  (mixin/random.py), which a replay makes again."""
+  runs: list[tuple[str, CompiledProgram, list[Buffer | UOp], int]] = field(default_factory=list)
+  rng: list[tuple[Buffer, Callable[[], Tensor]]] = field(default_factory=list)
+
+
+capturing: list[Capture] = []
+
+
+def capture_random(words: Tensor, redraw: Callable[[], Tensor]) -> None:
+  """While TinyJit captures: notes the buffer a random call reads its key from (mixin/random.py), with the function
+  that makes the same call again (advancing the generator), whose words a replay copies into that buffer."""
+  if capturing: capturing[-1].rng.append((base_buffer(words.uop).arg, redraw))
+
+
+def check_not_capturing(what: str) -> None:
+  """Reading a tensor's values while TinyJit captures would bake them into the replay, as in tinygrad an error."""
+  if capturing: raise JitError(f"{what}: cannot read tensor data while TinyJit captures, the value would be baked into the replay")
+
+
+# buffers realized from a Python scalar (Tensor(2).realize()): tinygrad keeps such a constant virtual, and TinyJit
+# refuses one as an input (a replay could not replace it), so ours does too
+scalar_buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
+
+
+@dataclass(slots=True)
+class _Step:
+  """One device's share of a Linear: the compiled schedule, the memory bound to its slots (inputs, then the memory
+  plan's buffers), the variables' values, and what its run makes of the tensors it realizes."""
+  device: str
+  cs: CompiledSchedule
+  bufs: list[Buffer]
+  var_vals: dict[UOp, int]
+  tensors: list[Tensor]
+  roots: list[UOp]
+  nodes: list[UOp]
+  consts: set[UOp]
+  scalars: list[Tensor]  # those that were a Python scalar (see scalar_buffers)
+  done: bool = False  # the tensors point at the results (after the first run)
+
+
+@dataclass
+class Linear:
+  """A planned realize (tinygrad's LINEAR): everything scheduled, compiled and bound to memory; run_linear runs it.
+  src holds one ExecItem per kernel, in the order they run."""
+  steps: list[_Step]
+
+  @property
+  def src(self) -> tuple[ExecItem, ...]: return tuple(ei for st in self.steps for ei in st.cs.items)
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  _run_view_writes(tensors)
-  _realize(tensors)
+  """Realizing is planning, then running."""
+  for st in _plan(tensors): _run_step(st)
 
 
-def _realize(tensors: list[Tensor]) -> None:
+def linear_with_vars(tensors: list[Tensor]) -> tuple[Linear, dict[str, int]]:
+  """The plan that realizes these tensors and the values of the bound Variables it runs with, by name (tinygrad's
+  Tensor.linear_with_vars): the tensors become their results when run_linear runs it."""
+  linear = plan(tensors)
+  return linear, {v.arg[0]: val for st in linear.steps for v, val in st.var_vals.items()}
+
+
+def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
+  """Runs a plan from linear_with_vars; var_vals (by name) may give its variables other values."""
+  if var_vals:
+    for st in linear.steps: st.var_vals = {v: var_vals.get(v.arg[0], val) for v, val in st.var_vals.items()}
+  for st in linear.steps: _run_step(st)
+
+
+def plan(tensors: list[Tensor]) -> Linear: return Linear(_plan(tensors))
+
+
+def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:
+  """Normalizes the tensors' graphs, gets each device's compiled schedule (from the cache, or by scheduling, lowering
+  and compiling) and binds memory to its slots. Pending writes the graphs read (unless view_writes is off: running
+  one of them), and lazy tensors that must see a buffer before this plan writes it, are run first."""
   from tinyhybrid.tensor import _all_tensors, _new_memory
+  if view_writes: _run_view_writes(tensors)
   by_device: dict[str, list[Tensor]] = {}
   for t in tensors:
     if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
+  steps: list[_Step] = []
   for device, ts in by_device.items():
     # a constant (a graph that reads no buffer) is computed per tensor, as in tinygrad: two Tensor.zeros(2) realized
     # are two buffers, and a lazy tensor built the same way is handed neither (an assign to one would change it)
     consts = {u for u in {t.uop for t in ts} if not _reads_buffer(u)}
+    scalars = [t for t in ts if t.uop.op is Ops.CONST and not t.uop.src] if consts else []
     seen: set[UOp] = set()
     for t in ts:
       if t.uop in consts and t.uop in seen: t.uop = _new_memory(t.uop)
@@ -154,7 +237,16 @@ def _realize(tensors: list[Tensor]) -> None:
         realize_tensors(readers)
         roots = [t.uop for t in ts]
         key, inputs, nodes = normalize(roots, var_vals)
-    if (cs := schedule_cache.get(key)) is None:
+    # a live tensor made .contiguous() that this graph computes gets its memory here anyway: it is realized with the
+    # rest, as in tinygrad (a later graph over it reads that memory instead of computing it again). A cached plan
+    # knows whether its graph has such a node at all
+    cs = schedule_cache.get(key)
+    if (cs is None or cs.contiguous_inside) and (inner := _live_contiguous(nodes, roots, _all_tensors)):
+      ts = ts + inner
+      roots = [t.uop for t in ts]
+      key, inputs, nodes = normalize(roots, var_vals)
+      cs = schedule_cache.get(key)
+    if cs is None:
       cs = schedule_cache[key] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
       if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
     else:
@@ -166,39 +258,55 @@ def _realize(tensors: list[Tensor]) -> None:
     for slot, p in zip(cs.new_slots, cs.physical):
       if p not in phys: phys[p] = Buffer(device, slot.size, slot.dtype)
       bufs.append(phys[p] if phys[p].size == slot.size and phys[p].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
-    args = [b.address for b in bufs]
-    if cs.vars: args += [var_vals[v] & U64_MASK for v in cs.vars]
-    if DEBUG >= 2:
-      for ei in cs.items:  # one at a time, so each kernel's time is seen
-        st = time.perf_counter()
-        ei.prg.call([args[s] for s in ei.slots], ei.threads)
-        et = max(time.perf_counter() - st, 1e-9)
-        GlobalCounters.time_sum_s += et
-        print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
-              f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
-    elif cs.items:
-      cs.runner(args)
-    count_runs(len(cs.items), cs.ops, cs.mem)
-    if capturing:
-      bound = [*bufs, *(v.bind(var_vals[v]) for v in cs.vars)]
-      for ei in cs.items: capturing[-1].append((device, ei.prg, [bound[s] for s in ei.slots], ei.threads))
-    wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
-    history = bool(wants_grad) and any(u in wants_grad for u in nodes)
-    becomes: dict[UOp, UOp] = {}
-    for r, (kind, slot) in zip(roots, cs.outputs):
-      if kind == "store":
-        base = r
-        while base.op is Ops.RESHAPE: base = base.src[0]
-        becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0], *r.src[1:]), r.arg)
-      elif kind == "view":
-        view = buffer_uop(bufs[slot], shape_of(r) or ())
-        becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view
-    for u in nodes:
-      if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
-    own = {id(t): becomes.pop(t.uop) for t in ts if t.uop in consts and t.uop in becomes}
-    _apply_becomes(becomes)
-    for t in ts:
-      if id(t) in own: t.uop = own[id(t)]
+    steps.append(_Step(device, cs, bufs, var_vals, ts, roots, nodes, consts, scalars))
+  return steps
+
+
+def _run_step(st: _Step) -> None:
+  cs, bufs = st.cs, st.bufs
+  args = [b.address for b in bufs]
+  if cs.vars: args += [st.var_vals[v] & U64_MASK for v in cs.vars]
+  if DEBUG >= 2:
+    for ei in cs.items:  # one at a time, so each kernel's time is seen
+      start = time.perf_counter()
+      ei.prg.call([args[s] for s in ei.slots], ei.threads)
+      et = max(time.perf_counter() - start, 1e-9)
+      GlobalCounters.time_sum_s += et
+      print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
+            f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
+  elif cs.items:
+    cs.runner(args)
+  count_runs(len(cs.items), cs.ops, cs.mem)
+  if capturing:
+    bound = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
+    for ei in cs.items: capturing[-1].runs.append((st.device, ei.prg, [bound[s] for s in ei.slots], ei.threads))
+  if not st.done:
+    st.done = True
+    _point_at_results(st)
+
+
+def _point_at_results(st: _Step) -> None:
+  """After a step's first run: the tensors it realized (and every live tensor whose graph holds them) read its buffers."""
+  from tinyhybrid.tensor import _all_tensors
+  wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
+  history = bool(wants_grad) and any(u in wants_grad for u in st.nodes)
+  becomes: dict[UOp, UOp] = {}
+  for r, (kind, slot) in zip(st.roots, st.cs.outputs):
+    if kind == "store":
+      base = r
+      while base.op is Ops.RESHAPE: base = base.src[0]
+      becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0], *r.src[1:]), r.arg)
+    elif kind == "view":
+      view = buffer_uop(st.bufs[slot], shape_of(r) or ())
+      becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view
+  for u in st.nodes:
+    if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
+  own = {id(t): becomes.pop(t.uop) for t in st.tensors if t.uop in st.consts and t.uop in becomes}
+  _apply_becomes(becomes)
+  for t in st.tensors:
+    if id(t) in own: t.uop = own[id(t)]
+  for t in st.scalars:
+    if (buf := contiguous_buffer(t.uop)) is not None: scalar_buffers.add(buf)
 
 
 def _run_view_writes(tensors: list[Tensor]) -> None:
@@ -211,7 +319,29 @@ def _run_view_writes(tensors: list[Tensor]) -> None:
   if not pending: return
   reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
   for w in pending:
-    if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads: _realize([w])  # (one may be listed twice)
+    if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads:
+      for st in _plan([w], view_writes=False): _run_step(st)  # (one may be listed twice)
+
+
+def _live_contiguous(nodes: list[UOp], roots: list[UOp], live: Iterable[Tensor]) -> list[Tensor]:
+  """One live tensor per CONTIGUOUS node the roots compute (not one only in a realized tensor's autograd history)."""
+  conts = {u for u in nodes if u.op is Ops.CONTIGUOUS}.difference(roots)
+  if not conts: return []
+  found: dict[UOp, Tensor] = {}
+  for t in live:
+    if t.uop in conts: found.setdefault(t.uop, t)
+  if not found: return []
+  computed: set[UOp] = set()
+  stack, seen = list(roots), set(roots)
+  while stack:
+    u = stack.pop()
+    if u in found: computed.add(u)
+    if u.op is Ops.AFTER or u.op is Ops.BUFFER: continue  # realized: its sources are history
+    for s in u.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return [t for u, t in found.items() if u in computed]
 
 
 def _reads_buffer(u: UOp) -> bool:

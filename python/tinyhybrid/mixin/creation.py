@@ -23,24 +23,37 @@ class CreationMixin:
     """start, start+step, ... below stop; ints give default_int, floats default_float."""
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
-    n = max(0, math.ceil((stop - start) / step))
-    dt = kwargs.pop("dtype", None)
-    dt = to_dtype(dt) if dt is not None else (dtypes.default_int if all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float)
-    if n == 0: return cls.full((0,), 0, dtype=dt, **kwargs)  # type: ignore[attr-defined]
-    idx = cls._iota(n, kwargs.get("device"))  # type: ignore[attr-defined]
+    if sym := not all(isinstance(v, (int, float)) for v in (start, stop, step)):
+      # bound Variables (sints) in start/stop: a symbolic length, an iota of its largest value shrunk to it
+      if not isinstance(step, int): raise TypeError(f"arange: a symbolic range needs an int step, got {step!r}")
+      n = ((stop - start + step - (1 if step > 0 else -1)) // step).ssimplify()
+      if not isinstance(n, int) and n.vmin < 0: n = n.maximum(0).ssimplify()
+    else: n = max(0, math.ceil((stop - start) / step))
+    if unknown := kwargs.keys() - {"dtype", "device", "requires_grad"}: raise TypeError(f"arange: unexpected keyword(s) {sorted(unknown)}")
+    given = kwargs.pop("dtype", None)
+    dt = to_dtype(given) if given is not None else (dtypes.default_int if sym or all(isinstance(v, int) for v in (start, stop, step)) else dtypes.default_float)
+    if not sym and n > 0 and (dt._is_int or dt is dtypes.bool):
+      # the values must fit: an int range too large for default_int becomes int64, as in tinygrad; a given dtype raises
+      lo, hi = sorted((start, start + (n - 1) * step))
+      if given is None and (lo < dt.min or hi > dt.max): dt = dtypes.int64
+      if lo < dt.min or hi > dt.max: raise OverflowError(f"arange: [{start}, {stop}) with step {step} is not representable in {dt}")
+    if isinstance(n, int) and n == 0: return cls.full((0,), 0, dtype=dt, **kwargs)  # type: ignore[attr-defined]
+    idx = cls._iota(n, kwargs.get("device")) if isinstance(n, int) else cls._iota(n.vmax, kwargs.get("device")).shrink(((0, n),))  # type: ignore[attr-defined]
     return (idx.cast(dt) * step + start).cast(dt) if (start, step) != (0, 1) else idx.cast(dt)
 
   @classmethod
   def linspace(cls, start: float, stop: float, steps: int, **kwargs) -> Tensor:
-    if steps < 0: raise ValueError("linspace: steps must be non-negative")
-    dt = to_dtype(kwargs.pop("dtype", dtypes.default_float))
+    if steps < 0: raise ValueError(f"linspace: steps must be non-negative, got {steps}")
+    dt = to_dtype(kwargs.pop("dtype", None) or dtypes.default_float)
+    if dt is dtypes.bool: raise ValueError("linspace: dtype bool is not supported")
     if steps == 1: return cls.full((1,), start, dtype=dt, **kwargs)  # type: ignore[attr-defined]
     return (start + cls.arange(steps, **kwargs).cast(dtypes.float64) * ((stop - start) / (steps - 1))).cast(dt)
 
   @classmethod
   def eye(cls, n: int, m: int | None = None, **kwargs) -> Tensor:
     m = n if m is None else m
-    dt = kwargs.pop("dtype", dtypes.default_float)
+    if n < 0 or m < 0: raise ValueError(f"eye: n and m must be non-negative, got n={n}, m={m}")
+    dt = kwargs.pop("dtype", None) or dtypes.default_float
     rows = cls.arange(n, **kwargs).reshape(n, 1)
     cols = cls.arange(m, **kwargs).reshape(1, m)
     return (rows == cols).cast(dt)

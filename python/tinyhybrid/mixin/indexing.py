@@ -54,6 +54,21 @@ that is negative for every value) counts from the end, checked at the bound valu
   return ("slice", lo, hi, 1, ssimplify(hi - lo))
 
 
+def _positions(n: sint, device: str) -> Tensor:
+  """0 .. n-1 to compare index values with: int32, or int64 where a dimension has more elements than int32 counts."""
+  from tinyhybrid.tensor import Tensor
+  big = (n.vmax if isinstance(n, UOp) else n) > 2**31 - 1
+  return Tensor(UOp(Ops.IOTA, dtypes.int64, (), n), device=device) if big else Tensor.arange(n, device=device, dtype=dtypes.int32)
+
+
+def _as_tuple_index(indices: Any) -> bool:
+  """A list index is a tuple of indices when it holds a sequence, Tensor, slice, None, Ellipsis or Variable (torch and
+  tinygrad keep numpy's old rule): x[[[0, 1], [2, 3]]] is x[[0, 1], [2, 3]]; a list of ints (or bools) is one index."""
+  from tinyhybrid.tensor import Tensor
+  return isinstance(indices, list) and any(i is None or i is Ellipsis or isinstance(i, (list, tuple, slice, np.ndarray, Tensor, UOp))
+                                           for i in indices)
+
+
 class _BoolScalar:
   __slots__ = ("value",)
   def __init__(self, value: bool): self.value = value
@@ -88,7 +103,7 @@ class IndexingMixin:
 
   def _parse_indices(self: Tensor, indices: Any) -> list[tuple]:
     from tinyhybrid.tensor import Tensor
-    items = list(indices) if isinstance(indices, tuple) else [indices]
+    items = list(indices) if isinstance(indices, tuple) or _as_tuple_index(indices) else [indices]
     # bool masks are indices into several dimensions: replace each by the int index tensors of its nonzero positions
     expanded: list[Any] = []
     for it in items:
@@ -141,6 +156,14 @@ class IndexingMixin:
         else: parts.append(("slice", start + (count - 1) * step, start + 1, step, count))
       elif isinstance(it, (Tensor, list, np.ndarray)): parts.append(("adv", self._index_tensor(it, size)))
       elif isinstance(it, tuple): parts.append(("adv", self._index_tensor(list(it), size)))
+      elif isinstance(it, UOp):  # a bound Variable (or an expression of them) picks one position, like an int
+        if not (it.dtype._is_int or it.dtype is dtypes.weakint):
+          raise IndexError(f"a UOp index must be an int expression, got {it.dtype}")
+        if it.vmin >= size or it.vmax < -size:
+          raise IndexError(f"index {it.render()} is out of bounds for dimension {dim} with size {size} (tensor of shape {self.shape})")
+        if it.vmax < 0: it = ssimplify(it + size)
+        elif it.vmin < 0: raise IndexError(f"index {it.render()} may be negative or not, depending on its variables")
+        parts.append(("int", it))
       else:
         try: i = operator.index(it)
         except TypeError:
@@ -212,7 +235,7 @@ class IndexingMixin:
     mask = None
     for d, t in zip(dims, tensors):
       ti = t.reshape((1,) * (d0 + nb - t.ndim) + t.shape + (1,) * (nx - d0))
-      ar = self.arange(self.shape[d], device=self.device).reshape((1,) * (nb + d) + (self.shape[d],) + (1,) * (nx - d - 1))
+      ar = _positions(self.shape[d], self.device).reshape((1,) * (nb + d) + (self.shape[d],) + (1,) * (nx - d - 1))
       m = ti == ar
       mask = m if mask is None else mask & m
     return mask, big  # type: ignore[return-value]
@@ -270,27 +293,56 @@ class IndexingMixin:
     return x._fancy([d for d, _ in adv], [t for _, t in adv])
 
   def __setitem__(self: Tensor, indices: Any, v: Any) -> None:
-    """Writes v into the selected elements (in place, now). v is broadcast to the selection and cast to this dtype."""
+    """Writes v into the selected elements, as tinygrad does. A tensor of memory (a buffer or a view of one) is written
+    in place, now: every tensor on that memory sees the write, and lazy tensors that read it are computed first. A lazy
+    tensor instead becomes the merged value (where(selected, v, old)), so gradients reach both the old value and v.
+    v is broadcast to the selection; a Tensor v must have this dtype (RuntimeError), a Python value is cast."""
     from tinyhybrid.tensor import Tensor
     from tinyhybrid.schedule.kernelize import buffer_view
+    if self.requires_grad or (isinstance(v, Tensor) and v.requires_grad):
+      which = "target" if self.requires_grad else "value"
+      raise NotImplementedError(f"setitem with requires_grad is not supported: the {which} has requires_grad=True (target {self.shape} "
+                                f"{self.dtype}); use tensors computed from it (z = x * 1; z[i] = y * 1): gradients flow through those")
+    if self.uop.op is Ops.DETACH and buffer_view(self.uop.src[0]):  # t.detach()[i] = v writes t's memory
+      inner = self._wrap(self.uop.src[0])
+      inner[indices] = v
+      self.uop = UOp(Ops.DETACH, self.dtype, (inner.uop,))
+      return
     if not isinstance(v, Tensor): v = Tensor(v, device=self.device, dtype=self.dtype)
     elif v.device != self.device: raise ValueError(f"setitem: value on {v.device}, tensor on {self.device}")
+    elif v.dtype is not self.dtype:
+      raise RuntimeError(f"setitem: dtype mismatch, a {v.dtype} value of shape {v.shape} into a {self.dtype} tensor of shape "
+                         f"{self.shape} (cast it first)")
     parts = self._parse_indices(indices)  # bad indices raise before anything is computed
+    xparts = [p for p in parts if p[0] != "int"]
+    adv = [(d, p[1]) for d, p in enumerate(xparts) if p[0] == "adv"]
+    if self.uop.op is not Ops.STORE and not buffer_view(self.uop) and _setitem_concrete(self, parts):
+      # x[i] += y on a lazy x runs x[i].assign(x[i] + y), then x[i] = that: the value is the assign's, kept lazy
+      given = v
+      if v.uop.op is Ops.STORE: v = self._wrap(v.uop.src[1], v.shape)
+      _check_no_other_uses(self, (v, given))
+      target = self._basic_view(parts)
+      if adv: vx = target._fancy_merge([d for d, _ in adv], [t for _, t in adv], v)
+      else: vx = _broadcast_value(v, target.shape, "setitem")
+      if target.numel() == 0: return
+      self.uop = _merge_selection(self, parts, vx).uop
+      return
     # x[i] += y runs x[i].assign(x[i] + y) and then x[i] = that: the write is the pending assign itself
     if v.uop.op is Ops.STORE: v.realize()
-    v = v.cast(self.dtype)
     # the tensor must be memory that a view can write into: a buffer seen through shrink/permute/flip/reshape
     if not buffer_view(self.uop): self.realize()
     if not buffer_view(self.uop) or not _writable(self.uop): self.uop = self.contiguous().realize().uop
     target = self._basic_view(parts, store=True)
     if v.uop is target.uop: return  # written already (an in-place op on this very view)
-    xparts = [p for p in parts if p[0] != "int"]
-    adv = [(d, p[1]) for d, p in enumerate(xparts) if p[0] == "adv"]
     if adv: vx = target._fancy_merge([d for d, _ in adv], [t for _, t in adv], v)
     else: vx = _broadcast_value(v, target.shape, "setitem")
     if target.numel() == 0: return
+    # a tensor that keeps a graph for backward (an AFTER) keeps one that knows about this write too
+    history = _setitem_history(self, parts, v) or (self.uop.op is Ops.AFTER and _setitem_concrete(self, parts))
     _realize_readers(self.uop, keep=(self, v, vx))
     target.assign(vx).realize()
+    # the memory holds the result; the graph under it is how it was computed, for backward() (as a realize keeps it)
+    if history: self.uop = UOp(Ops.AFTER, self.dtype, (self.uop, _merge_selection(self._wrap(self.uop), parts, vx).uop))
 
   def __delitem__(self, indices: Any) -> None: raise TypeError("Tensor does not support deleting items")
 
@@ -298,22 +350,23 @@ class IndexingMixin:
   def _check_index(self: Tensor, op: str, index: Tensor) -> None:
     from tinyhybrid.tensor import Tensor
     if not isinstance(index, Tensor): raise TypeError(f"{op}: index must be a Tensor, got {type(index).__name__}")
-    if not index.dtype._is_int: raise TypeError(f"{op}: index must be an int tensor, got {index.dtype}")
-    if index.device != self.device: raise ValueError(f"{op}: index on {index.device}, tensor on {self.device}")
-    if index.ndim != self.ndim: raise ValueError(f"{op}: index has {index.ndim} dimensions {index.shape}, the tensor {self.ndim} {self.shape}")
+    if not index.dtype._is_int: raise RuntimeError(f"{op}: index must be an int tensor, got {index.dtype}")
+    if index.device != self.device: raise RuntimeError(f"{op}: index on {index.device}, tensor on {self.device}")
+    if index.ndim != self.ndim:
+      raise RuntimeError(f"{op}: index has {index.ndim} dimensions {index.shape}, the tensor {self.ndim} {self.shape}")
 
   def _one_hot_along_dim(self: Tensor, num_classes: int, dim: int = -1) -> Tensor:
     """self == arange(num_classes) placed at dimension dim (self has size 1 or num_classes there)."""
-    if not self.dtype._is_int: raise TypeError(f"one-hot of a non-int tensor ({self.dtype})")
+    if not self.dtype._is_int: raise RuntimeError(f"one-hot of a non-int tensor ({self.dtype})")
     offset = self.ndim - self._resolve_dim(dim) - 1
-    return self == self.arange(num_classes, device=self.device).reshape((num_classes,) + (1,) * offset)
+    return self == _positions(num_classes, self.device).reshape((num_classes,) + (1,) * offset)
 
   def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
     """out[..., i, ...] = self[..., index[..., i, ...], ...] along dim (torch.gather). Out-of-range index values give 0."""
     self._check_index("gather", index)
     d = self._resolve_dim(dim)
     if any(i > s for k, (s, i) in enumerate(zip(self.shape, index.shape)) if k != d):
-      raise ValueError(f"gather: index shape {index.shape} is larger than the tensor shape {self.shape} outside dimension {d}")
+      raise RuntimeError(f"gather: index shape {index.shape} is larger than the tensor shape {self.shape} outside dimension {d}")
     x = self.shrink(tuple(None if k == d else (0, i) for k, i in enumerate(index.shape)))
     x = x.unsqueeze(-1).transpose(-1, d)
     mask = index.unsqueeze(-1)._one_hot_along_dim(self.shape[d])
@@ -324,11 +377,15 @@ class IndexingMixin:
     source positions that may land on each element."""
     self._check_index(op, index)
     d = self._resolve_dim(dim)
-    if src.ndim != self.ndim: raise ValueError(f"{op}: src has shape {src.shape}, the tensor {self.shape}")
+    if src.device != self.device: raise RuntimeError(f"{op}: src on {src.device}, tensor on {self.device}")
+    if src.ndim != self.ndim: raise RuntimeError(f"{op}: src has {src.ndim} dimensions {src.shape}, the tensor {self.ndim} {self.shape}")
     if any(i > s2 or (k != d and i > s) for k, (s, i, s2) in enumerate(zip(self.shape, index.shape, src.shape))):
-      raise ValueError(f"{op}: index shape {index.shape} must be <= src shape {src.shape} and <= the tensor shape {self.shape} outside dimension {d}")
+      raise RuntimeError(f"{op}: index shape {index.shape} must be <= src shape {src.shape} and <= the tensor shape {self.shape} "
+                         f"outside dimension {d}")
+    # torch and tinygrad take no implicit cast here
+    if src.dtype != self.dtype: raise RuntimeError(f"{op}: src dtype {src.dtype} differs from the tensor's {self.dtype}")
     n = self.shape[d]
-    src = src.cast(self.dtype).shrink(tuple((0, i) for i in index.shape))
+    src = src.shrink(tuple((0, i) for i in index.shape))
     src = src.unsqueeze(-1).expand(*src.shape, n).transpose(-1, d)
     mask = index.unsqueeze(-1)._one_hot_along_dim(n).transpose(-1, d)
     pads = tuple((0, s - m) for s, m in zip(self.shape, src.shape[:-1])) + ((0, 0),)
@@ -337,8 +394,11 @@ class IndexingMixin:
   def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | int | float | bool, reduce: Literal["add", "multiply"] | None = None) -> Tensor:
     """Out-of-place torch.scatter: self with self[..., index[i], ...] = src[i] along dim (the last write wins)."""
     from tinyhybrid.tensor import Tensor
-    if reduce not in (None, "add", "multiply"): raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
-    if not isinstance(src, Tensor): src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+    if reduce not in (None, "add", "multiply"): raise TypeError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    if not isinstance(src, Tensor):
+      if not isinstance(index, Tensor): raise TypeError(f"scatter: index must be a Tensor, got {type(index).__name__}")
+      src = Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+    elif reduce is not None: raise TypeError(f"scatter: reduce={reduce!r} takes a scalar src; use scatter_reduce for a tensor src")
     if reduce == "add": return self.scatter_reduce(dim, index, src, "sum")
     if reduce == "multiply": return self.scatter_reduce(dim, index, src, "prod")
     vals, mask, _ = self._pre_scatter("scatter", dim, index, src)
@@ -352,7 +412,7 @@ class IndexingMixin:
                      include_self: bool = True) -> Tensor:
     """torch.scatter_reduce: combines src values landing on the same element with sum/prod/mean/amax/amin."""
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-      raise ValueError(f"scatter_reduce: reduce must be one of 'sum', 'prod', 'mean', 'amax', 'amin', got {reduce!r}")
+      raise RuntimeError(f"scatter_reduce: reduce must be one of 'sum', 'prod', 'mean', 'amax', 'amin', got {reduce!r}")
     vals, mask, _ = self._pre_scatter("scatter_reduce", dim, index, src)
     if mask.shape[-1] == 0 or self.numel() == 0: return self  # nothing lands anywhere
     hit = mask.any(-1)
@@ -387,7 +447,7 @@ class IndexingMixin:
   def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
     """The elements where mask is True, flattened (the count is read back unless size is given; then the result is
     padded with fill_value or truncated to size)."""
-    if mask.dtype is not dtypes.bool: raise TypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
+    if mask.dtype is not dtypes.bool: raise RuntimeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
     shape = self._broadcast_shape(self.shape, mask.shape)
     x, m = self.expand(shape).flatten(), mask.expand(shape).flatten()
     pos = self._select_positions(m, size)
@@ -426,8 +486,10 @@ class IndexingMixin:
 
   def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
     """A trailing dimension of num_classes with a 1 at each value (-1: one more than the largest value)."""
-    if not self.dtype._is_int: raise TypeError(f"one_hot: expected an int tensor, got {self.dtype}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1 if self.numel() else 0
+    if not self.dtype._is_int: raise RuntimeError(f"one_hot: expected an int tensor, got {self.dtype}")
+    if num_classes == -1:  # the count is read back, as torch does
+      if self.numel() == 0: raise RuntimeError(f"one_hot: can't infer num_classes from the empty tensor of shape {self.shape}")
+      num_classes = int(self.max().item()) + 1
     if num_classes < 0: raise ValueError(f"one_hot: num_classes must be non-negative or -1, got {num_classes}")
     return self.unsqueeze(-1)._one_hot_along_dim(num_classes).where(1, 0)
 
@@ -436,7 +498,7 @@ class IndexingMixin:
     """Rotates elements along dims by shifts (over the flattened tensor when dims is None), like torch.roll."""
     if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
     ds, ss = tuple(self._resolve_dim(d) for d in _tuple(dims)), _tuple(shifts)
-    if len(ds) != len(ss): raise ValueError(f"roll: {len(ss)} shifts for {len(ds)} dims")
+    if len(ds) != len(ss): raise RuntimeError(f"roll: {len(ss)} shifts for {len(ds)} dims (shape {self.shape})")
     x = self
     for d, s in zip(ds, ss):
       n = x.shape[d]
@@ -451,10 +513,11 @@ class IndexingMixin:
     shp = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[misc]
     return self.shrink(tuple(None if s is None else (0, s) for s in shp))
 
-  def pad_to(self: Tensor, shape: Sequence[int | None], *args: int | None) -> Tensor:
+  def pad_to(self: Tensor, shape: Sequence[int | None], *args: int | None, value: float = 0.0) -> Tensor:
+    """Pads at the end of each dimension up to shape (None keeps a dimension), with value."""
     shp = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[misc]
     if len(shp) != self.ndim: raise ValueError(f"pad_to: {shp} has {len(shp)} dimensions, the tensor {self.ndim}")
-    return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, shp)))
+    return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, shp)), value=value)
 
   def diag(self: Tensor, diagonal: int = 0) -> Tensor:
     """1-D: a square matrix with self on the given diagonal; 2-D: that diagonal (torch.diag)."""
@@ -468,7 +531,7 @@ class IndexingMixin:
   def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
     """The diagonal of dims (dim1, dim2) as the last dimension (offset > 0 above the main diagonal)."""
     d1, d2 = self._resolve_dim(dim1), self._resolve_dim(dim2)
-    if d1 == d2: raise ValueError(f"diagonal: dim1 and dim2 are the same dimension {d1}")
+    if d1 == d2: raise RuntimeError(f"diagonal: dim1 and dim2 are the same dimension {d1} of shape {self.shape}")
     x = self.permute(*[i for i in range(self.ndim) if i not in (d1, d2)], d1, d2)
     r, c = x.shape[-2], x.shape[-1]
     lead = (None,) * (x.ndim - 2)
@@ -487,10 +550,11 @@ class IndexingMixin:
   def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
     """Windows of `size` every `step` along dim, as a new last dimension (torch.Tensor.unfold)."""
     d = self._resolve_dim(dim)
-    if size < 0: raise ValueError(f"unfold: size must be >= 0, got {size}")
-    if step <= 0: raise ValueError(f"unfold: step must be > 0, got {step}")
+    if self.ndim == 0: return self.reshape(1).unfold(0, size, step).reshape(size)  # torch: a 0-d tensor as one element
+    if size < 0: raise RuntimeError(f"unfold: size must be >= 0, got {size}")
+    if step <= 0: raise RuntimeError(f"unfold: step must be > 0, got {step}")
     n = self.shape[d]
-    if size > n: raise ValueError(f"unfold: size {size} is larger than dimension {d} of shape {self.shape}")
+    if size > n: raise RuntimeError(f"unfold: size {size} is larger than dimension {d} of shape {self.shape}")
     nw = (n - size) // step + 1
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
     pre = x.shape[:-1]
@@ -505,8 +569,9 @@ class IndexingMixin:
     return out.transpose(d, -2) if d != self.ndim - 1 else out
 
   def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     ts = (self, *args)
+    if any(t.ndim > 1 for t in ts): raise RuntimeError(f"meshgrid: expected 0-d or 1-d tensors, got shapes {[t.shape for t in ts]}")
     if len(ts) == 1: return ts
     shape = [t.numel() for t in ts]
     if indexing == "xy": shape[0], shape[1] = shape[1], shape[0]
@@ -544,3 +609,67 @@ def _writable(u: Any) -> bool:
     if u.op in (Ops.PAD, Ops.EXPAND): return False
     u = u.src[0]
   return True
+
+
+# ** setitem on a lazy tensor: the merged value **
+def _setitem_concrete(x: Tensor, parts: list[tuple]) -> bool:
+  """Whether the selection has int bounds throughout (a symbolic one is written in place instead)."""
+  return all(type(s) is int for s in x.shape) and all(type(a) is int for p in parts if p[0] in ("int", "slice") for a in p[1:])
+
+
+def _check_no_other_uses(x: Tensor, values: tuple[Tensor, ...]) -> None:
+  """tinygrad's rule for a lazy target that reads memory: if another live tensor was computed from it (a view of it
+  included), the merged value would leave that tensor with the old value where eager code would alias it: RuntimeError."""
+  from tinyhybrid.schedule.kernelize import buffer_view
+  from tinyhybrid.tensor import _all_tensors
+  u = x.uop
+  if not any(n.op is Ops.BUFFER for n in u.toposort()): return  # constants only: nothing can alias it
+  v_nodes = set(UOp.sink(*[v.uop for v in values]).toposort())  # the value itself may be computed from x (x[i] = x[j] * 2)
+  others = [t for t in list(_all_tensors)
+            if t is not x and all(t is not v for v in values) and t.uop not in v_nodes and not buffer_view(t.uop)]
+  if not others: return
+  uses: set[UOp] = {u}
+  for n in UOp.sink(*[t.uop for t in others]).toposort():
+    if n not in uses and any(s in uses for s in n.src): uses.add(n)
+  if any(t.uop in uses for t in others):
+    raise RuntimeError(f"setitem: can't setitem on a tensor with other uses: a live lazy tensor was computed from this {x.dtype} "
+                       f"tensor of shape {x.shape} (realize it first, or write into a copy)")
+
+
+def _setitem_history(x: Tensor, parts: list[tuple], v: Tensor) -> bool:
+  """Whether an in-place write keeps the value's graph under x: v is computed from a tensor that requires grad, and not
+  from x's own memory (which the write changes)."""
+  from tinyhybrid.schedule.kernelize import base_buffer
+  from tinyhybrid.tensor import Tensor, _all_tensors
+  if Tensor.no_grad or not v.dtype._is_float or not _setitem_concrete(x, parts): return False
+  wants = {t.uop for t in list(_all_tensors) if t.requires_grad}
+  if not wants: return False
+  nodes = v.uop.toposort()
+  return any(n in wants for n in nodes) and base_buffer(x.uop) not in nodes
+
+
+def _merge_selection(x: Tensor, parts: list[tuple], vx: Tensor) -> Tensor:
+  """x with the elements that _basic_view(parts) selects replaced by vx (which has that view's shape): vx is moved back
+  to x's layout (flips undone, strided picks spread out with zeros between, ranges padded) and picked by a mask that
+  went through the same moves."""
+  from tinyhybrid.tensor import Tensor
+  real = [p for p in parts if p[0] not in ("none", "empty")]
+  # the view's shape before its ints collapse and its Nones are added: one entry per dimension of x
+  shape = tuple(1 if p[0] == "int" else p[4] if p[0] == "slice" else s for p, s in zip(real, x.shape))
+  def back(t: Tensor) -> Tensor:
+    t = t.reshape(shape)
+    flips = tuple(d for d, p in enumerate(real) if p[0] == "slice" and p[3] < 0)
+    if flips: t = t.flip(flips)  # element j of each flipped dimension now belongs at lo + j * |step|
+    pads = []
+    for d, (p, s) in enumerate(zip(real, x.shape)):
+      if p[0] == "int": pads.append((p[1], s - p[1] - 1)); continue
+      if p[0] != "slice": pads.append((0, 0)); continue
+      lo, hi, step, count = p[1:]
+      if abs(step) > 1 and count > 1:  # spread out: each element then |step| - 1 zeros, the trailing ones cut off
+        pre, post = t.shape[:d], t.shape[d + 1:]
+        t = t.reshape(pre + (count, 1) + post).pad(tuple((0, abs(step) - 1) if i == d + 1 else (0, 0) for i in range(t.ndim + 1)))
+        t = t.reshape(pre + (count * abs(step),) + post).shrink(tuple((0, hi - lo) if i == d else None for i in range(t.ndim - 1)))
+      pads.append((lo, s - lo - t.shape[d]))
+    return t.pad(tuple(pads)) if any(pd != (0, 0) for pd in pads) else t
+  mask = back(Tensor.full(vx.shape, True, dtype=dtypes.bool, device=x.device))
+  return mask.where(back(vx), x)

@@ -13,6 +13,7 @@ import numpy as np
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
+from tinyhybrid.uop.ops import bound_value
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -64,10 +65,10 @@ class NNMixin:
     if nd == 0 or nd > self.ndim: raise ValueError(f"pool: kernel {tuple(k_)} does not fit a tensor of shape {self.shape}")
     s_, d_ = _tuple(stride, nd, "stride", "pool"), _tuple(dilation, nd, "dilation", "pool")
     if any(k <= 0 for k in k_) or any(s <= 0 for s in s_) or any(d <= 0 for d in d_):
-      raise ValueError(f"pool: kernel {tuple(k_)}, stride {s_} and dilation {d_} must be positive")
+      raise RuntimeError(f"pool: kernel {tuple(k_)}, stride {s_} and dilation {d_} must be positive")
     pre, i_ = self.shape[:-nd], self.shape[-nd:]
-    if any(d * (k - 1) + 1 > i for k, d, i in zip(k_, d_, i_)):
-      raise ValueError(f"pool: kernel {tuple(k_)} with dilation {d_} is larger than the input's spatial shape {i_}")
+    if any(d * (k - 1) + 1 > bound_value(i) for k, d, i in zip(k_, d_, i_)):  # a symbolic size: its bound value decides
+      raise RuntimeError(f"pool: kernel {tuple(k_)} with dilation {d_} is larger than the input's spatial shape {i_}")
     o_ = [_ceildiv(i - d * (k - 1), s) for i, k, d, s in zip(i_, k_, d_, s_)]
     np_ = len(pre)
     if all(s == k and d == 1 for k, s, d in zip(k_, s_, d_)):
@@ -88,45 +89,29 @@ class NNMixin:
     # (..., o0, k0, o1, k1, ...) -> (..., o0, o1, ..., k0, k1, ...)
     return x.permute(tuple(range(np_)) + tuple(np_ + 2 * j for j in range(nd)) + tuple(np_ + 2 * j + 1 for j in range(nd)))
 
-  def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
-    """Windows of `size` elements every `step` along dim, as torch.Tensor.unfold: dim becomes the window count and a
-    new last dimension of length size holds each window."""
-    d = self._resolve_dim(dim)
-    if size < 0 or step <= 0: raise ValueError(f"unfold: size must be >= 0 and step > 0, got size={size}, step={step}")
-    if size > self.shape[d]: raise ValueError(f"unfold: size {size} is larger than dimension {d} of shape {self.shape}")
-    order = tuple(i for i in range(self.ndim) if i != d) + (d,)
-    if size == 0: return self._unfold_empty(d, step)
-    x = self.permute(order)._pool((size,), step)            # (..., n, size)
-    inv = [0] * self.ndim
-    for i, o in enumerate(order): inv[o] = i
-    return x.permute(tuple(inv) + (self.ndim,))
-
-  def _unfold_empty(self: Tensor, d: int, step: int) -> Tensor:
-    shape = list(self.shape)
-    shape[d] = self.shape[d] // step + 1
-    return type(self).full(tuple(shape) + (0,), 0, dtype=self.dtype, device=self.device)
-
   # ** convolution **
   def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
              dilation: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0, dtype: Any = None) -> Tensor:
     """Cross-correlation of self (bs, groups*cin, *spatial) with weight (cout, cin, *kernel); the number of spatial
     dimensions comes from the weight, so this is conv1d, conv2d or conv3d. Matches torch.nn.functional.conv{1,2,3}d."""
     nd = weight.ndim - 2
-    if nd < 1: raise ValueError(f"conv2d: weight needs (cout, cin, *kernel), got shape {weight.shape}")
+    if nd < 1: raise RuntimeError(f"conv2d: weight needs (cout, cin, *kernel), got shape {weight.shape}")
     s_, d_ = _tuple(stride, nd, "stride", "conv2d"), _tuple(dilation, nd, "dilation", "conv2d")
+    if any(s <= 0 for s in s_) or any(d <= 0 for d in d_): raise RuntimeError(f"conv2d: stride {s_} and dilation {d_} must be positive")
     pads = _grouped_pads(padding, nd, "conv2d", weight.shape[2:], d_, s_)
     return self._conv(weight, bias, groups, s_, d_, pads, dtype)
 
   def _conv(self: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s_: tuple[int, ...], d_: tuple[int, ...], pads: Pads,
             dtype: Any = None) -> Tensor:
     nd = weight.ndim - 2
+    # shape mismatches are RuntimeError, as torch raises them (tinygrad asserts)
     if self.ndim != weight.ndim:
-      raise ValueError(f"conv2d: input shape {self.shape} and weight shape {weight.shape} need the same number of dimensions")
+      raise RuntimeError(f"conv2d: input shape {self.shape} and weight shape {weight.shape} need the same number of dimensions")
     (bs, cin_x), (cout, cin), k_ = self.shape[:2], weight.shape[:2], weight.shape[2:]
-    if groups <= 0 or groups * cin != cin_x or cout % groups:
-      raise ValueError(f"conv2d: input shape {self.shape} does not match weight shape {weight.shape} with groups={groups} "
-                       f"(input channels {cin_x} vs groups*cin {groups * cin}, cout {cout} must divide by groups)")
-    if bias is not None and bias.shape != (cout,): raise ValueError(f"conv2d: bias shape {bias.shape} does not match cout={cout}")
+    if not isinstance(groups, int) or groups <= 0 or groups * cin != cin_x or cout % groups:
+      raise RuntimeError(f"conv2d: input shape {self.shape} does not match weight shape {weight.shape} with groups={groups} "
+                         f"(input channels {cin_x} vs groups*cin {groups * cin}, cout {cout} must divide by groups)")
+    if bias is not None and bias.shape != (cout,): raise RuntimeError(f"conv2d: bias shape {bias.shape} does not match cout={cout}")
     x = self.pad(((0, 0), (0, 0)) + pads)._pool(k_, s_, d_)   # (bs, cin_x, *o, *k)
     o_, rcout = x.shape[2:2 + nd], cout // groups
     # (bs, groups, cin, 1, *o, *k) -> broadcast over rcout -> (bs, groups, rcout, *o, cin, *k)
@@ -144,16 +129,18 @@ class NNMixin:
     Matches torch.nn.functional.conv_transpose{1,2,3}d."""
     nd = weight.ndim - 2
     if nd < 1 or self.ndim != weight.ndim:
-      raise ValueError(f"conv_transpose2d: input shape {self.shape} and weight shape {weight.shape} do not match")
+      raise RuntimeError(f"conv_transpose2d: input shape {self.shape} and weight shape {weight.shape} do not match")
     k_ = weight.shape[2:]
     s_, d_ = _tuple(stride, nd, "stride", "conv_transpose2d"), _tuple(dilation, nd, "dilation", "conv_transpose2d")
     op_ = _tuple(output_padding, nd, "output_padding", "conv_transpose2d")
+    if any(s <= 0 for s in s_) or any(d <= 0 for d in d_):
+      raise RuntimeError(f"conv_transpose2d: stride {s_} and dilation {d_} must be positive")
     if any(p >= max(s, d) for p, s, d in zip(op_, s_, d_)):
-      raise ValueError(f"conv_transpose2d: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+      raise RuntimeError(f"conv_transpose2d: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
     pads = _grouped_pads(padding, nd, "conv_transpose2d")
     cin, rcout = weight.shape[:2]
-    if cin != self.shape[1] or cin % groups:
-      raise ValueError(f"conv_transpose2d: input channels {self.shape[1]} vs weight shape {weight.shape} with groups={groups}")
+    if not isinstance(groups, int) or groups <= 0 or cin != self.shape[1] or cin % groups:
+      raise RuntimeError(f"conv_transpose2d: input channels {self.shape[1]} vs weight shape {weight.shape} with groups={groups}")
     # the equivalent forward conv: weight (groups*rcout, cin/groups, *k) with the kernel flipped
     w = weight.reshape(groups, cin // groups, rcout, *k_).transpose(1, 2).flip(tuple(range(3, 3 + nd)))
     w = w.reshape(groups * rcout, cin // groups, *k_)
@@ -172,7 +159,7 @@ class NNMixin:
   def _pool_setup(self: Tensor, kernel_size, stride, dilation, padding, op: str):
     k_ = _tuple(kernel_size, 2, "kernel_size", op) if isinstance(kernel_size, int) else tuple(kernel_size)
     nd = len(k_)
-    if nd > self.ndim: raise ValueError(f"{op}: kernel {k_} has more dimensions than the input shape {self.shape}")
+    if nd > self.ndim: raise RuntimeError(f"{op}: kernel {k_} has more dimensions than the input shape {self.shape}")
     s_ = k_ if stride is None else _tuple(stride, nd, "stride", op)
     d_ = _tuple(dilation, nd, "dilation", op)
     pads = _grouped_pads(padding, nd, op)
@@ -258,15 +245,16 @@ class NNMixin:
     ins = lhs.split(",")
     if len(ins) != len(xs): raise ValueError(f"einsum: formula {formula!r} has {len(ins)} operands, got {len(xs)} tensors")
     letters = set(c for c in f if c.isalpha())
-    if any(not (c.isalpha() or c in ",->.") for c in f): raise ValueError(f"einsum: invalid character in {formula!r}")
+    # misuse of the formula is a RuntimeError, as torch raises (a wrong operand count stays tinygrad's ValueError)
+    if any(not (c.isalpha() or c in ",->.") for c in f): raise RuntimeError(f"einsum: invalid character in {formula!r}")
     # replace '...' by fresh letters, aligned from the right like broadcasting
     if "..." in f:
       fresh = [c for c in string.ascii_letters if c not in letters]
       nell = []
       for s, x in zip(ins, xs):
-        if s.count("...") > 1: raise ValueError(f"einsum: more than one '...' in {s!r}")
+        if s.count("...") > 1 or s.replace("...", "").count("."): raise RuntimeError(f"einsum: more than one '...' in {s!r}")
         nell.append(x.ndim - (len(s) - 3) if "..." in s else 0)
-      if any(n < 0 for n in nell): raise ValueError(f"einsum: an operand has fewer dimensions than {formula!r} names")
+      if any(n < 0 for n in nell): raise RuntimeError(f"einsum: an operand has fewer dimensions than {formula!r} names")
       m = max(nell)
       ell = "".join(fresh[:m])
       ins = [s.replace("...", ell[m - n:]) for s, n in zip(ins, nell)]
@@ -274,23 +262,23 @@ class NNMixin:
       else: rhs = ell + "".join(sorted(c for c in letters if "".join(ins).count(c) == 1))
     elif not arrow:
       rhs = "".join(sorted(c for c in letters if lhs.count(c) == 1))
-    if len(set(rhs)) != len(rhs): raise ValueError(f"einsum: output {rhs!r} repeats a letter")
-    if any(c not in "".join(ins) for c in rhs): raise ValueError(f"einsum: output letter in {rhs!r} is not in any input")
+    if len(set(rhs)) != len(rhs): raise RuntimeError(f"einsum: output {rhs!r} repeats a letter")
+    if any(c not in "".join(ins) for c in rhs): raise RuntimeError(f"einsum: output letter in {rhs!r} is not in any input")
     sizes: dict[str, int] = {}
     for k, (s, x) in enumerate(zip(ins, xs)):
-      if len(s) != x.ndim: raise ValueError(f"einsum: operand {k} has shape {x.shape} but {s!r} names {len(s)} dimensions")
+      if len(s) != x.ndim: raise RuntimeError(f"einsum: operand {k} has shape {x.shape} but {s!r} names {len(s)} dimensions")
       # a letter repeated within one operand: take the diagonal
       while (dup := next((c for c in s if s.count(c) > 1), None)) is not None:
         j = s.index(dup)
         j2 = s.index(dup, j + 1)
-        if x.shape[j] != x.shape[j2]: raise ValueError(f"einsum: repeated {dup!r} in operand {k} has sizes {x.shape[j]} and {x.shape[j2]}")
+        if x.shape[j] != x.shape[j2]: raise RuntimeError(f"einsum: repeated {dup!r} in operand {k} has sizes {x.shape[j]} and {x.shape[j2]}")
         x = _diagonal(x, j, j2)
         s = s[:j2] + s[j2 + 1:]
         s = s[:j] + s[j + 1:] + dup
       ins[k], xs[k] = s, x
       for c, n in zip(s, x.shape):
         if c in sizes and sizes[c] != n and 1 not in (n, sizes[c]):
-          raise ValueError(f"einsum: letter {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
+          raise RuntimeError(f"einsum: letter {c!r} has sizes {sizes[c]} and {n} in {formula!r}")
         sizes[c] = n if c not in sizes or sizes[c] == 1 else sizes[c]
     alpha = sorted(sizes)
     aligned = []
@@ -330,6 +318,7 @@ class NNMixin:
       raise ValueError(f"interpolate: invalid size {size!r} for shape {self.shape}")
     if mode not in ("linear", "nearest", "nearest-exact"): raise ValueError(f"interpolate: unsupported mode {mode!r}")
     if align_corners and mode != "linear": raise ValueError("interpolate: align_corners is only for mode='linear'")
+    if self.dtype is dtypes.uint8 and mode == "linear": return self._interpolate_uint8(size, align_corners)
     x = self if self.dtype._is_float else self.cast(dtypes.float32)
     for k in range(1, len(size) + 1):
       d, n_out, n_in = self.ndim - k, size[-k], self.shape[-k]
@@ -339,6 +328,23 @@ class NNMixin:
       xt = x.transpose(d, -1)                                  # (..., n_in)
       x = (xt.unsqueeze(-2) * w).sum(-1).transpose(d, -1)
     return x if x.dtype is self.dtype else x.cast(self.dtype)
+
+  def _interpolate_uint8(self: Tensor, size: Sequence[int], align_corners: bool) -> Tensor:
+    """Linear resampling of uint8 images in torch's fixed point, so results match it exactly rather than within one:
+    each dimension (the last first) uses weights scaled by 2**p and rounded to int16 (p as large as the largest
+    weight allows), and the sum is rounded back (add 2**(p-1), shift right by p) and clamped to [0, 255] before the
+    next dimension."""
+    x = self.cast(dtypes.int32)
+    for k in range(1, len(size) + 1):
+      d, n_out, n_in = self.ndim - k, size[-k], self.shape[-k]
+      if n_out == n_in and not (align_corners and n_in == 1): continue
+      W = _interp_matrix(n_in, n_out, "linear", align_corners, np.float64)
+      p = next((p for p in range(22) if int(0.5 + W.max() * (1 << (p + 1))) >= 1 << 15), 22)
+      Wq = np.trunc(W * (1 << p) + np.where(W < 0, -0.5, 0.5)).astype(np.int32)
+      w = type(self)(Wq, device=self.device)
+      x = ((x.transpose(d, -1).unsqueeze(-2) * w).sum(-1) + (1 << (p - 1) if p else 0)) >> p
+      x = x.clip(0, 255).transpose(d, -1)
+    return x.cast(dtypes.uint8)
 
 
 def _diagonal(x: Tensor, j: int, j2: int) -> Tensor:
@@ -361,15 +367,15 @@ def _np_pool_sum(a: np.ndarray, k_, s_, d_) -> np.ndarray:
   return out
 
 
-def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool) -> np.ndarray:
-  W = np.zeros((n_out, n_in), dtype=np.float32)
+def _interp_matrix(n_in: int, n_out: int, mode: str, align_corners: bool, dtype: Any = np.float32) -> np.ndarray:
+  W = np.zeros((n_out, n_in), dtype=dtype)
   o = np.arange(n_out, dtype=np.float64)
   if mode == "linear":
     if align_corners: src = o * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros_like(o)
     else: src = np.maximum((o + 0.5) * (n_in / n_out) - 0.5, 0.0)
     lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
     hi = np.minimum(lo + 1, n_in - 1)
-    frac = (src - lo).astype(np.float32)
+    frac = (src - lo).astype(dtype)
     np.add.at(W, (np.arange(n_out), lo), 1 - frac)
     np.add.at(W, (np.arange(n_out), hi), frac)
   else:

@@ -1,19 +1,27 @@
 """Random numbers from a counter-based generator (manual_seed, rand, randn, randint, ..., dropout).
 
-Every random value is a pure function of (seed, call number, element index): element i of the n-th random call
-after `manual_seed(s)` is threefry-2x32-20 keyed by s's two 32-bit words, applied to the counter block (i, n). The
-cipher is written as plain uint32 tensor arithmetic, so it runs inside an ordinary kernel on any device, fuses like
-any other elementwise work, and gives bit-identical results wherever and however it is computed. The key and the
-call number reach the kernel through a tiny uint32 buffer rather than as constants, so one compiled kernel serves
-every seed and every call of the same shape."""
+The stream is tinygrad's, value for value: after `Tensor.manual_seed(s)` a program draws the same numbers here as
+there. Each device has a key (k0, k1): k1 is the seed, k0 the low word of sha256 of the device's index in the order
+devices first drew (so the default device, drawing first, has the same key everywhere), and a 64-bit counter of the
+32-bit words drawn on it. A call that needs `num` words derives a key of its own, threefry-2x32-20(key, counter),
+and advances the counter by num; word w of the call is then the first output word of the block
+threefry(call key, (w, w + h)) for w < h = ceil(num / 2), and the second output word of block w - h otherwise. A
+float takes its item's bits (4 bytes per word, lowest first) under the exponent of 1.0, minus 1.
+
+The per-call key is worked out on the host (one block) and reaches the kernel through a tiny uint32 buffer rather
+than as constants, so one compiled kernel serves every seed and every call of the same shape, and the cipher, written
+as plain uint32 tensor arithmetic, runs inside an ordinary kernel and fuses like any other elementwise work. Unlike
+tinygrad's, the counter lives on the host, so values never depend on the order in which lazy results are realized."""
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import DType, dtypes, to_dtype
 from tinyhybrid.helpers import is_training, prod
 
@@ -23,6 +31,9 @@ if TYPE_CHECKING:
 _M32 = 0xFFFFFFFF
 _ROT = (13, 15, 26, 6, 17, 29, 16, 24)  # threefry-2x32 rotation schedule
 _PARITY = 0x1BD11BDA                     # threefry key-schedule parity constant
+# mantissa bits of each float dtype rand can fill
+_NMANT = {dtypes.float64: 52, dtypes.float32: 23, dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.fp8e4m3: 3, dtypes.fp8e5m2: 2,
+          dtypes.fp8e4m3fnuz: 3, dtypes.fp8e5m2fnuz: 2}
 
 
 def _shape_of(shape: tuple) -> tuple[int, ...]:
@@ -34,10 +45,11 @@ def _shape_of(shape: tuple) -> tuple[int, ...]:
 def _rotl(x: Tensor, r: int) -> Tensor: return (x << r) | (x >> (32 - r))
 
 
-def threefry2x32(k0: Tensor, k1: Tensor, c0: Tensor, c1: Tensor, rounds: int = 20) -> tuple[Tensor, Tensor]:
+def threefry2x32(k0: Tensor, k1: Tensor, c0: Tensor, c1: Tensor, rounds: int = 20, k2: Tensor | None = None) -> tuple[Tensor, Tensor]:
   """The threefry-2x32 block cipher (Salmon et al., Random123) on uint32 tensors that broadcast together:
-  encrypts the counter block (c0, c1) under the key (k0, k1). All additions wrap modulo 2**32."""
-  ks = (k0, k1, k0 ^ k1 ^ _PARITY)
+  encrypts the counter block (c0, c1) under the key (k0, k1). All additions wrap modulo 2**32. k2, the key schedule's
+  third word k0 ^ k1 ^ parity, may come precomputed (else the scheduler can make it a kernel of its own)."""
+  ks = (k0, k1, k0 ^ k1 ^ _PARITY if k2 is None else k2)
   x0, x1 = c0 + ks[0], c1 + ks[1]
   for r in range(rounds):
     x0 = x0 + x1
@@ -49,61 +61,118 @@ def threefry2x32(k0: Tensor, k1: Tensor, c0: Tensor, c1: Tensor, rounds: int = 2
   return x0, x1
 
 
+def _threefry_host(k0: int, k1: int, c0: int, c1: int) -> tuple[int, int]:
+  """threefry2x32 on Python ints, for the one block per call that derives its key."""
+  ks = (k0, k1, k0 ^ k1 ^ _PARITY)
+  x0, x1 = (c0 + k0) & _M32, (c1 + k1) & _M32
+  for r in range(20):
+    x0 = (x0 + x1) & _M32
+    x1 = (((x1 << _ROT[r % 8]) | (x1 >> (32 - _ROT[r % 8]))) & _M32) ^ x0
+    if r % 4 == 3:
+      j = (r + 1) // 4
+      x0, x1 = (x0 + ks[j % 3]) & _M32, (x1 + ks[(j + 1) % 3] + j) & _M32
+  return x0, x1
+
+
+def _odd_prime_factors(n: int) -> list[int]:
+  out, m, p = [], n, 3
+  while m % 2 == 0: m //= 2
+  while p * p <= m:
+    if m % p == 0:
+      out.append(p)
+      while m % p == 0: m //= p
+    p += 2
+  return out + ([m] if m > 1 else [])
+
+
+class _WordsBuffer(Buffer):
+  """A random call's words, copied in when the buffer is first allocated: a call whose result is never realized (a
+  lazily initialized weight that load_state_dict replaces) takes no device memory, as in tinygrad."""
+  def __init__(self, device: str, words: np.ndarray):
+    super().__init__(device, words.size, dtypes.uint32)
+    self._words: np.ndarray | None = words
+
+  def ensure_allocated(self) -> Buffer:
+    if self._mem is None:
+      super().ensure_allocated()
+      words, self._words = self._words, None
+      if words is not None: self.copyin(words)
+    return self
+
+
 class RandomMixin:
   __slots__ = ()
   _seed: int = int(time.time())
-  _rng_calls: int = 0
+  _device_keys: dict[str, int] = {}       # device -> k0, in the order devices first drew
+  _device_counters: dict[str, int] = {}   # device -> words drawn since manual_seed
 
   # ** generator state **
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    """Seeds the generator and restarts its call counter: the same seed and the same sequence of random calls give
-    the same values on every device and in every process."""
+    """Seeds the generator and restarts every device's counter: the same seed and the same sequence of random calls
+    give the same values on every device, in every process, and in tinygrad."""
     from tinyhybrid.mixin.random import RandomMixin as R
     if not isinstance(seed, int): raise TypeError(f"manual_seed: seed must be an int, got {type(seed).__name__}")
-    R._seed, R._rng_calls = seed % (1 << 64), 0
+    R._seed, R._device_keys, R._device_counters = seed % (1 << 64), {}, {}
 
   @staticmethod
-  def _next_rng_words(device: str | None) -> Tensor:
-    """A uint32 buffer [key0, key1, call number] for one random call (advances the call counter)."""
+  def _next_rng_words(device: str | None, num: int = 1) -> Tensor:
+    """A uint32 buffer [call key0, call key1, their parity word, num] for one random call of num words on device
+    (advances its counter)."""
+    from tinyhybrid.device import Device
     from tinyhybrid.mixin.random import RandomMixin as R
     from tinyhybrid.tensor import Tensor
-    call = R._rng_calls
-    if call > _M32: raise RuntimeError("random: more than 2**32 random calls since the last manual_seed")
-    R._rng_calls = call + 1
-    words = np.array([R._seed & _M32, (R._seed >> 32) & _M32, call], dtype=np.uint32)
-    return Tensor(words, device=device, dtype=dtypes.uint32)
+    dev = Device.canonicalize(device)
+    if dev not in R._device_keys:
+      R._device_keys[dev] = int.from_bytes(hashlib.sha256(len(R._device_keys).to_bytes(4, "big")).digest(), "big") & _M32
+    ctr = R._device_counters.get(dev, 0)
+    R._device_counters[dev] = (ctr + num) % (1 << 64)
+    # a seed's high word (tinygrad's seeds are 32-bit) goes into k0, so 64-bit seeds differ too
+    key = _threefry_host(R._device_keys[dev] ^ (R._seed >> 32), R._seed & _M32, ctr & _M32, ctr >> 32)
+    words = np.array([key[0], key[1], key[0] ^ key[1] ^ _PARITY, num & _M32], dtype=np.uint32)
+    from tinyhybrid.engine.realize import capture_random
+    # a TinyJit replay draws anew: it refills this buffer with the words of the same call made again
+    from tinyhybrid.schedule.kernelize import buffer_uop
+    t = Tensor(buffer_uop(_WordsBuffer(dev, words), (len(words),)), device=dev)
+    capture_random(t, lambda: R._next_rng_words(device, num))
+    return t
 
   @staticmethod
-  def _random_bits(shape: tuple[int, ...], device: str | None = None) -> tuple[Tensor, Tensor]:
-    """Two independent uint32 words per element of `shape`, from one threefry block per element (lazy)."""
+  def _random_words(num: int, device: str | None = None) -> Tensor:
+    """The num uint32 words of one random call (lazy)."""
     from tinyhybrid.tensor import Tensor
-    n = prod(shape)
-    if n > _M32 + 1: raise ValueError(f"random: {n} elements in one call is more than the generator's 2**32 per call")
-    words = RandomMixin._next_rng_words(device)
-    k0, k1, call = (words.shrink(((i, i + 1),)).reshape(()) for i in range(3))
-    idx = Tensor._iota(max(n, 1), device=words.device).cast(dtypes.uint32)
-    if n != max(n, 1): idx = idx.shrink(((0, 0),))
-    x0, x1 = threefry2x32(k0, k1, idx, call)
-    return x0.reshape(shape), x1.reshape(shape)
+    if num > 2 * (_M32 + 1): raise ValueError(f"random: {num} words in one call is more than the generator's 2**33 per call")
+    words = RandomMixin._next_rng_words(device, num)
+    k0, k1, k2 = (words.shrink(((i, i + 1),)).reshape(()) for i in range(3))
+    h = (num + 1) // 2
+    idx = Tensor._iota(max(h, 1), device=words.device).cast(dtypes.uint32)
+    x0, x1 = threefry2x32(k0, k1, idx, idx + h, k2=k2)
+    return x0.cat(x1).shrink(((0, num),))
 
   @staticmethod
-  def _bits_to_unit(x0: Tensor, x1: Tensor, dt: DType) -> Tensor:
-    """Floats in [0, 1) of dtype dt: the top mantissa bits of the random words under the exponent of 1.0, minus 1.
-    Every value is a multiple of 2**-mantissa_bits, so it is exact in dt and the same on every device."""
-    if dt is dtypes.float64:
-      bits = ((x1.cast(dtypes.uint64) << 32) | x0.cast(dtypes.uint64)) >> 12
-      return (bits | 0x3FF0000000000000).bitcast(dtypes.float64) - 1.0
-    nmant = {dtypes.float32: 23, dtypes.float16: 10, dtypes.bfloat16: 7}.get(dt)
+  def _unit(num_items: int, dt: DType, device: str | None) -> Tensor:
+    """num_items floats in [0, 1) of dtype dt, flat: each item's bits (from the words of one call, lowest byte first)
+    shifted down to its mantissa under the exponent of 1.0, minus 1. Every value is a multiple of 2**-mantissa_bits,
+    exact in dt, so the narrow types are made in float32 and cast without rounding."""
+    nmant = _NMANT.get(dt)
     if nmant is None: raise ValueError(f"random: no uniform floats for dtype {dt}")
-    mant = x0 >> (32 - nmant)
-    if nmant != 23: mant = mant << (23 - nmant)
-    out = (mant | 0x3F800000).bitcast(dtypes.float32) - 1.0
+    isz = dt.itemsize
+    w = RandomMixin._random_words(-(-num_items * isz // 4), device)
+    if isz == 8:
+      w = w.reshape(num_items, 2).cast(dtypes.uint64)
+      bits = (w.shrink((None, (1, 2))) << 32 | w.shrink((None, (0, 1)))).reshape(num_items) >> 12
+      return (bits | 0x3FF0000000000000).bitcast(dtypes.float64) - 1.0
+    if isz < 4:  # the items of a word, lowest first
+      per, mask = 4 // isz, (1 << (8 * isz)) - 1
+      w = w.unsqueeze(-1).expand(w.shape[0], per)
+      w = ((w >> type(w).arange(0, 32, 8 * isz, device=w.device).cast(dtypes.uint32)) & mask).flatten().shrink(((0, num_items),))
+    mant = w >> (8 * isz - nmant)
+    out = ((mant << (23 - nmant)) | 0x3F800000).bitcast(dtypes.float32) - 1.0
     return out if dt is dtypes.float32 else out.cast(dt)
 
   @staticmethod
-  def _finish(t: Tensor, kwargs: dict) -> Tensor:
-    if kwargs.get("requires_grad") is not None: t.requires_grad = kwargs["requires_grad"]
+  def _finish(t: Tensor, requires_grad: bool | None) -> Tensor:
+    if requires_grad is not None: t.requires_grad = requires_grad
     return t
 
   @staticmethod
@@ -114,61 +183,72 @@ class RandomMixin:
     return dt
 
   # ** uniform and normal floats **
+  # The creators take only the keywords they name (an unknown one, e.g. torch's generator=, is a TypeError as in
+  # tinygrad); requires_grad is kept from the tinygrad versions that had it. Everything but rand is built on rand
+  # with tinygrad's formulas, so seeded results match it.
   @classmethod
-  def rand(cls, *shape, device: str | None = None, dtype: Any = None, contiguous: bool = True, **kwargs) -> Tensor:
+  def rand(cls, *shape, device: str | None = None, dtype: Any = None, contiguous: bool = True, requires_grad: bool | None = None) -> Tensor:
     """Uniform floats in [0, 1). contiguous=False leaves the generator fused into whatever consumes it."""
     dt = cls._float_dtype(dtype, "rand")
     s = _shape_of(shape)
-    x0, x1 = cls._random_bits(s, device)
-    out = cls._bits_to_unit(x0, x1, dt)
-    return cls._finish(out.contiguous() if contiguous else out, kwargs)
+    if (n := prod(s)) == 0:
+      cls._next_rng_words(device, 0)  # no words, but the device takes its place in the key order as in tinygrad
+      return cls._finish(cls.full(s, 0.0, dtype=dt, device=device).contiguous(), requires_grad)  # type: ignore[attr-defined]
+    out = cls._unit(n, dt, device).reshape(s)
+    return cls._finish(out.contiguous() if contiguous else out, requires_grad)
 
-  def rand_like(self: Tensor, **kwargs) -> Tensor:
-    dt = kwargs.pop("dtype", self.dtype)
-    if not to_dtype(dt)._is_float: dt = dtypes.default_float
-    return type(self).rand(*self.shape, device=kwargs.pop("device", self.device), dtype=dt, **kwargs)
+  def rand_like(self: Tensor, dtype: Any = None, device: str | None = None, contiguous: bool = True,
+                requires_grad: bool | None = None) -> Tensor:
+    """rand of self's shape, in self's dtype (default_float when that is not a float) unless dtype is given."""
+    dt = dtype if dtype is not None else (self.dtype if self.dtype._is_float else dtypes.default_float)
+    return type(self).rand(*self.shape, device=self.device if device is None else device, dtype=dt, contiguous=contiguous,
+                           requires_grad=requires_grad)
 
   @classmethod
   def _randn(cls, shape: tuple[int, ...], device: str | None, dt: DType, contiguous: bool = True) -> Tensor:
-    # Box-Muller from the two words of one block: sqrt(-2 ln(1-u1)) * cos(2 pi u2), in float32 then cast
-    x0, x1 = cls._random_bits(shape, device)
-    u1 = cls._bits_to_unit(x0, x1, dtypes.float32)
-    u2 = cls._bits_to_unit(x1, x0, dtypes.float32)
-    out = ((1 - u1).log() * -2).sqrt() * (u2 * (2 * math.pi)).cos()
+    # Box-Muller from one float32 rand of (2, *shape): cos(2 pi u0) * sqrt(-2 ln(1 - u1)), then cast
+    u = cls.rand(2, *shape, device=device, dtype=dtypes.float32)
+    u0, u1 = (u.shrink(((i, i + 1),) + ((None,) * len(shape))).reshape(shape) for i in range(2))
+    out = (u0 * (2 * math.pi)).cos() * ((1 - u1).log() * -2).sqrt()
     out = out.cast(dt)
     return out.contiguous() if contiguous else out
 
   @classmethod
-  def randn(cls, *shape, dtype: Any = None, device: str | None = None, contiguous: bool = True, **kwargs) -> Tensor:
-    """Standard normal floats (Box-Muller)."""
-    dt = cls._float_dtype(dtype, "randn")
-    return cls._finish(cls._randn(_shape_of(shape), device, dt, contiguous), kwargs)
+  def randn(cls, *shape, dtype: Any = None, device: str | None = None, contiguous: bool = True,
+            requires_grad: bool | None = None) -> Tensor:
+    """Standard normal values (Box-Muller in float32). Any dtype, as in tinygrad: a non-float one is the cast of the
+    float values (an int dtype truncates them, bool is "nonzero")."""
+    dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    if dt.name.startswith("weak"): raise ValueError(f"randn: needs a concrete dtype, got {dt}")
+    return cls._finish(cls._randn(_shape_of(shape), device, dt, contiguous), requires_grad)
 
-  def randn_like(self: Tensor, dtype: Any = None, **kwargs) -> Tensor:
+  def randn_like(self: Tensor, dtype: Any = None, device: str | None = None, contiguous: bool = True,
+                 requires_grad: bool | None = None) -> Tensor:
     dt = dtype if dtype is not None else (self.dtype if self.dtype._is_float else dtypes.default_float)
-    return type(self).randn(*self.shape, dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
+    return type(self).randn(*self.shape, dtype=dt, device=self.device if device is None else device, contiguous=contiguous,
+                            requires_grad=requires_grad)
 
   @classmethod
-  def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, **kwargs) -> Tensor:
+  def normal(cls, *shape, mean: float = 0.0, std: float = 1.0, dtype: Any = None, device: str | None = None,
+             requires_grad: bool | None = None) -> Tensor:
     if std < 0: raise ValueError(f"normal: std must be >= 0, got {std}")
-    rg = kwargs.pop("requires_grad", None)
-    out = (cls.randn(*shape, **kwargs) * std + mean)
-    return cls._finish(out, {"requires_grad": rg})
+    return cls._finish(std * cls.randn(*shape, dtype=dtype, device=device) + mean, requires_grad)
 
   @classmethod
-  def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, dtype: Any = None, **kwargs) -> Tensor:
-    """Uniform values in [low, high)."""
+  def uniform(cls, *shape, low: float = 0.0, high: float = 1.0, dtype: Any = None, device: str | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+    """Uniform values in [low, high): (high - low) * rand, cast to dtype, plus low (tinygrad's order of operations)."""
     if not low < high: raise ValueError(f"uniform: needs low < high, got low={low}, high={high}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
-    if not dt._is_float: return cls.randint(*shape, low=math.ceil(low), high=math.ceil(high), dtype=dt, **kwargs)
-    rg = kwargs.pop("requires_grad", None)
-    work = dt if dt in (dtypes.float32, dtypes.float64) else dtypes.float32
-    out = (cls.rand(*shape, dtype=work, **kwargs) * (high - low) + low).cast(dt)
-    return cls._finish(out, {"requires_grad": rg})
+    if not dt._is_float:
+      return cls.randint(*shape, low=math.ceil(low), high=math.ceil(high), dtype=dt, device=device, requires_grad=requires_grad)
+    return cls._finish(((high - low) * cls.rand(*shape, device=device)).cast(dt) + low, requires_grad)
 
   @classmethod
-  def randint(cls, *shape, low: int = 0, high: int = 10, dtype: Any = dtypes.int32, device: str | None = None, **kwargs) -> Tensor:
-    """Uniform integers in [low, high): low + floor(bits * (high - low) / 2**32) from 32 random bits."""
+  def randint(cls, *shape, low: int = 0, high: int = 10, dtype: Any = dtypes.int32, device: str | None = None,
+              requires_grad: bool | None = None) -> Tensor:
+    """Uniform integers in [low, high): low + trunc((high - low) * rand) as tinygrad, the sum taken in int64 so a
+    range that fills the dtype does not wrap (ranges beyond 2**24 get float32's granularity, as there)."""
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)):
       raise TypeError(f"randint: low and high must be ints, got {low!r} and {high!r}")
     dt = to_dtype(dtype)
@@ -176,18 +256,15 @@ class RandomMixin:
     if low >= high: raise ValueError(f"randint: needs low < high, got low={low}, high={high}")
     if low < dt.min or high - 1 > dt.max: raise ValueError(f"randint: [{low}, {high}) does not fit in {dt}")
     span = high - low
-    if span > (1 << 32): raise ValueError(f"randint: the range {span} is more than 2**32")
-    x0, _ = cls._random_bits(_shape_of(shape), device)
-    off = (x0.cast(dtypes.uint64) * span) >> 32
-    out = (off + low).cast(dt) if dt is dtypes.uint64 else (off.cast(dtypes.int64) + low).cast(dt)
-    return cls._finish(out.contiguous(), kwargs)
+    off = (span * cls.rand(*shape, device=device)).cast(dtypes.int64).minimum(span - 1)  # a float32 product may round up to span
+    return cls._finish((off + low).cast(dt).contiguous(), requires_grad)
 
   # ** initializers **
   @classmethod
-  def scaled_uniform(cls, *shape, **kwargs) -> Tensor:
+  def scaled_uniform(cls, *shape, requires_grad: bool | None = None, **kwargs) -> Tensor:
     """Uniform in [-1, 1) scaled by prod(shape) ** -0.5."""
     s = _shape_of(shape)
-    return cls.uniform(*s, low=-1.0, high=1.0, **kwargs).mul(max(prod(s), 1) ** -0.5)
+    return cls._finish(cls.uniform(*s, low=-1.0, high=1.0, **kwargs).mul(max(prod(s), 1) ** -0.5), requires_grad)
 
   @classmethod
   def glorot_uniform(cls, *shape, **kwargs) -> Tensor:
@@ -229,13 +306,24 @@ class RandomMixin:
     return ((rank.unsqueeze(-2) == want).cast(dtypes.int32) * idx).sum(-1).cast(dtypes.int32)
 
   @classmethod
-  def randperm(cls, n: int, device: str | None = None, dtype: Any = dtypes.int32, **kwargs) -> Tensor:
-    """A random permutation of 0..n-1 (sorts n random words by comparing all pairs: meant for modest n)."""
-    if not isinstance(n, int) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
-    if n == 0: return cls.full((0,), 0, dtype=dtype, device=device)  # type: ignore[attr-defined]
-    x0, _ = cls._random_bits((1, n), device)
-    perm = cls._select_by_rank(cls._rank_desc(x0), n).reshape(n)
-    return cls._finish(perm.cast(to_dtype(dtype)).contiguous(), kwargs)
+  def randperm(cls, n: int, device: str | None = None, dtype: Any = dtypes.int32, requires_grad: bool | None = None) -> Tensor:
+    """A random permutation of 0..n-1 as tinygrad draws it: the affine map i -> (i * stride + offset) % n, with offset
+    and an odd stride from two randint calls and the stride moved up (by 2s) to the next value coprime to n. O(n) and
+    seeded like tinygrad, but only n * phi(n) / 2 of the n! permutations are reachable: for a uniform shuffle of data,
+    argsort a rand(n) instead."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+    dt = to_dtype(dtype)
+    if n <= 1: return cls._finish(cls.arange(n, dtype=dt, device=device), requires_grad)  # type: ignore[attr-defined]
+    stride = cls.randint(1, low=0, high=n, device=device, dtype=dtypes.int64) * 2 + 1
+    if primes := _odd_prime_factors(n):
+      # the first coprime one among the next odd candidates (a gap of coprime odd numbers is far below 2 (k+1)^2 steps)
+      cand = stride + 2 * cls.arange(2 * (len(primes) + 1) ** 2, device=device, dtype=dtypes.int64)  # type: ignore[attr-defined]
+      ok = cand % primes[0] != 0
+      for p in primes[1:]: ok = ok & (cand % p != 0)
+      stride = (cand * (ok & (ok.cast(dtypes.int32).cumsum() == 1))).sum().reshape(1)
+    offset = cls.randint(1, low=0, high=n, device=device, dtype=dtypes.int64)
+    perm = (cls.arange(n, device=device, dtype=dtypes.int64) * stride + offset) % n  # type: ignore[attr-defined]
+    return cls._finish(perm.cast(dt).contiguous(), requires_grad)
 
   def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
     """num_samples indices per row drawn with probability proportional to the (non-negative) weights in self."""
@@ -245,15 +333,16 @@ class RandomMixin:
     rows, n = w.shape
     if not replacement and num_samples > n:
       raise ValueError(f"multinomial: {num_samples} samples without replacement from {n} categories")
+    # the draws are laid out as tinygrad's, so seeded samples match
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)
       cdf = cdf / cdf.shrink((None, (n - 1, n)))
-      u = type(self).rand(rows, num_samples, 1, device=self.device)
-      out = (u >= cdf.unsqueeze(1)).cast(dtypes.int32).sum(-1).minimum(n - 1)
+      u = type(self).rand(num_samples, rows, 1, device=self.device)
+      out = (u >= cdf).cast(dtypes.int32).sum(-1).minimum(n - 1).permute(1, 0)
     else:
-      # Efraimidis-Spirakis: the num_samples largest keys log(u) / w
-      u = type(self).rand(rows, n, device=self.device)
-      keys = (1 - u).log() / w
+      # Efraimidis-Spirakis: the num_samples largest keys log2(u) / w
+      u = type(self).rand(rows, n, device=self.device, dtype=dtypes.float32)
+      keys = u.log2() / w
       out = type(self)._select_by_rank(type(self)._rank_desc(keys), num_samples)
     out = out.cast(dtypes.int32)
     return out.reshape(num_samples) if self.ndim == 1 else out
@@ -264,8 +353,7 @@ class RandomMixin:
     if not 0 <= p <= 1: raise ValueError(f"dropout: p={p} is out of range [0, 1]")
     if not is_training(type(self)) or p == 0: return self
     if p == 1: return self.zeros_like()
-    keep = (type(self).rand(*self.shape, device=self.device, dtype=dtypes.float32, contiguous=False) >= p).contiguous()
-    dt = self.dtype if self.dtype._is_float else dtypes.default_float
-    # self * (keep ? 1/(1-p) : 0): the mask is a scale, so the gradient is the same masked scale
-    return self * keep.where(1.0 / (1.0 - p), 0.0).cast(dt)
+    keep = (type(self).rand(*self.shape, device=self.device, dtype=dtypes.default_float, contiguous=False) >= p).contiguous()
+    # a dropped element is 0 even where self is inf or nan (a select, not a product), as in tinygrad
+    return keep.where(self, 0) / (1.0 - p)
 

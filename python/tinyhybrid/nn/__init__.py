@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import is_training, prod
 from tinyhybrid.tensor import Tensor
@@ -18,9 +20,10 @@ def _channel_shape(x: Tensor) -> tuple[int, ...]: return (1, -1, *[1] * (x.ndim 
 
 
 def _filled(shape: int | tuple[int, ...], value: float, dtype: DType | None = None, requires_grad: bool | None = None) -> Tensor:
-  """A constant-initialized parameter or buffer with memory of its own. Tensor.full would be a graph identical to every
-  other of that shape and value: one node, which gradients (keyed by node) could not tell apart."""
-  return Tensor.empty(_tuple(shape, 1), dtype=dtype, requires_grad=requires_grad).assign(value)
+  """A constant-initialized parameter or buffer with memory of its own, filled on the host: a plain buffer, so no
+  kernel runs and gradients stop at it. Tensor.full would be a graph identical to every other of that shape and value:
+  one node, which gradients (keyed by node) could not tell apart."""
+  return Tensor(np.full(_tuple(shape, 1), value, dtype=np.float64), dtype=dtype or dtypes.default_float, requires_grad=requires_grad)
 
 
 class BatchNorm:
@@ -126,8 +129,8 @@ class GroupNorm:
     self.bias: Tensor | None = _filled(num_channels, 0.0) if affine else None
 
   def __call__(self, x: Tensor) -> Tensor:
-    if x.ndim < 2 or x.shape[1] != self.num_channels:
-      raise ValueError(f"GroupNorm: input shape {x.shape} needs {self.num_channels} channels on axis 1")
+    if x.ndim < 2 or x.shape[1] != self.num_channels:  # a forward shape mismatch is a RuntimeError, as torch raises it
+      raise RuntimeError(f"GroupNorm: input shape {x.shape} needs {self.num_channels} channels on axis 1")
     x = x.reshape(x.shape[0], self.num_groups, -1).layernorm(eps=self.eps).reshape(x.shape)
     if self.weight is None or self.bias is None: return x
     return x * self.weight.reshape(_channel_shape(x)) + self.bias.reshape(_channel_shape(x))
@@ -151,7 +154,7 @@ class LayerNorm:
 
   def __call__(self, x: Tensor) -> Tensor:
     if x.shape[x.ndim - len(self.normalized_shape):] != self.normalized_shape:
-      raise ValueError(f"LayerNorm: the last dimensions of input shape {x.shape} must be {self.normalized_shape}")
+      raise RuntimeError(f"LayerNorm: the last dimensions of input shape {x.shape} must be {self.normalized_shape}")
     x = x.layernorm(eps=self.eps, axis=self.axis)
     if self.weight is None or self.bias is None: return x
     return x * self.weight + self.bias
@@ -183,7 +186,10 @@ class Embedding:
 
   def __call__(self, idx: Tensor) -> Tensor:
     if not dtypes.is_int(idx.dtype): raise TypeError(f"Embedding: indices must have an integer dtype, got {idx.dtype}")
-    return self.weight[idx]
+    # a one-hot select summed over the vocabulary: one reduce kernel that fuses with the index, where weight[idx] would
+    # first normalize and check the indices (an index outside [0, vocab_size) gives a zero row, as in tinygrad)
+    hit = Tensor.arange(self.weight.shape[0], device=self.weight.device) == idx.unsqueeze(-1)
+    return hit.unsqueeze(-1).where(self.weight, 0).sum(-2, dtype=self.weight.dtype)
 
 
 class LSTMCell:

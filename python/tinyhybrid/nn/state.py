@@ -90,7 +90,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if new.shape != v.shape:
       # a scalar and a 1-element vector are the same value, as in tinygrad
       if {new.shape, v.shape} != {(), (1,)}:
-        raise ValueError(f"load_state_dict: shape mismatch for {k!r}: model has {v.shape}, state_dict has {new.shape}")
+        # tinygrad's words: programs match on them
+        raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {new.shape} in state dict.")
       new = new.reshape(v.shape)
     v.replace(new.to(v.device))
     if consume: del state_dict[k]

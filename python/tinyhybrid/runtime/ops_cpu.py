@@ -53,6 +53,7 @@ class CPUDevice(Compiled):
     super().__init__(name, Allocator(), CRenderer(16 if is_clang() else 1), self._build_kernels)
     self.queue = hcq.CPUDevice()
     self.max_threads = self.queue.num_threads
+    self.graph = CPUQueueRunner
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     # one compiler run per core, each over its share of the kernels (split by source size)

@@ -1,12 +1,24 @@
 """The Python UOp class: the C++ node type, plus tinygrad's Python-side conveniences."""
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Callable
 
 from tinyhybrid import _core
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
+
+
+class NotANumber(ValueError, TypeError):
+  """int() or float() of a symbolic expression whose value depends on its variables: a ValueError as in tinygrad, and a
+  TypeError as for any other non-number, so `try: int(x) except TypeError:` still tells sints from ints."""
+
+
+# Misused Variables: tinygrad asserts, so these are AssertionErrors as well as the types the message calls for.
+class VariableTypeError(TypeError, AssertionError): pass
+class VariableRangeError(ValueError, AssertionError): pass
 
 
 class UOp(_core.UOp):
@@ -21,32 +33,147 @@ class UOp(_core.UOp):
   def bind(self, val: int) -> UOp:
     """This variable bound to a value: BIND(DEFINE_VAR, CONST). It stands for the value wherever it is used, and the
     kernels it reaches are compiled for the variable, so other values reuse them."""
-    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a Variable (DEFINE_VAR) can be bound, not {self.op}")
+    if self.op is not Ops.DEFINE_VAR: raise VariableTypeError(f"bind: only a Variable (DEFINE_VAR) can be bound, not {self.op}")
     try: val = operator.index(val)
-    except TypeError: raise TypeError(f"bind: Variable {self.arg[0]!r} takes an int, got {type(val).__name__}") from None
+    except TypeError: raise VariableTypeError(f"bind: Variable {self.arg[0]!r} takes an int, got {type(val).__name__}") from None
     name, lo, hi = self.arg
-    if not lo <= val <= hi: raise ValueError(f"bind: {val} is outside the range [{lo}, {hi}] of Variable {name!r}")
+    if not lo <= val <= hi: raise VariableRangeError(f"bind: {val} is outside the range [{lo}, {hi}] of Variable {name!r}")
     return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
 
   def unbind(self) -> tuple[UOp, int]:
     """A BIND as (its variable, its value)."""
-    if self.op is not Ops.BIND: raise TypeError(f"unbind: only a bound Variable (BIND) can be unbound, not {self.op}")
+    if self.op is not Ops.BIND: raise VariableTypeError(f"unbind: only a bound Variable (BIND) can be unbound, not {self.op}")
     return self.src[0], self.src[1].arg
+
+  # ** tinygrad's Python face: what programs and tests read off a Variable or off Tensor.uop **
+  @property
+  def val(self) -> Any:
+    """A CONST's value, or a bound Variable's (BIND) value."""
+    if self.op is Ops.CONST: return self.arg
+    if self.op is Ops.BIND: return self.src[1].arg
+    raise VariableTypeError(f"val: only a CONST or a bound Variable (BIND) has a value, not {self.op}")
+
+  @property
+  def expr(self) -> str:
+    """A Variable's name (of a bound one too)."""
+    if self.op is Ops.DEFINE_VAR: return self.arg[0]
+    if self.op is Ops.BIND: return self.src[0].arg[0]
+    raise VariableTypeError(f"expr: only a Variable (DEFINE_VAR or BIND) has a name, not {self.op}")
+
+  def variables(self) -> list[UOp]:
+    """The Variables this expression uses (bound ones as their variable), ordered by (name, min, max)."""
+    found = {u.src[0] if u.op is Ops.BIND else u for u in self.toposort() if u.op is Ops.DEFINE_VAR or u.op is Ops.BIND}
+    return sorted(found, key=lambda v: v.arg)
+
+  def unbind_all(self) -> tuple[UOp, dict[UOp, int]]:
+    """This expression with its BINDs replaced by their variables, and {variable: value}."""
+    vals: dict[UOp, int] = {}
+    for b in binds_of(self):
+      var, v = b.unbind()
+      if vals.setdefault(var, v) != v: raise ValueError(f"unbind_all: Variable {var.arg[0]!r} is bound to both {vals[var]} and {v}")
+    return unbind_all(self), vals
+
+  def render(self, simplify: bool = False, pm: Any = None) -> str:  # type: ignore[override]
+    """The expression as a string; simplify=True simplifies it first (tinygrad's default; ours prints the graph as built,
+    so a message shows the expression the user wrote)."""
+    return super(UOp, self.simplify() if simplify and self.dtype is not dtypes.void else self).render()
+
+  def _eval(self, kind: type) -> Any:
+    # a value the expression takes for every value of its variables; a bound variable still ranges over [min, max]
+    s = self.simplify()
+    lo, hi = s.vmin, s.vmax
+    if lo != hi: raise NotANumber(f"{kind.__name__}(): {s.render()} is not a single number, it ranges over [{lo}, {hi}]")
+    return kind(lo)
+
+  def __bool__(self) -> bool:
+    # a comparison decided for every value of its variables gives that answer (`if start_pos > 0:` with a Variable whose
+    # min is 1). tinygrad raises ValueError on an undecided one; here it stays true, as any object is: the shape code
+    # (broadcast, expand, lowering) reads `d != 1` on a sint as "may differ" and must not raise
+    s = self.simplify()
+    lo, hi = s.vmin, s.vmax
+    return bool(lo) if lo == hi else True
+  def __int__(self) -> int:
+    if not (self.dtype._is_int or self.dtype is dtypes.bool): raise TypeError(f"int(): {self.dtype} UOp is not an int")
+    return self._eval(int)
+  def __float__(self) -> float: return self._eval(float)
+
+  @property
+  def shape(self) -> tuple[sint, ...] | None:
+    """The shape of a tensor-graph node (None for nodes without one)."""
+    from tinyhybrid.uop.shape import shape_of
+    return shape_of(self)
+
+  @property
+  def size(self) -> sint: return ssimplify(prod(self.shape or ()))
+  @property
+  def ndim(self) -> int: return len(self.shape or ())
+
+  @property
+  def base(self) -> UOp:
+    """The node under this one's movement (and DETACH) ops: what holds or computes the data."""
+    u = self
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH: u = u.src[0]
+    return u
+
+  @property
+  def device(self) -> str | None:
+    """The device of the memory this graph reads (None for a graph of constants only, which has no device)."""
+    from tinyhybrid.device import Buffer
+    for u in self.toposort():
+      if u.op is Ops.BUFFER and isinstance(u.arg, Buffer): return u.arg.device
+      if u.op is Ops.COPY and isinstance(u.arg, str): return u.arg
+    return None
+
+  def has_buffer_identity(self, after_ok: bool = False) -> bool:
+    """Whether this node is a buffer's memory as a whole (a BUFFER, or a reshape of one)."""
+    u = self
+    while u.op is Ops.RESHAPE or (after_ok and u.op is Ops.AFTER): u = u.src[0]
+    return u.op is Ops.BUFFER
+
+  @property
+  def buffer(self) -> Any:
+    """The Buffer this node is (a BUFFER, or a reshape, contiguous, detach, pending assign or realized AFTER of one)."""
+    from tinyhybrid.device import Buffer
+    u = self
+    while u.op in (Ops.RESHAPE, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.AFTER, Ops.STORE): u = u.src[0]
+    if u.op is Ops.BUFFER and isinstance(u.arg, Buffer): return u.arg
+    if u.op in GroupOp.Movement: raise RuntimeError(f"buffer: a {u.op.name} view is not a whole buffer (use a contiguous() copy)")
+    raise RuntimeError(f"buffer: {u.op} is not a buffer (realize the tensor first)")
+
+  @property
+  def realized(self) -> Any:
+    """The Buffer under this node's movement ops when it is allocated, else None."""
+    from tinyhybrid.device import Buffer
+    u = self
+    while u.op in GroupOp.Movement or u.op is Ops.DETACH or u.op is Ops.AFTER: u = u.src[0]
+    return u.arg if u.op is Ops.BUFFER and isinstance(u.arg, Buffer) and u.arg.is_allocated() else None
+
+  @property
+  def is_realized(self) -> bool: return self.realized is not None
 
 
 _core.register_uop_class(UOp)
 sint = int | UOp
 
 
-def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:  # noqa: N802 (tinygrad's name)
-  """A named int in [min_val, max_val]. `.bind(v)` it to use it in shapes (`a[:, :vi]`, `a.reshape(3, vi)`) or as a
-  value (`t + vi`, `Tensor(vi)`). Its dtype is weak by default, so in math it takes the other operand's type, as a
-  Python int does."""
-  if not isinstance(name, str) or not name: raise TypeError(f"Variable: the name must be a non-empty str, got {name!r}")
-  if not all(isinstance(x, int) and not isinstance(x, bool) for x in (min_val, max_val)):
-    raise TypeError(f"Variable {name!r}: min and max must be ints, got {min_val!r} and {max_val!r}")
-  if not dtype._is_int: raise TypeError(f"Variable {name!r}: needs an int dtype, got {dtype}")
-  return UOp.variable(name, min_val, max_val, dtype)
+class _VariableType(type):
+  # tinygrad programs both call Variable and use it as a type (`isinstance(tokens, Variable)`, `start_pos: Variable|int`;
+  # tinygrad.uop.ops.Variable is UOp): every UOp is an instance, as there
+  def __instancecheck__(cls, x: Any) -> bool: return isinstance(x, UOp)
+  def __subclasscheck__(cls, c: type) -> bool: return issubclass(c, UOp)
+
+
+class Variable(metaclass=_VariableType):
+  """Variable(name, min_val, max_val): a named int in [min_val, max_val] (a DEFINE_VAR UOp). `.bind(v)` it to use it in
+  shapes (`a[:, :vi]`, `a.reshape(3, vi)`) or as a value (`t + vi`, `Tensor(vi)`). Its dtype is weak by default, so in
+  math it takes the other operand's type, as a Python int does."""
+  def __new__(cls, name: str, min_val: int, max_val: int, dtype: DType = dtypes.weakint) -> UOp:  # type: ignore[misc]
+    if not isinstance(name, str) or not name: raise TypeError(f"Variable: the name must be a non-empty str, got {name!r}")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (min_val, max_val)):
+      raise TypeError(f"Variable {name!r}: min and max must be ints, got {min_val!r} and {max_val!r}")
+    if not dtype._is_int: raise TypeError(f"Variable {name!r}: needs an int dtype, got {dtype}")
+    if min_val > max_val: raise VariableRangeError(f"Variable {name!r}: min {min_val} exceeds max {max_val}")
+    return UOp.variable(name, min_val, max_val, dtype)
 
 
 def ssimplify(x: sint) -> sint:
@@ -57,6 +184,31 @@ def ssimplify(x: sint) -> sint:
 def sym_infer(x: sint, var_vals: dict) -> int:
   """The value of x with its variables set (ints pass through)."""
   return _core.sym_infer(x, var_vals) if isinstance(x, UOp) else x
+
+
+def resolve(x: UOp | bool, default: bool = True) -> bool:
+  """A comparison's answer when it is the same for every value of its variables, else `default` (as in tinygrad)."""
+  if not isinstance(x, UOp): return bool(x)
+  if x.dtype is not dtypes.bool: raise TypeError(f"resolve: needs a bool UOp, got {x.dtype}")
+  s = x.simplify()
+  return bool(s.vmin) if s.vmin == s.vmax else default
+
+
+def smax(*lst: Any) -> sint:
+  """max that keeps sints symbolic (a MAX node) and gives ints for ints."""
+  xs = tuple(lst[0]) if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
+  if all(not isinstance(x, UOp) for x in xs): return max(xs)
+  return ssimplify(functools.reduce(lambda a, b: (b if isinstance(b, UOp) else a).maximum(a if isinstance(b, UOp) else b), xs))
+
+
+def smin(*lst: Any) -> sint:
+  """min that keeps sints symbolic and gives ints for ints."""
+  xs = tuple(lst[0]) if len(lst) == 1 and isinstance(lst[0], (tuple, list)) else lst
+  if all(not isinstance(x, UOp) for x in xs): return min(xs)
+  return ssimplify(functools.reduce(lambda a, b: (b if isinstance(b, UOp) else a).minimum(a if isinstance(b, UOp) else b), xs))
+
+
+def srender(x: sint) -> str: return x.render() if isinstance(x, UOp) else str(x)
 
 
 # ** bound variables in tensor graphs **
