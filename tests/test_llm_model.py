@@ -110,12 +110,12 @@ def test_decode_step_is_one_replay_that_allocates_nothing(files):
   model, _ = Transformer.from_gguf(path, max_context=64)
   gen = model.generate(PROMPT)
   for _ in range(3): next(gen)  # the decode JIT runs, captures, replays
-  assert model.decode_jit.cnt >= 2 and model.decode_jit.replay is not None
+  assert model.decode_jit.cnt >= 2 and model.decode_jit.captured is not None
   before, mem, runs = caches(), GlobalCounters.mem_used, GlobalCounters.kernel_count
   for _ in range(5): next(gen)
   assert caches() == before, "a decode step scheduled or compiled something"
   assert GlobalCounters.mem_used == mem, "a decode step allocated memory"
-  assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.replay.items) == 0
+  assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
 
 
 def test_generate_stops_at_the_context(files):
