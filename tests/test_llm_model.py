@@ -2,6 +2,7 @@
 would (tests/llm_models.py), in float32 and quantized; the logits of a prompt must match (quantized: transformers
 runs the dequantized weights), greedy generation must give the same tokens, and a JIT'd decode step must neither
 compile nor allocate. Bad files and prompts are refused with clear errors."""
+import gc
 import os
 import sys
 
@@ -116,6 +117,23 @@ def test_decode_step_is_one_replay_that_allocates_nothing(files):
   assert caches() == before, "a decode step scheduled or compiled something"
   assert GlobalCounters.mem_used == mem, "a decode step allocated memory"
   assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
+
+
+@pytest.mark.parametrize("name", ["llama_q4_0", "llama_q8_0", "llama_q4_k"])
+def test_weights_stay_quantized(files, name):
+  # everything the model allocates, weights, KV cache and activations of a prompt chunk and decode steps, takes
+  # less than the weights alone would as float32: the matmuls read the quantized bytes, nothing is unpacked to memory
+  spec, quant = CASES[name]
+  path, hf = files(name, spec, quant)
+  f32_bytes = 4 * sum(p.numel() for n, p in hf.named_parameters() if "norm" not in n)
+  gc.collect()  # the models of earlier tests are gone before counting
+  mem = GlobalCounters.mem_used
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  list(model.generate(PROMPT, max_new=4))
+  used = GlobalCounters.mem_used - mem
+  assert model.weight_bytes < f32_bytes * (0.3 if quant == "Q8_0" else 0.16)
+  # unpacking even the embedding alone (a quarter of these weights) to float32 would cross the bound
+  assert used < f32_bytes * (0.45 if quant == "Q8_0" else 0.3), (used, model.weight_bytes, f32_bytes)
 
 
 def test_generate_stops_at_the_context(files):
