@@ -65,6 +65,15 @@ def test_logits_match_transformers(files, name):
   check_logits(path, hf, PROMPT)
 
 
+@pytest.mark.parametrize("quant", ["BF16", "Q4_1", "Q5_0", "Q5_1", "MXFP4"])
+def test_other_types_match_transformers(files, quant):
+  # the rest of the 32-wide block types, each unpacked inside the matmuls: the prompt's last logits
+  path, hf = files(f"llama_{quant.lower()}", TinySpec(), quant)
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  ref = hf_logits(hf, PROMPT)[-1]
+  np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
 def test_long_prompt_chunks(files):
   # 64 + 8 + 3 tokens: every prompt chunk size, the later ones attending over what the earlier ones cached
   path, hf = files("llama_f32", *CASES["llama_f32"])
