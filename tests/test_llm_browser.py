@@ -1,7 +1,8 @@
 """The chat page in a real browser: Debian's chromium and chromium-driver, headless, driven by selenium (as the viz
 page's browser tests are). A tiny model is served on a free port; the page sends a message, the answer streams in
 and is rendered as markdown, a second turn keeps the first. Screenshots go to LLM_ARTIFACTS (default
-build/test-artifacts). Skipped, saying why, when selenium, chromium or its driver is not installed.
+build/test-artifacts). Outside CI skipped, saying why, when selenium, chromium or its driver is missing; in CI (CI
+set, as .ci/run does, which installs them) a missing one fails the test.
 
 Hooks the page keeps for tests like these: body[data-state] is "busy" while an answer streams and "idle" after;
 messages are .msg elements (class user or assistant, data-testid="message"); window.chat.send(text) sends a
@@ -19,11 +20,13 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 CHROMIUM = next((p for p in (os.getenv("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)
 DRIVER = next((p for p in (os.getenv("CHROMEDRIVER"), shutil.which("chromedriver"), "/usr/lib/chromium/chromedriver") if p and os.path.exists(p)), None)
-selenium = pytest.importorskip("selenium", reason="selenium is not installed (it comes with the test extra: pip install '.[test]')")
-pytest.importorskip("tokenizers")
-pytest.importorskip("transformers")
-pytestmark = pytest.mark.skipif(CHROMIUM is None or DRIVER is None,
-                                reason="chromium and chromium-driver are not installed (apt-get install chromium chromium-driver; .ci/run does)")
+IN_CI = bool(os.getenv("CI"))  # .ci/run sets it and installs everything below: there nothing may be skipped
+if not IN_CI:
+  pytest.importorskip("selenium", reason="selenium is not installed (it comes with the test extra: pip install '.[test]')")
+  pytest.importorskip("tokenizers")
+  pytest.importorskip("transformers")
+MISSING = "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)" if CHROMIUM is None or DRIVER is None else ""
+pytestmark = pytest.mark.skipif(bool(MISSING) and not IN_CI, reason=MISSING + " (.ci/run installs them)")
 
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -53,6 +56,7 @@ def url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
+  if MISSING: pytest.fail(MISSING + ": CI must run the browser tests (.ci/run installs them)")
   opts = webdriver.ChromeOptions()
   opts.binary_location = CHROMIUM
   for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1100,800"):
