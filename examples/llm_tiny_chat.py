@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A tiny chat model to try `python -m tinyhybrid.llm` with, made here in a minute (nothing is downloaded): a
+"""A tiny chat model to try `python -m tinyhybrid.llm` with, made here in a few minutes (nothing is downloaded): a
 byte-level BPE is trained with `tokenizers` on a few conversations, a 2-layer llama (transformers, PyTorch) learns
 them by heart, and both are written to a .gguf as llama.cpp would, with llama 3's chat template. It answers the
 questions it learned (ask "What is tinyhybrid?") and babbles otherwise.
