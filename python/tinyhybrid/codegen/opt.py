@@ -59,7 +59,10 @@ def _c(v: int) -> UOp: return UOp.const(IDX, v)
 
 
 def rng(size: int, axis: int, kind: AxisType) -> UOp: return UOp(Ops.RANGE, IDX, (_c(size),), (axis, kind))
-def rsize(r: UOp) -> int: return r.src[0].arg
+def rsize(r: UOp) -> int:
+  """A range's trip count; 1 for a loop of a variable's length, which takes no optimization (see apply_opt), so that
+  the heuristics pass it over."""
+  return r.src[0].arg if r.src[0].op is Ops.CONST else 1
 def rkind(r: UOp) -> AxisType: return r.arg[1]
 
 
@@ -127,6 +130,7 @@ def apply_opt(ast: UOp, opt: Opt, ren: Renderer | None = None) -> UOp:
   r = k.find(opt.axis)
   next_axis = max(x.arg[0] for x in k.all_ranges()) + 1
   kind = rkind(r)
+  if r.src[0].op is not Ops.CONST and opt.op is not OptOps.SWAP: raise KernelOptError(f"axis {opt.axis} has a variable length")
   gpu = ren is not None and ren.has_local
   if opt.op in (GPU_ONLY if not gpu else CPU_ONLY): raise KernelOptError(f"{opt.op.name} is not an action for this device")
   if gpu and opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):

@@ -69,8 +69,7 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
     viz.stage("merge loops", k.ast, merged)
     k = replace(k, ast=merged)
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
-  elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
-  elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
+  elif BEAM >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   elif gpu: opts = gpu_optimizations(k, ren)
   else: opts = hand_coded_optimizations(k)
   if DEBUG >= 3: print(f"{k.name}: {opts}")

@@ -24,7 +24,7 @@ _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "uns
            "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
            "unsigned long": "unsigned long long", "weakint": "long long", "half": "th_half", "float": "float",
            "double": "double", "weakfloat": "double"}
-_MASK_INT = {1: "signed char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
+_MASK_INT = {1: "char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
 
 # Sources are self-contained, and several can be compiled as one file (runtime/compiler.py builds a schedule's
 # kernels together): the prelude, vector types and helpers are guarded, and a kernel's state lives inside its function.

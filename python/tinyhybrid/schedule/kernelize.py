@@ -225,8 +225,18 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
-    if s.op in GroupOp.ALU and s not in ends and _ops_in(s, ends) >= 2: out.add(s)
+    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and _ops_in(s, ends) >= 2: out.add(s)
   return out
+
+
+def _one_hot(u: UOp) -> bool:
+  """x == arange(n): the mask of a gather, which the lowering turns into one indexed load (codegen/lower.py
+  collapse_one_hot) once it is fused into the sum that reads it; in a buffer of its own it would be n times the work."""
+  if u.op is not Ops.CMPEQ: return False
+  for s in u.src:
+    while s.op in MOVEMENT or s.op is Ops.CAST: s = s.src[0]
+    if s.op is Ops.IOTA: return True
+  return False
 
 
 def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:
