@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
 from tinyhybrid.helpers import BEAM, DEBUG, NOOPT, GlobalCounters
@@ -76,7 +77,11 @@ phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0,
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
   t0 = time.perf_counter()
   spec_check(key, "tensor graph", "normalize")
-  spec = create_schedule(key, n_inputs)
+  with viz.group("schedule") as vg:
+    spec = create_schedule(key, n_inputs)
+    if vg.on:
+      vg.name = f"schedule of {len(spec.items)} kernels"
+      viz.stage("kernelize", key, UOp.sink(*[it.out for it in spec.items]))
   dev = Device[device]
   t1 = time.perf_counter()
   phase_times["schedule"] += t1 - t0
@@ -87,11 +92,13 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     spec_check(local.out, "kernel graph", "kernelize")
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
     if ck in kernel_cache or ck in fresh: continue
-    k = lower(local, dev)
-    spec_check(k.ast, "lowered", "lower")
-    t2 = time.perf_counter()
-    src = dev.renderer.render(k)
-    t3 = time.perf_counter()
+    with viz.group("kernel") as vg:
+      k = lower(local, dev)
+      spec_check(k.ast, "lowered", "lower")
+      t2 = time.perf_counter()
+      src = dev.renderer.render(k)
+      t3 = time.perf_counter()
+      vg.name, vg.text = k.name, src
     if DEBUG >= 4: print(src)
     fresh[ck] = (k, src)
     phase_times["rewrite"] += t2 - t1
