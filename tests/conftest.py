@@ -1,4 +1,10 @@
-"""The suite on another device. `DEV=CL python -m pytest tests` runs a bounded slice of the modules that compare Tensor
+"""Settings for the whole test run, and the suite on another device.
+
+The suite runs with SPEC=1: every graph that reaches a pass boundary (tensor graph, kernel graph, lowered,
+linearized) is checked against the type rules of its ops. It adds no measurable time (the checks run once per
+compiled kernel); SPEC=0 in the environment turns it off, SPEC=2 adds the stricter late rules.
+
+`DEV=CL python -m pytest tests` runs a bounded slice of the modules that compare Tensor
 results against torch and NumPy (ops, nn, JIT, reduces: DEVICE_SUITE) with every Tensor on that device: a first run
 on PoCL builds every kernel it meets (a fraction of a second each), so the CI line takes the slice, not all of
 them. The other torch-comparison modules run on the device when named (`DEV=CL python -m pytest
@@ -13,6 +19,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("SPEC", "1")
 
 DEVICE_SUITE = ("test_tensor_ops.py", "test_tensor_nn.py", "test_tensor_extra.py", "test_nn.py", "test_jit.py", "test_parity_jit.py",
                 "test_parity_reduce.py")

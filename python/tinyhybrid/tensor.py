@@ -8,12 +8,12 @@ import functools
 import itertools
 import math
 import weakref
-from typing import Any, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
-from tinyhybrid.dtype import _to_np_dtype, DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
+from tinyhybrid.dtype import DType, DTypeLike, dtypes, strong_dtype, to_dtype
 from tinyhybrid.helpers import fetch, prod
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim

@@ -19,6 +19,7 @@ from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
+from tinyhybrid.uop.spec import spec_check
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -76,6 +77,7 @@ phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0,
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
   dev = Device[device]
   t0 = time.perf_counter()
+  spec_check(key, "tensor graph", "normalize")
   with viz.group("schedule") as vg:
     spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local)
     if vg.on:
@@ -87,10 +89,12 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   fresh: dict[tuple, tuple[LoweredKernel, str]] = {}
   for item in spec.items:
     local, slots = localize(item)
+    spec_check(local.out, "kernel graph", "kernelize")
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
     if ck in kernel_cache or ck in fresh: continue
     with viz.group("kernel") as vg:
       k = lower(local, dev)
+      spec_check(k.ast, "lowered", "lower")
       t2 = time.perf_counter()
       src = dev.renderer.render(k)
       t3 = time.perf_counter()

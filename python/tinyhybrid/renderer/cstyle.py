@@ -18,6 +18,7 @@ from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.spec import spec_check_linear
 
 # bfloat16 values are computed as float and stored as their top 16 bits
 _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "unsigned char": "unsigned char", "short": "short",
@@ -124,6 +125,7 @@ class CStyleWriter:
     end = k.ast.src[0]
     self.stores, self.loops = list(end.src[0].src), list(end.src[1:])
     self.order = list(k.ast.toposort())
+    spec_check_linear(self.order, "linearize")
     self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
     self.rloops = list(self.reduces[0].src[self.reduces[0].arg[1]:]) if self.reduces else []
     self.names: dict[UOp, str] = {}
