@@ -30,8 +30,11 @@ def np_storage(dtype: DType) -> np.dtype:
 
 
 class Allocator:
-  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly."""
+  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly. Each device
+  has its own, which counts the bytes of that device's live buffers (`used`)."""
   ALIGN = 64
+
+  def __init__(self) -> None: self.used = 0
 
   def alloc(self, nbytes: int) -> np.ndarray:
     raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
@@ -51,6 +54,7 @@ class Buffer:
     self._mem: np.ndarray | None = None
     self._address = 0
     self._external = False
+    self._allocator: Allocator | None = None  # the device's, which counts this buffer while it has memory
     if initial is not None: self.copyin(initial)
 
   @property
@@ -59,9 +63,11 @@ class Buffer:
 
   def ensure_allocated(self) -> Buffer:
     if self._mem is None:
-      self._mem = Device[self.device].allocator.alloc(self.nbytes)
+      self._allocator = alloc = Device[self.device].allocator
+      self._mem = alloc.alloc(self.nbytes)
       self._address = self._mem.ctypes.data  # asked on every kernel launch: numpy's lookup is slow
       GlobalCounters.mem_used += self.nbytes
+      alloc.used += self.nbytes
     return self
 
   def attach(self, ptr: int) -> Buffer:
@@ -72,7 +78,9 @@ class Buffer:
     return self
 
   def __del__(self) -> None:
-    if self._mem is not None and not self._external: GlobalCounters.mem_used -= self.nbytes
+    if self._mem is not None and not self._external:
+      GlobalCounters.mem_used -= self.nbytes
+      if self._allocator is not None: self._allocator.used -= self.nbytes
 
   @property
   def address(self) -> int: return self._address or self.ensure_allocated()._address
@@ -157,7 +165,9 @@ class Compiled:
 
 
 class _DeviceRegistry:
-  """Device["CPU"] gives the device object (made on first use); Device.DEFAULT is DEV= or CPU."""
+  """Device["CPU"] gives the device object (made on first use); Device.DEFAULT is DEV= or CPU. "CPU:0", "CPU:1", ... are
+  separate devices, each with its own queue, workers and memory count ("CPU" is "CPU:0"). A tuple of names is the
+  device of a tensor sharded across them (tinygrad's multi-device tensors)."""
   _known = ("CPU", "NULL")
 
   @functools.cached_property
@@ -165,17 +175,34 @@ class _DeviceRegistry:
     dev = os.getenv("DEV", "") or next((d for d in self._known if getenv(d, 0) == 1), "CPU")
     return self.canonicalize(dev)
 
-  def canonicalize(self, device: str | None) -> str:
+  def canonicalize(self, device: str | tuple[str, ...] | list[str] | None) -> Any:
+    """The device's canonical name ("cpu:1" -> "CPU:1", "CPU:0" -> "CPU"), or for a tuple of devices the tuple of theirs."""
     if device is None: return self.DEFAULT
-    base, _, idx = device.upper().partition(":")
-    if base not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)}")
-    return base if not idx or idx == "0" else f"{base}:{idx}"
+    if isinstance(device, (tuple, list)):
+      if not device: raise ValueError("an empty tuple of devices")
+      return tuple(self.canonicalize(d) for d in device)
+    if not isinstance(device, str): raise TypeError(f"a device is a name like 'CPU:1' or a tuple of them, not {type(device).__name__}")
+    return _canonical(device)
 
   @functools.cache  # noqa: B019 (one device object per name for the process)
   def __getitem__(self, device: str) -> Compiled:
+    if not isinstance(device, str): raise TypeError(f"Device[...] takes one device name, not {device!r}")
     name = self.canonicalize(device)
     mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
     return mod.make_device(name)
+
+
+@functools.cache
+def _canonical(device: str) -> str:
+  base, sep, idx = device.upper().partition(":")
+  if base not in _DeviceRegistry._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(_DeviceRegistry._known)} (as NAME or NAME:index)")
+  if sep and not (idx.isdigit() and idx.isascii()): raise ValueError(f"unknown device {device!r}: the index after ':' is a number, as in 'CPU:1'")
+  return base if not idx or int(idx) == 0 else f"{base}:{int(idx)}"
+
+
+def device_base(device: str) -> str:
+  """The device's kind ("CPU:3" -> "CPU"): devices of one kind share compiled kernels."""
+  return device.partition(":")[0]
 
 
 Device = _DeviceRegistry()

@@ -20,6 +20,7 @@ from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, sc
 from tinyhybrid.helpers import JIT
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.multi import is_realized_multi
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, binds_of, map_binds, unbind_all, unbind_arg
 
@@ -79,6 +80,11 @@ def _add_binds(var_vals: dict[UOp, int], binds: list[UOp]) -> None:
 def _add_input(name: int | str | None, v: Tensor, bufs: list[Buffer], sig: list[tuple], var_vals: dict[UOp, int]) -> None:
   """An input: a lazy one is computed first (the captured kernels read memory). A whole buffer is keyed by its shape;
   any other view is read through, keyed by the view with its variables unbound."""
+  if type(v.device) is tuple:  # sharded: each shard's buffer is an input
+    if not is_realized_multi(v.uop) or not all(contiguous_buffer(x) is not None for x in v.uop.src): v.replace(v.contiguous().realize())
+    bufs.extend(contiguous_buffer(x) for x in v.uop.src)  # type: ignore[misc]
+    sig.append((name, v.shape, v.dtype, v.device, v.uop.arg[1]))
+    return
   if v.uop.op is Ops.CONST and not v.uop.src:
     raise JitError(f"TinyJit: input {name!r} is a constant {v.uop.arg!r} ({v.dtype}) with no buffer a replay could replace; "
                    "pass a tensor with memory (Tensor([x]), or .contiguous())")

@@ -126,42 +126,67 @@ pb::object signal_command(CommandBuffer& cb, bool is_wait, const SignalRef& sig,
   return slot;
 }
 
-// The hot path of a JIT replay: patches arrive as a list/tuple of ints, one per slot.
-uint64_t submit(Queue& q, const CommandBuffer& cb, pb::handle patches) {
-  std::array<uint64_t, 64> small;
-  std::vector<uint64_t> big;
-  std::span<const uint64_t> values;
-  if (!patches.is_none()) {
-    PyObject* seq = PySequence_Fast(patches.ptr(), "CPUDevice.submit: patches must be a sequence of ints");
-    if (seq == nullptr) throw pb::error_already_set();
-    const pb::object owned = pb::reinterpret_steal<pb::object>(seq);
-    const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(seq));
-    if (n != cb.num_slots())
-      throw pb::value_error(q.name() + ": submit got " + std::to_string(n) + " patch values for a command buffer with " +
-                            std::to_string(cb.num_slots()) + " slots");
-    uint64_t* out = small.data();
-    if (n > small.size()) {
-      big.resize(n);
-      out = big.data();
-    }
-    PyObject** items = PySequence_Fast_ITEMS(seq);
-    for (size_t i = 0; i < n; ++i) {
-      // Exact ints (addresses, sizes) take the direct path; anything else goes through __index__.
-      const unsigned long long u = PyLong_CheckExact(items[i]) ? PyLong_AsUnsignedLongLong(items[i]) : 0;
-      if (PyLong_CheckExact(items[i]) && !(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
-        out[i] = u;
-      } else {
-        PyErr_Clear();
-        out[i] = to_word(items[i], "CPUDevice.submit");
-      }
-    }
-    values = {out, n};
+// Patch values from a list/tuple of ints (the hot path of a JIT replay), into `small` when they fit, else `big`.
+std::span<const uint64_t> to_patches(pb::handle patches, size_t want, const std::string& who, std::array<uint64_t, 64>& small,
+                                     std::vector<uint64_t>& big) {
+  if (patches.is_none()) return {};
+  PyObject* seq = PySequence_Fast(patches.ptr(), "submit: patches must be a sequence of ints");
+  if (seq == nullptr) throw pb::error_already_set();
+  const pb::object owned = pb::reinterpret_steal<pb::object>(seq);
+  const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(seq));
+  if (n != want)
+    throw pb::value_error(who + ": submit got " + std::to_string(n) + " patch values for a command buffer with " +
+                          std::to_string(want) + " slots");
+  uint64_t* out = small.data();
+  if (n > small.size()) {
+    big.resize(n);
+    out = big.data();
   }
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  for (size_t i = 0; i < n; ++i) {
+    // Exact ints (addresses, sizes) take the direct path; anything else goes through __index__.
+    const unsigned long long u = PyLong_CheckExact(items[i]) ? PyLong_AsUnsignedLongLong(items[i]) : 0;
+    if (PyLong_CheckExact(items[i]) && !(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+      out[i] = u;
+    } else {
+      PyErr_Clear();
+      out[i] = to_word(items[i], "CPUDevice.submit");
+    }
+  }
+  return {out, n};
+}
+
+uint64_t submit_values(Queue& q, const CommandBuffer& cb, std::span<const uint64_t> values) {
   if (q.would_block(cb)) {
     const pb::gil_scoped_release nogil;
     return q.submit(cb, values);
   }
   return q.submit(cb, values);
+}
+
+uint64_t submit(Queue& q, const CommandBuffer& cb, pb::handle patches) {
+  std::array<uint64_t, 64> small;
+  std::vector<uint64_t> big;
+  return submit_values(q, cb, to_patches(patches, cb.num_slots(), q.name(), small, big));
+}
+
+// One schedule over several queues: every command buffer has the same slots, so the patch values are read once
+// and each queue gets its buffer. Returns each submit's timeline value.
+std::vector<uint64_t> submit_all(const std::vector<CpuDevice*>& queues, const std::vector<const CommandBuffer*>& cbs,
+                                 pb::handle patches) {
+  if (queues.size() != cbs.size())
+    throw pb::value_error("submit_all: " + std::to_string(queues.size()) + " queues for " + std::to_string(cbs.size()) + " command buffers");
+  std::array<uint64_t, 64> small;
+  std::vector<uint64_t> big;
+  std::vector<uint64_t> out;
+  if (cbs.empty()) return out;
+  const size_t slots = cbs[0]->num_slots();
+  for (const auto* cb : cbs)
+    if (cb->num_slots() != slots) throw pb::value_error("submit_all: the command buffers have different slot counts");
+  const auto values = to_patches(patches, slots, "submit_all", small, big);
+  out.reserve(queues.size());
+  for (size_t i = 0; i < queues.size(); ++i) out.push_back(submit_values(*queues[i], *cbs[i], values));
+  return out;
 }
 
 }  // namespace
@@ -200,9 +225,13 @@ bool init_hcq(PyObject* module) {
         .def("__repr__", [](const Program& p) { return "<Program '" + p.name() + "' at " + std::to_string(p.address()) + ">"; });
 
     pb::class_<Patch>(m, "Patch", "an operand taken from a patch slot at submit")
-        .def(pb::init([](uint32_t slot) { return Patch{slot}; }), pb::arg("slot"))
+        .def(pb::init([](uint32_t slot, uint64_t offset) { return Patch{slot, offset}; }), pb::arg("slot"), pb::arg("offset") = 0,
+             "the field gets the slot's value plus offset (a byte offset into a patched buffer)")
         .def_readonly("slot", &Patch::slot)
-        .def("__repr__", [](const Patch& p) { return "Patch(" + std::to_string(p.slot) + ")"; });
+        .def_readonly("offset", &Patch::offset)
+        .def("__repr__", [](const Patch& p) {
+          return "Patch(" + std::to_string(p.slot) + (p.offset ? ", " + std::to_string(p.offset) : std::string()) + ")";
+        });
 
     pb::class_<CommandBuffer>(m, "CommandBuffer", "commands encoded once, submitted many times with patched slots")
         .def(pb::init<>())
@@ -309,6 +338,13 @@ bool init_hcq(PyObject* module) {
         .def("forget", &DepsTracker::forget, pb::arg("buffer"))
         .def("entries", &DepsTracker::entries, pb::arg("buffer"));
 
+    m.def("submit_all", &submit_all, pb::arg("queues"), pb::arg("cmdbufs"), pb::arg("patches") = pb::none(),
+          "submits cmdbufs[i] to queues[i], all patched with the same values (read once); returns the timeline values");
+    m.def("synchronize_all",
+          [](const std::vector<CpuDevice*>& queues, std::optional<double> timeout_ms) {
+            for (auto* q : queues) wait_queue(*q, q->last_submitted(), timeout_ms);
+          },
+          pb::arg("queues"), pb::arg("timeout_ms") = double(kDefaultTimeout.count()), "until every queue finished what it was given");
     m.def("usable_cpu_count", &usable_cpu_count, "CPUs this process may use (affinity, cgroup quota)");
     m.def("default_cpu_threads", &default_cpu_threads, "NUM_CPU_THREADS or usable_cpu_count()");
     m.attr("MAX_EXEC_ARGS") = layout::kMaxExecArgs;

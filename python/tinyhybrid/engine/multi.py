@@ -1,0 +1,117 @@
+"""Running work across devices: copies between devices as commands on the destination's queue, and realizing sharded
+tensors (schedule/multi.py lowers them to one graph per device; the COPY nodes of those graphs run here, in waves:
+the sources every ready copy needs are realized together, then the copies are submitted to their queues and waited
+for together, then the next wave)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tinyhybrid.device import Buffer, CompiledProgram, Device
+from tinyhybrid.engine import realize as engine
+from tinyhybrid.schedule.kernelize import buffer_uop, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.multi import Sharded, is_realized_multi, lower_multi, multi_devices
+from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.shape import shape_of
+
+if TYPE_CHECKING:
+  from tinyhybrid.tensor import Tensor
+
+
+def _copy_program(device: str, nbytes: int, src_offset: int) -> CompiledProgram:
+  """A copy of nbytes into args[0] from args[1] + src_offset, as one command on `device`'s queue: a program like a
+  kernel's, so TinyJit captures and replays it with the kernels."""
+  dev = Device[device]
+  queue = getattr(dev, "queue", None)
+
+  def call(args: list[int], threads: int) -> None:
+    if queue is None:  # a device without a queue (NULL): nothing to move
+      return
+    from tinyhybrid._core import hcq
+    cb = hcq.CommandBuffer()
+    cb.copy(args[0], args[1] + src_offset, nbytes)
+    queue.submit(cb)
+    queue.synchronize()
+  return CompiledProgram(f"copy {nbytes}B -> {device}", "", 0, call, mem=2 * nbytes)
+
+
+def _source_range(u: UOp) -> tuple[Buffer, int] | None:
+  """(buffer, byte offset) when u is one contiguous range of a realized buffer (whole, or a slice of its leading axis)."""
+  if (buf := contiguous_buffer(u)) is not None: return (buf, 0) if isinstance(buf, Buffer) else None
+  if u.op is not Ops.SHRINK or len(u.src) != 1: return None
+  shape = shape_of(u.src[0])
+  if shape is None or not all(type(d) is int for d in shape): return None
+  if not isinstance(buf := contiguous_buffer(u.src[0]), Buffer): return None
+  k = next((i for i, (b, s) in enumerate(zip(u.arg, shape)) if b != (0, s)), 0)
+  if any(shape[i] != 1 for i in range(k)) or any(u.arg[i] != (0, shape[i]) for i in range(k + 1, len(shape))): return None
+  inner = 1
+  for d in shape[k + 1:]: inner *= d
+  return buf, u.arg[k][0] * inner * buf.dtype.itemsize
+
+
+def copy_buffer(dst: Buffer, src: Buffer, src_offset: int = 0) -> None:
+  """dst's bytes from src's (at src_offset), as a copy command on dst's device; TinyJit captures it."""
+  if not dst.nbytes: return
+  prg = _copy_program(dst.device, dst.nbytes, src_offset)
+  prg.call([dst.address, src.address], 1)
+  engine.count_runs(0, 0, prg.mem)
+  if engine.capturing: engine.capturing[-1].runs.append((dst.device, prg, [dst, src], 1))
+
+
+def resolve_copies(graphs: list[UOp]) -> list[UOp]:
+  """The graphs with every COPY node replaced by a buffer on its destination holding the source's value."""
+  from tinyhybrid.tensor import Tensor
+  while True:
+    nodes = list(UOp.sink(*graphs).toposort())
+    below: dict[UOp, bool] = {}  # a COPY in the node's graph
+    ready: list[UOp] = []
+    for u in nodes:
+      below[u] = any(below[s] or s.op is Ops.COPY for s in u.src)
+      if u.op is Ops.COPY and not below[u]: ready.append(u)
+    if not ready: return graphs
+    subs: dict[UOp, UOp] = {}
+    todo: dict[UOp, Tensor] = {}
+    for c in ready:
+      src = c.src[0]
+      if src.device is None: subs[c] = src  # a constant: computed where it is used
+      elif _source_range(src) is None and src not in todo: todo[src] = Tensor(src, device=src.device).contiguous()
+    if todo: engine.realize_tensors(list(todo.values()))
+    for c in ready:
+      if c in subs: continue
+      src = c.src[0]
+      if src in todo: src = todo[src].uop
+      rng = _source_range(src)
+      assert rng is not None, "a realized copy source is a buffer"
+      shape = shape_of(c.src[0]) or ()
+      dst = Buffer(Device.canonicalize(c.arg), rng[0].size if not shape else _numel(shape), c.dtype)
+      copy_buffer(dst, rng[0], rng[1])
+      subs[c] = buffer_uop(dst, shape)
+    graphs = [g.substitute(subs) for g in graphs]
+
+
+def _numel(shape: tuple) -> int:
+  n = 1
+  for d in shape: n *= d
+  return n
+
+
+def realize_multi(tensors: list[Tensor]) -> None:
+  """Realizes sharded tensors: each is lowered to one graph per device, the copies between devices run, then every
+  device's graphs are realized as any tensor is. The tensors (and every live tensor whose graph holds them) then read
+  the MSTACK of their realized shards."""
+  from tinyhybrid.tensor import Tensor
+  by_devices: dict[tuple[str, ...], list[Tensor]] = {}
+  for t in tensors:
+    if is_realized_multi(t.uop): continue
+    by_devices.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
+  for devices, ts in by_devices.items():
+    lowered: list[Sharded] = lower_multi([t.uop for t in ts], devices)
+    flat = resolve_copies([g for s in lowered for g in s.shards])
+    n = len(devices)
+    shard_ts = [Tensor(g, device=devices[i % n]) for i, g in enumerate(flat)]
+    engine.realize_tensors([s for s in shard_ts if not buffer_view(s.uop)])
+    becomes = {}
+    for k, (t, s) in enumerate(zip(ts, lowered)):
+      new = UOp(Ops.MSTACK, t.dtype, tuple(st.uop for st in shard_ts[k * n:(k + 1) * n]), (devices, s.axis))
+      becomes[t.uop] = new
+    engine._apply_becomes(becomes)
