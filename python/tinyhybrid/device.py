@@ -184,10 +184,12 @@ class _DeviceRegistry:
     if not isinstance(device, str): raise TypeError(f"a device is a name like 'CPU:1' or a tuple of them, not {type(device).__name__}")
     return _canonical(device)
 
-  @functools.cache  # noqa: B019 (one device object per name for the process)
   def __getitem__(self, device: str) -> Compiled:
     if not isinstance(device, str): raise TypeError(f"Device[...] takes one device name, not {device!r}")
-    name = self.canonicalize(device)
+    return self._open(self.canonicalize(device))
+
+  @functools.cache  # noqa: B019 (one device object per canonical name for the process: "CPU:0" is "CPU")
+  def _open(self, name: str) -> Compiled:
     mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
     return mod.make_device(name)
 

@@ -140,7 +140,7 @@ class _Lowerer:
 
   def to_axis(self, x: Sharded, axis: int | None) -> Sharded:
     """x sharded on `axis` (None: replicated)."""
-    if x.axis == axis: return x
+    if x.axis == axis or (x.free and shape_of(x.shards[0]) is None): return x  # (a UNIQUE has no shape to shard)
     if axis is None: return self.replicate(x)
     x = self.replicate(x)
     shape = shape_of(x.shards[0])
