@@ -39,3 +39,15 @@ def test_killed_rank_ends_the_job():
   p = mpirun(2, "killed", "30", timeout=60)  # far below the collective's timeout: the launcher ends the job
   assert p.returncode != 0
   assert "rank 1" in p.stdout + p.stderr and "OK rank 0" not in p.stdout
+
+
+def test_train_digits_mpi_matches_one_process():
+  example = Path(__file__).resolve().parent.parent / "examples" / "train_digits_mpi.py"
+  exe = shutil.which("mpirun")
+  assert exe is not None
+  env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+  p = subprocess.run([exe, "-np", "2", "--oversubscribe", sys.executable, str(example), "4"], env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert p.returncode == 0, p.stdout + p.stderr
+  line = next(x for x in p.stdout.splitlines() if x.startswith("largest weight difference"))
+  assert float(line.rsplit(" ", 1)[1]) < 1e-5, line

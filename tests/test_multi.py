@@ -182,3 +182,20 @@ def test_to_gathers_and_replicates():
 
 def test_sharding_error_is_runtime_error():
   assert issubclass(ShardingError, RuntimeError)
+
+
+def test_data_parallel_example_matches_single_device():
+  import importlib.util
+  from pathlib import Path
+  path = Path(__file__).resolve().parent.parent / "examples" / "train_digits_multi.py"
+  spec = importlib.util.spec_from_file_location("train_digits_multi", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  multi, _ = mod.train(D2, 4)
+  single, _ = mod.train(None, 4)
+  from tinyhybrid.nn.state import get_state_dict
+  a, b = get_state_dict(multi), get_state_dict(single)
+  assert a["fc.weight"].device == D2
+  for k in a:
+    if a[k].requires_grad and k not in ("c1.bias", "c2.bias"):  # BatchNorm cancels those biases: Adam walks on rounding noise
+      np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), atol=1e-5, err_msg=k)

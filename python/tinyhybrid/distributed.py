@@ -19,6 +19,7 @@ import numpy as np
 
 from tinyhybrid.device import np_storage
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.schedule.kernelize import contiguous_buffer
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -202,18 +203,28 @@ def barrier() -> None:
 
 
 def average_gradients(params: Iterable[Tensor]) -> None:
-  """Replaces each param's grad by its mean over the ranks, in one allreduce over all the grads together (call it
-  between backward() and the optimizer's step())."""
-  from tinyhybrid.tensor import Tensor
-  ps = [p for p in params if p.grad is not None]
-  if not ps: return
-  groups: dict[Any, list[Tensor]] = {}
-  for p in ps: groups.setdefault((p.grad.dtype, p.grad.device), []).append(p)  # type: ignore[union-attr]
-  for group in groups.values():
-    flat = Tensor.cat(*[p.grad.reshape(-1) for p in group]) if len(group) > 1 else group[0].grad.reshape(-1)  # type: ignore[union-attr]
-    avg = allreduce(flat, "mean")
-    start = 0
-    for p in group:
-      n = p.grad.numel()  # type: ignore[union-attr]
-      p.grad = avg[start:start + n].reshape(p.grad.shape)  # type: ignore[union-attr]
-      start += n
+  """Averages each param's grad over the ranks, in place (the grad keeps its memory, so a TinyJit that computes the
+  grads refills the same buffers on its next replay), with one allreduce over all the grads of a dtype together. Call
+  it between backward() and the optimizer's step()."""
+  w = _get()
+  groups: dict[DType, list[np.ndarray]] = {}
+  for p in params:
+    if p.grad is None: continue
+    if not p.grad.dtype._is_float or p.grad.dtype is dtypes.bfloat16: raise TypeError(f"average_gradients: a {p.grad.dtype} gradient")
+    p.grad.replace(p.grad.contiguous().realize()) if contiguous_buffer(p.grad.uop) is None else p.grad.realize()
+    groups.setdefault(p.grad.dtype, []).append(_memory(p.grad, "average_gradients")[1])
+  for dt, mems in sorted(groups.items(), key=lambda kv: kv[0].name):
+    flat = np.concatenate(mems) if len(mems) > 1 else mems[0]
+    meta = np.zeros(_MAX_DIMS + 3, np.int64)
+    meta[:3] = (1, _DT_CODE[dt], flat.size)
+    everyone = w.arrive("average_gradients", meta)
+    if (everyone != meta).any():
+      raise DistributedError(f"rank {w.rank}: average_gradients: the ranks' gradients differ in size: " +
+                             ", ".join(f"rank {r}: {int(everyone[r][2])} {dt.name}" for r in range(w.size)))
+    if flat.size: w.wait("average_gradients", [w.comm.Iallreduce(w.MPI.IN_PLACE, flat, op=w.MPI.SUM)])
+    flat /= w.size
+    if len(mems) > 1:
+      start = 0
+      for m in mems:
+        m[:] = flat[start:start + m.size]
+        start += m.size
