@@ -45,7 +45,8 @@ def test_train_digits_mpi_matches_one_process():
   example = Path(__file__).resolve().parent.parent / "examples" / "train_digits_mpi.py"
   exe = shutil.which("mpirun")
   assert exe is not None
-  env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+  # a collective that waits past DIST_TIMEOUT fails naming the missing rank, well before the test's own timeout
+  env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "DIST_TIMEOUT": "120"}
   p = subprocess.run([exe, "-np", "2", "--oversubscribe", sys.executable, str(example), "4"], env=env, capture_output=True,
                      text=True, timeout=300)
   assert p.returncode == 0, p.stdout + p.stderr
