@@ -4,7 +4,9 @@ the sources every ready copy needs are realized together, then the copies are su
 for together, then the next wave)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from tinyhybrid._core import hcq
 
 from tinyhybrid.device import Buffer, CompiledProgram, Device
 from tinyhybrid.engine import realize as engine
@@ -21,18 +23,19 @@ if TYPE_CHECKING:
 def _copy_program(device: str, nbytes: int, src_offset: int) -> CompiledProgram:
   """A copy of nbytes into args[0] from args[1] + src_offset, as one command on `device`'s queue: a program like a
   kernel's, so TinyJit captures and replays it with the kernels."""
-  dev = Device[device]
-  queue = getattr(dev, "queue", None)
-
   def call(args: list[int], threads: int) -> None:
-    if queue is None:  # a device without a queue (NULL): nothing to move
-      return
-    from tinyhybrid._core import hcq
-    cb = hcq.CommandBuffer()
-    cb.copy(args[0], args[1] + src_offset, nbytes)
-    queue.submit(cb)
-    queue.synchronize()
+    if (queue := _submit_copy(device, args[0], args[1] + src_offset, nbytes)) is not None: queue.synchronize()
   return CompiledProgram(f"copy {nbytes}B -> {device}", "", 0, call, mem=2 * nbytes)
+
+
+def _submit_copy(device: str, dst: int, src: int, nbytes: int) -> Any:
+  """Submits a copy command to device's queue (without waiting); returns the queue (None: a device without one)."""
+  queue = getattr(Device[device], "queue", None)
+  if queue is None: return None  # NULL: nothing to move
+  cb = hcq.CommandBuffer()
+  cb.copy(dst, src, nbytes)
+  queue.submit(cb)
+  return queue
 
 
 def _source_range(u: UOp) -> tuple[Buffer, int] | None:
@@ -51,11 +54,19 @@ def _source_range(u: UOp) -> tuple[Buffer, int] | None:
 
 def copy_buffer(dst: Buffer, src: Buffer, src_offset: int = 0) -> None:
   """dst's bytes from src's (at src_offset), as a copy command on dst's device; TinyJit captures it."""
-  if not dst.nbytes: return
-  prg = _copy_program(dst.device, dst.nbytes, src_offset)
-  prg.call([dst.address, src.address], 1)
-  engine.count_runs(0, 0, prg.mem)
-  if engine.capturing: engine.capturing[-1].runs.append((dst.device, prg, [dst, src], 1))
+  copy_buffers([(dst, src, src_offset)])
+
+
+def copy_buffers(copies: list[tuple[Buffer, Buffer, int]]) -> None:
+  """Each (dst, src, src_offset) copy as a command on dst's device, all submitted before any is waited for (the
+  queues run them side by side); TinyJit captures each."""
+  queues: dict[int, Any] = {}
+  for dst, src, off in copies:
+    if not dst.nbytes: continue
+    if (q := _submit_copy(dst.device, dst.address, src.address + off, dst.nbytes)) is not None: queues[id(q)] = q
+    engine.count_runs(0, 0, 2 * dst.nbytes)
+    if engine.capturing: engine.capturing[-1].runs.append((dst.device, _copy_program(dst.device, dst.nbytes, off), [dst, src], 1))
+  for q in queues.values(): q.synchronize()
 
 
 def resolve_copies(graphs: list[UOp]) -> list[UOp]:
@@ -76,6 +87,7 @@ def resolve_copies(graphs: list[UOp]) -> list[UOp]:
       if src.device is None: subs[c] = src  # a constant: computed where it is used
       elif _source_range(src) is None and src not in todo: todo[src] = Tensor(src, device=src.device).contiguous()
     if todo: engine.realize_tensors(list(todo.values()))
+    wave: list[tuple[Buffer, Buffer, int]] = []
     for c in ready:
       if c in subs: continue
       src = c.src[0]
@@ -84,8 +96,9 @@ def resolve_copies(graphs: list[UOp]) -> list[UOp]:
       assert rng is not None, "a realized copy source is a buffer"
       shape = shape_of(c.src[0]) or ()
       dst = Buffer(Device.canonicalize(c.arg), rng[0].size if not shape else _numel(shape), c.dtype)
-      copy_buffer(dst, rng[0], rng[1])
+      wave.append((dst, rng[0], rng[1]))
       subs[c] = buffer_uop(dst, shape)
+    copy_buffers(wave)
     graphs = [g.substitute(subs) for g in graphs]
 
 

@@ -172,7 +172,8 @@ class _Lowerer:
       return Sharded(tuple(u.replace(src=tuple(a.shards[d] for a in aligned)) for d in range(self.n)), axis)
     if op is Ops.REDUCE:
       x = srcs[0]
-      red = tuple(u.replace(src=(s,)) for s in x.shards)
+      # a shard whose reduced axes have one item (the sharded axis itself, one row per device) is its own reduce
+      red = tuple(s if all(shape_of(s)[i] == 1 for i in u.arg[1]) else u.replace(src=(s,)) for s in x.shards)  # type: ignore[index]
       if x.axis is None or x.axis not in u.arg[1]: return Sharded(red, x.axis)
       return Sharded(tuple(allreduce(u.arg[0], list(red), self.devices)), None)
     if op in GroupOp.Movement: return self._movement(u, srcs[0])
