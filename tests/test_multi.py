@@ -199,3 +199,19 @@ def test_data_parallel_example_matches_single_device():
   for k in a:
     if a[k].requires_grad and k not in ("c1.bias", "c2.bias"):  # BatchNorm cancels those biases: Adam walks on rounding noise
       np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), atol=1e-5, err_msg=k)
+
+
+def test_copy_command_with_patched_offset():
+  from tinyhybrid._core import hcq
+  src, dst = np.arange(16, dtype=np.uint8), np.zeros(4, np.uint8)
+  cb = hcq.CommandBuffer()
+  d, s = cb.add_slot(0), cb.add_slot(0)
+  cb.copy(hcq.Patch(d), hcq.Patch(s, 8), 4)  # one slot per buffer; the offset is the field's addend
+  assert repr(hcq.Patch(s, 8)) == f"Patch({s}, 8)"
+  q = Device["CPU:1"].queue
+  q.submit(cb, [dst.ctypes.data, src.ctypes.data])
+  q.synchronize()
+  assert dst.tolist() == [8, 9, 10, 11]
+  q.submit(cb, [dst.ctypes.data, src.ctypes.data + 4])
+  q.synchronize()
+  assert dst.tolist() == [12, 13, 14, 15]

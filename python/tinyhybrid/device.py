@@ -116,6 +116,13 @@ class CompiledProgram:
 
 
 @dataclass(frozen=True)
+class CopySpec:
+  """What a copy program (args: dst, src) moves: a device's runner encodes it as a copy command."""
+  nbytes: int
+  src_offset: int = 0
+
+
+@dataclass(frozen=True)
 class ProfileEvent:
   """One kernel's run, in time.monotonic_ns() nanoseconds (PROFILE=1)."""
   name: str

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, Device
+from tinyhybrid.device import Buffer, Device, Runner
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT
@@ -173,8 +173,13 @@ class CapturedJit(Generic[ReturnType]):
     # them (a returned tensor fed back in) is copied first, or a kernel would read what another already overwrote
     input_ids = {id(b) for b in inputs}
     self.written = {b for ei in self.jit_cache if isinstance(b := self.objs[ei.slots[0]], Buffer) and id(b) not in input_ids}
-    self.runner = Device[self.devices[0]].runner([(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args)) \
-      if self.devices and len(set(self.devices)) == 1 else None
+    # one runner (for the CPU: one pre-encoded submit) per run of consecutive kernels and copies on one device
+    self.runners: list[Runner] = []
+    for i, ei in enumerate(self.jit_cache):
+      if i == 0 or self.devices[i] != self.devices[i - 1]: segment: list[tuple] = []
+      segment.append((ei.prg, ei.slots, ei.threads))
+      if i + 1 == len(self.jit_cache) or self.devices[i + 1] != self.devices[i]:
+        self.runners.append(Device[self.devices[i]].runner(segment, len(self.args)))
     self.ops, self.mem = sum(ei.prg.ops for ei in self.jit_cache), sum(ei.prg.mem for ei in self.jit_cache)
     # a returned realized view of a symbolic shape follows each call's values (in tinygrad it keeps the capture's)
     self.symbolic_outs = [t for t in _returned_tensors(ret) if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]
@@ -189,9 +194,7 @@ class CapturedJit(Generic[ReturnType]):
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK
     for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
       buf.copyin(base_buffer(redraw().uop).arg.numpy())
-    if self.runner is not None: self.runner(args)
-    else:
-      for ei in self.jit_cache: ei.prg.call([args[s] for s in ei.slots], ei.threads)
+    for runner in self.runners: runner(args)
     engine.count_runs(len(self.jit_cache), self.ops, self.mem)
     if capturing: self._record(inputs, var_vals)
     # a returned view of a symbolic shape follows this call's values

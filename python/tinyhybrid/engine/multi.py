@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinyhybrid._core import hcq
 
-from tinyhybrid.device import Buffer, CompiledProgram, Device
+from tinyhybrid.device import Buffer, CompiledProgram, CopySpec, Device
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.schedule.kernelize import buffer_uop, buffer_view, contiguous_buffer
 from tinyhybrid.schedule.multi import Sharded, is_realized_multi, lower_multi, multi_devices
@@ -25,7 +25,7 @@ def _copy_program(device: str, nbytes: int, src_offset: int) -> CompiledProgram:
   kernel's, so TinyJit captures and replays it with the kernels."""
   def call(args: list[int], threads: int) -> None:
     if (queue := _submit_copy(device, args[0], args[1] + src_offset, nbytes)) is not None: queue.synchronize()
-  return CompiledProgram(f"copy {nbytes}B -> {device}", "", 0, call, mem=2 * nbytes)
+  return CompiledProgram(f"copy {nbytes}B -> {device}", "", 0, call, keepalive=CopySpec(nbytes, src_offset), mem=2 * nbytes)
 
 
 def _submit_copy(device: str, dst: int, src: int, nbytes: int) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, ProfileEvent, Runner, profile_events, to_ctypes_words
 from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
@@ -29,7 +29,9 @@ class CPUQueueRunner(Runner):
     slots = [cb.add_slot(0) for _ in range(self.nslots)]
     for k, (prg, args, threads) in enumerate(self.items):
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
-      cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
+      if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
+        cb.copy(hcq.Patch(slots[args[0]]), hcq.Patch(slots[args[1]], prg.keepalive.src_offset), prg.keepalive.nbytes)
+      else: cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
     return cb
 

@@ -170,25 +170,6 @@ uint64_t submit(Queue& q, const CommandBuffer& cb, pb::handle patches) {
   return submit_values(q, cb, to_patches(patches, cb.num_slots(), q.name(), small, big));
 }
 
-// One schedule over several queues: every command buffer has the same slots, so the patch values are read once
-// and each queue gets its buffer. Returns each submit's timeline value.
-std::vector<uint64_t> submit_all(const std::vector<CpuDevice*>& queues, const std::vector<const CommandBuffer*>& cbs,
-                                 pb::handle patches) {
-  if (queues.size() != cbs.size())
-    throw pb::value_error("submit_all: " + std::to_string(queues.size()) + " queues for " + std::to_string(cbs.size()) + " command buffers");
-  std::array<uint64_t, 64> small;
-  std::vector<uint64_t> big;
-  std::vector<uint64_t> out;
-  if (cbs.empty()) return out;
-  const size_t slots = cbs[0]->num_slots();
-  for (const auto* cb : cbs)
-    if (cb->num_slots() != slots) throw pb::value_error("submit_all: the command buffers have different slot counts");
-  const auto values = to_patches(patches, slots, "submit_all", small, big);
-  out.reserve(queues.size());
-  for (size_t i = 0; i < queues.size(); ++i) out.push_back(submit_values(*queues[i], *cbs[i], values));
-  return out;
-}
-
 }  // namespace
 
 bool init_hcq(PyObject* module) {
@@ -338,13 +319,6 @@ bool init_hcq(PyObject* module) {
         .def("forget", &DepsTracker::forget, pb::arg("buffer"))
         .def("entries", &DepsTracker::entries, pb::arg("buffer"));
 
-    m.def("submit_all", &submit_all, pb::arg("queues"), pb::arg("cmdbufs"), pb::arg("patches") = pb::none(),
-          "submits cmdbufs[i] to queues[i], all patched with the same values (read once); returns the timeline values");
-    m.def("synchronize_all",
-          [](const std::vector<CpuDevice*>& queues, std::optional<double> timeout_ms) {
-            for (auto* q : queues) wait_queue(*q, q->last_submitted(), timeout_ms);
-          },
-          pb::arg("queues"), pb::arg("timeout_ms") = double(kDefaultTimeout.count()), "until every queue finished what it was given");
     m.def("usable_cpu_count", &usable_cpu_count, "CPUs this process may use (affinity, cgroup quota)");
     m.def("default_cpu_threads", &default_cpu_threads, "NUM_CPU_THREADS or usable_cpu_count()");
     m.attr("MAX_EXEC_ARGS") = layout::kMaxExecArgs;
