@@ -33,13 +33,28 @@ class Allocator:
   """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly. Each device
   has its own, which counts the bytes of that device's live buffers (`used`)."""
   ALIGN = 64
+  # freed memory kept for reuse (tinygrad's LRU allocator), by size, up to this many bytes per device: fresh memory
+  # costs a page fault per page on first touch, which dominates copies and kernels over new buffers
+  CACHE_BYTES = 1 << 30
 
-  def __init__(self) -> None: self.used = 0
+  def __init__(self) -> None:
+    self.used = 0
+    self._cache: dict[int, list[np.ndarray]] = {}
+    self._cached = 0
 
   def alloc(self, nbytes: int) -> np.ndarray:
+    if (free := self._cache.get(nbytes)):
+      self._cached -= nbytes
+      return free.pop()
     raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % self.ALIGN
     return raw[off:off + nbytes]
+
+  def free(self, mem: np.ndarray) -> None:
+    """Takes back memory alloc gave (its buffer is gone): kept for the next alloc of its size while the cache has room."""
+    if self._cached + mem.nbytes <= self.CACHE_BYTES:
+      self._cache.setdefault(mem.nbytes, []).append(mem)
+      self._cached += mem.nbytes
 
   def copyin(self, dest: np.ndarray, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, src: np.ndarray) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
@@ -80,7 +95,9 @@ class Buffer:
   def __del__(self) -> None:
     if self._mem is not None and not self._external:
       GlobalCounters.mem_used -= self.nbytes
-      if self._allocator is not None: self._allocator.used -= self.nbytes
+      if self._allocator is not None:
+        self._allocator.used -= self.nbytes
+        self._allocator.free(self._mem)
 
   @property
   def address(self) -> int: return self._address or self.ensure_allocated()._address
@@ -120,6 +137,7 @@ class CopySpec:
   """What a copy program (args: dst, src) moves: a device's runner encodes it as a copy command."""
   nbytes: int
   src_offset: int = 0
+  dst_offset: int = 0
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ class CPUQueueRunner(Runner):
     for k, (prg, args, threads) in enumerate(self.items):
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
       if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
-        cb.copy(hcq.Patch(slots[args[0]]), hcq.Patch(slots[args[1]], prg.keepalive.src_offset), prg.keepalive.nbytes)
+        spec = prg.keepalive
+        cb.copy(hcq.Patch(slots[args[0]], spec.dst_offset), hcq.Patch(slots[args[1]], spec.src_offset), spec.nbytes)
       else: cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
     return cb

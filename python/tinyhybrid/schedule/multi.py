@@ -90,17 +90,12 @@ def allreduce(op: Ops, shards: list[UOp], devices: tuple[str, ...]) -> list[UOp]
 
   def piece(x: UOp, c: int) -> UOp: return movement(Ops.SHRINK, x, (chunks[c],))
 
-  # reduce-scatter: chunk c ends up reduced on device owner[c]
+  # reduce-scatter: each chunk reduced on one device
   reduced: list[UOp] = []
-  owner: list[int] = []
   for c in range(n):
-    if chunks[c][0] == chunks[c][1]:
-      reduced.append(piece(flat[c], c))
-      owner.append(c)
-      continue
-    if use_all2all:
+    if chunks[c][0] == chunks[c][1]: reduced.append(piece(flat[c], c))
+    elif use_all2all:
       reduced.append(_combine(alu, [piece(flat[j], c) if j == c else copy_to(piece(flat[j], c), devices[c]) for j in range(n)]))
-      owner.append(c)
     else:  # ring: the chunk travels c -> c+1 -> ..., each device adding its own piece
       acc, at = piece(flat[c], c), c
       for _ in range(n - 1):
@@ -108,17 +103,13 @@ def allreduce(op: Ops, shards: list[UOp], devices: tuple[str, ...]) -> list[UOp]
         acc = UOp(alu, acc.dtype, (copy_to(acc, devices[nxt]), piece(flat[nxt], c)))
         at = nxt
       reduced.append(acc)
-      owner.append(at)
-  # allgather: every device puts the reduced chunks together (padded to place, then added: they do not overlap)
-  out = []
-  for d in range(n):
-    parts = []
-    for c in range(n):
-      if chunks[c][0] == chunks[c][1]: continue
-      here = reduced[c] if owner[c] == d else copy_to(reduced[c], devices[d])
-      parts.append(movement(Ops.PAD, here, ((chunks[c][0], numel - chunks[c][1]),)) if len(chunks) > 1 else here)
-    out.append(UOp(Ops.RESHAPE, shards[d].dtype, (_combine(Ops.ADD, parts),), shape))
-  return out
+  # allgather: every device's result is the reduced chunks copied, from where they were reduced, into place
+  return [UOp(Ops.RESHAPE, shards[d].dtype, (gather(reduced, devices[d], numel),), shape) for d in range(n)]
+
+
+def gather(pieces: list[UOp], device: str, numel: int) -> UOp:
+  """Flat pieces (on any devices) put one after another into memory on `device` (copies into place: engine/multi.py)."""
+  return UOp(Ops.UNSHARD, pieces[0].dtype, tuple(p for p in pieces if shape_of(p) != (0,)), (device, numel))
 
 
 class _Lowerer:

@@ -125,6 +125,7 @@ class UOp(_core.UOp):
       if u.op is Ops.MSTACK: dev[u] = u.arg[0]
       elif u.op is Ops.BUFFER: dev[u] = u.arg.device if isinstance(u.arg, Buffer) else None
       elif (u.op is Ops.COPY or u.op is Ops.DEVICE) and isinstance(u.arg, (str, tuple)): dev[u] = u.arg
+      elif u.op is Ops.UNSHARD: dev[u] = u.arg[0]  # pieces from any device, put together on arg[0]
       else: dev[u] = next((d for s in u.src if (d := dev[s]) is not None), None)
     return dev[self]
 
