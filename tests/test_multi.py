@@ -215,3 +215,51 @@ def test_copy_command_with_patched_offset():
   q.submit(cb, [dst.ctypes.data, src.ctypes.data + 4])
   q.synchronize()
   assert dst.tolist() == [12, 13, 14, 15]
+
+
+@pytest.mark.parametrize("algo,copies,kernels", [
+  # all2all over 4 devices: each device's chunk of every other device copied to it straight from the shard (12), the
+  # 4 partial sums (one kernel per device), each device's result put together from the 4 reduced chunks (16 copies
+  # into place), and the mul (4). tinygrad's schedule has 24 copies and 22 kernels: it makes every chunk contiguous
+  # with a kernel before copying it and puts the result together with a kernel; here those are copies of ranges
+  ({"ALL2ALL": 2}, 28, 8),
+  # ring: 3 hops for each of 4 chunks (12 copies, each followed by the add on the receiving device), then the same
+  # gather (16) and mul (4)
+  ({"RING": 2}, 28, 16),
+  # naive: each device copies the 3 others' shards and adds them (one kernel with the mul fused in)
+  ({"RING": 0, "ALL2ALL": 0}, 12, 4),
+])
+def test_allreduce_schedule_counts(algo, copies, kernels):
+  N, M = 4, 400
+  x = np.arange(N * M, dtype=np.float32).reshape(N, M)
+  t = Tensor(x * x).shard(D4, axis=0).realize()
+
+  @TinyJit
+  def f(t: Tensor) -> Tensor: return t.sum(0).mul(2.0).contiguous().realize()
+
+  with Context(**algo):
+    for _ in range(3): out = f(t)
+  names = [ei.prg.name for ei in f.captured.jit_cache]
+  assert (sum(n.startswith("copy") for n in names), sum(not n.startswith("copy") for n in names)) == (copies, kernels)
+  expected = 2 * (x * x).sum(0)
+  np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+  for u, d in zip(out.uop.src, D4): np.testing.assert_allclose(Tensor(u, device=d).numpy(), expected, rtol=1e-6)
+
+
+def test_setitem_with_symbolic_offset_under_jit():
+  from tinyhybrid import Variable
+  t = Tensor.zeros(6, 4).contiguous().shard(D2, axis=1).realize()
+  v = Variable("i", 0, 5)
+
+  @TinyJit
+  def f(x: Tensor, i) -> Tensor:
+    t[i:i + 1] = x
+    return t.realize()
+
+  ref = np.zeros((6, 4), np.float32)
+  for k in (0, 3, 1, 5, 2):
+    x = np.full((1, 4), k + 1.0, np.float32)
+    f(Tensor(x).shard(D2, axis=1), v.bind(k))
+    ref[k:k + 1] = x
+    np.testing.assert_array_equal(t.numpy(), ref)
+  assert f.captured is not None
