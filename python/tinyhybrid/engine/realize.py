@@ -208,7 +208,10 @@ def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
   for st in linear.steps: _run_step(st)
 
 
-def plan(tensors: list[Tensor]) -> Linear: return Linear(_plan(tensors))
+def plan(tensors: list[Tensor]) -> Linear:
+  if any(type(t.device) is tuple for t in tensors):
+    raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
+  return Linear(_plan(tensors))
 
 
 def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:
