@@ -213,8 +213,16 @@ class _DeviceRegistry:
     if not isinstance(device, str): raise TypeError(f"Device[...] takes one device name, not {device!r}")
     return self._open(self.canonicalize(device))
 
+  def opened(self, base: str) -> list[str]:
+    """The names of the devices of a kind ("CPU") made so far."""
+    return [n for n in self._names if device_base(n) == base]
+
+  @functools.cached_property
+  def _names(self) -> list[str]: return []
+
   @functools.cache  # noqa: B019 (one device object per canonical name for the process: "CPU:0" is "CPU")
   def _open(self, name: str) -> Compiled:
+    self._names.append(name)
     mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
     return mod.make_device(name)
 

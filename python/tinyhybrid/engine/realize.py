@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from tinyhybrid.codegen.lower import LoweredKernel, lower
-from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
+from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, DEBUG, NOOPT, GlobalCounters
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
@@ -84,6 +84,10 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     local, slots = localize(item)
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
     if ck in kernel_cache or ck in fresh: continue
+    # another device of the same kind (CPU:1 for CPU) lowered it already: only its compiled program is per device
+    if (same := next((kernel_cache[o] for d in Device.opened(device_base(device)) if (o := (*ck[:2], d, *ck[3:])) in kernel_cache), None)):
+      fresh[ck] = (same[0], same[1].src)
+      continue
     k = lower(local, dev)
     t2 = time.perf_counter()
     src = dev.renderer.render(k)
