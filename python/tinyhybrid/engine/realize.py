@@ -83,7 +83,10 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   for item in spec.items:
     local, slots = localize(item)
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
-    if ck in kernel_cache or ck in fresh: continue
+    if ck in kernel_cache:
+      kernel_cache.move_to_end(ck)  # in use: the last to go
+      continue
+    if ck in fresh: continue
     # another device of the same kind (CPU:1 for CPU) lowered it already: only its compiled program is per device
     if (same := next((kernel_cache[o] for d in Device.opened(device_base(device)) if (o := (*ck[:2], d, *ck[3:])) in kernel_cache), None)):
       fresh[ck] = (same[0], same[1].src)
@@ -105,7 +108,6 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     prg = compiled[(k.name, src)]
     prg.ops, prg.mem = k.ops, k.mem
     kernel_cache[ck] = (k, prg)
-  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1
   items = []
   # a variable's value is one more argument slot, after every buffer's: a kernel takes its buffers, then its variables
@@ -114,6 +116,8 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     k, prg = kernel_cache[ck]
     threads = max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1
     items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
+  # past the limit the least recently used kernels go, once this schedule has taken its own
+  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
