@@ -76,7 +76,11 @@ CHECK_OOB = ContextVar("CHECK_OOB", 0)
 # copies every other device's value (naive)
 RING = ContextVar("RING", 1)
 ALL2ALL = ContextVar("ALL2ALL", 0)
-PROFILE = ContextVar("PROFILE", 0)
+# VIZ=1: record every rewrite and serve the page when the script ends (-1: serve while it runs, never wait at exit);
+# it turns PROFILE on, and TRACK_MATCH_STATS to 2 (record and save every match), as in tinygrad
+VIZ = ContextVar("VIZ", 0)
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)
+PROFILE = ContextVar("PROFILE", 1 if VIZ.value else 0)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 # tinygrad's backend switches, read by its programs and tests; tinyhybrid has none of these backends, so they stay off
