@@ -10,6 +10,7 @@ from tinyhybrid._core import hcq
 
 from tinyhybrid.device import Buffer, CompiledProgram, CopySpec, Device
 from tinyhybrid.engine import realize as engine
+from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import buffer_uop, buffer_view, contiguous_buffer
 from tinyhybrid.schedule.multi import Sharded, is_realized_multi, lower_multi, multi_devices
 from tinyhybrid.uop import Ops
@@ -102,23 +103,17 @@ def resolve_copies(graphs: list[UOp]) -> list[UOp]:
     for m in ready:
       if m in subs: continue
       shape = shape_of(m) or ()
-      dst = Buffer(Device.canonicalize(m.arg if m.op is Ops.COPY else m.arg[0]), _numel(shape), m.dtype)
+      dst = Buffer(Device.canonicalize(m.arg if m.op is Ops.COPY else m.arg[0]), prod(shape), m.dtype)
       at = 0
       for src in m.src:
         rng = _source_range(todo[src].uop if src in todo else src)
         assert rng is not None, "a realized copy source is a buffer"
-        nbytes = _numel(shape_of(src) or ()) * m.dtype.itemsize
+        nbytes = prod(shape_of(src) or ()) * m.dtype.itemsize
         wave.append((dst, rng[0], CopySpec(nbytes, rng[1], at)))
         at += nbytes
       subs[m] = buffer_uop(dst, shape)
     copy_buffers(wave)
     graphs = [g.substitute(subs) for g in graphs]
-
-
-def _numel(shape: tuple) -> int:
-  n = 1
-  for d in shape: n *= d
-  return n
 
 
 def realize_multi(tensors: list[Tensor]) -> None:
