@@ -12,7 +12,7 @@ pytest.importorskip("mpi4py", reason="the mpi extra (pip install '.[mpi]'); CI i
 WORKER = Path(__file__).with_name("dist_worker.py")
 
 
-def mpirun(n: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def mpirun(n: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
   exe = shutil.which("mpirun")
   assert exe is not None, "mpirun is not installed (Debian: apt-get install openmpi-bin libopenmpi-dev)"
   # root in containers and CI needs Open MPI's explicit consent; more ranks than cores need --oversubscribe
