@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
-from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
+from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, DEBUG, NOOPT, GlobalCounters
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
@@ -91,7 +91,14 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     local, slots = localize(item)
     spec_check(local.out, "kernel graph", "kernelize")
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
-    if ck in kernel_cache or ck in fresh: continue
+    if ck in kernel_cache:
+      kernel_cache.move_to_end(ck)  # in use: the last to go
+      continue
+    if ck in fresh: continue
+    # another device of the same kind (CPU:1 for CPU) lowered it already: only its compiled program is per device
+    if (same := next((kernel_cache[o] for d in Device.opened(device_base(device)) if (o := (*ck[:2], d, *ck[3:])) in kernel_cache), None)):
+      fresh[ck] = (same[0], same[1].src)
+      continue
     with viz.group("kernel") as vg:
       k = lower(local, dev)
       spec_check(k.ast, "lowered", "lower")
@@ -112,7 +119,6 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     prg = compiled[(k.name, src)]
     prg.ops, prg.mem = k.ops, k.mem
     kernel_cache[ck] = (k, prg)
-  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1
   items = []
   # a variable's value is one more argument slot, after every buffer's: a kernel takes its buffers, then its variables
@@ -122,6 +128,8 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
     threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
     items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
+  # past the limit the least recently used kernels go, once this schedule has taken its own
+  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
@@ -197,7 +205,12 @@ class Linear:
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  """Realizing is planning, then running."""
+  """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py, which
+  realizes their shards here."""
+  if any(type(t.device) is tuple for t in tensors):
+    from tinyhybrid.engine.multi import realize_multi
+    realize_multi([t for t in tensors if type(t.device) is tuple])
+    tensors = [t for t in tensors if type(t.device) is not tuple]
   for st in _plan(tensors): _run_step(st)
 
 
@@ -215,7 +228,10 @@ def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
   for st in linear.steps: _run_step(st)
 
 
-def plan(tensors: list[Tensor]) -> Linear: return Linear(_plan(tensors))
+def plan(tensors: list[Tensor]) -> Linear:
+  if any(type(t.device) is tuple for t in tensors):
+    raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
+  return Linear(_plan(tensors))
 
 
 def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:

@@ -184,7 +184,11 @@ def _properties(plat: Any, dev: Any) -> CLProperties:
 
 class CLAllocator(Allocator):
   """cl_mem buffers in the device's context; host copies are blocking, so the host memory is free when they return."""
-  def __init__(self, dev: CLDevice): self.dev = dev
+  def __init__(self, dev: CLDevice):
+    super().__init__()
+    self.dev = dev
+
+  def free(self, mem: Any) -> None: pass  # released when the last reference to its handle goes
 
   def alloc(self, nbytes: int) -> Any:
     ffi, lib = _api()

@@ -83,7 +83,11 @@ class DeviceMemory:
 
 
 class CUDAAllocator(Allocator):
-  def __init__(self, dev: CUDADevice): self.dev = dev
+  def __init__(self, dev: CUDADevice):
+    super().__init__()
+    self.dev = dev
+
+  def free(self, mem: Any) -> None: pass  # released when the last reference to its handle goes
 
   def alloc(self, nbytes: int) -> Any:
     ffi, lib = _api()
