@@ -90,3 +90,10 @@ def test_small_helpers(capsys):
   with Timing("step ", on_exit=lambda ns: f" ({ns >= 0})"): pass
   out = capsys.readouterr().out
   assert out.startswith("step ") and out.rstrip().endswith("ms (True)")
+
+
+def test_names_tinygrad_programs_import_from_tensor():
+  # tinygrad's test_ops starts with `from tinygrad.tensor import _to_np_dtype`: a lint cleanup once dropped it
+  from tinyhybrid.tensor import _to_np_dtype, least_upper_dtype, least_upper_float, sum_acc_dtype
+  assert _to_np_dtype(dtypes.float16) is np.float16 and least_upper_dtype(dtypes.int8, dtypes.float32) is dtypes.float32
+  assert least_upper_float(dtypes.int32) is dtypes.float32 and sum_acc_dtype(dtypes.int8) is dtypes.int32

@@ -6,6 +6,7 @@ import ctypes
 import functools
 import importlib
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -232,8 +233,8 @@ class Target:
     for part in rest:
       if part.isdigit() and renderer is None and arch is None: index = int(part)
       elif part.upper() in RENDERERS and renderer is None and arch is None: renderer = part.upper()
-      elif arch is None and part: arch = part.lower()
-      else: raise ValueError(f"device {name!r}: expected DEVICE[:index][:RENDERER][:arch] (renderers: {', '.join(RENDERERS)})")
+      elif arch is None and re.fullmatch(r"[a-z]+_?[0-9][0-9a-z]*", part.lower()): arch = part.lower()
+      else: raise ValueError(f"unknown device {name!r}: expected DEVICE[:index][:RENDERER][:arch] (renderers: {', '.join(RENDERERS)})")
     return Target(base.upper(), index, renderer, arch)
 
   def __str__(self) -> str:
@@ -286,8 +287,9 @@ class _DeviceRegistry:
 
 @functools.cache
 def device_base(device: str) -> str:
-  """The device's kind ("CPU:3" -> "CPU"): devices of one kind share compiled kernels."""
-  return device.partition(":")[0]
+  """The device's kind ("CPU:3" -> "CPU", "NULL:PTX:sm_90" stays): devices of one kind share compiled kernels."""
+  t = Target.parse(device)
+  return str(Target(t.device, 0, t.renderer, t.arch))
 
 
 Device = _DeviceRegistry()

@@ -14,6 +14,8 @@ import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
 from tinyhybrid.dtype import DType, DTypeLike, dtypes, strong_dtype, to_dtype
+# names tinygrad's programs and tests import from tinygrad.tensor
+from tinyhybrid.dtype import _to_np_dtype, least_upper_dtype, least_upper_float, sum_acc_dtype  # noqa: F401
 from tinyhybrid.helpers import fetch, prod
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim

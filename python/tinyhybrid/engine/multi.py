@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinyhybrid._core import hcq
 
-from tinyhybrid.device import Buffer, CompiledProgram, CopySpec, Device
+from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Device
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import buffer_uop, buffer_view, contiguous_buffer
@@ -37,6 +37,11 @@ def _submit_copy(device: str, dst: int, src: int, nbytes: int) -> Any:
   cb.copy(dst, src, nbytes)
   queue.submit(cb)
   return queue
+
+
+def _host_memory(device: str) -> bool:
+  """Whether the device's buffers are host memory its queue's copy command can move (CPU:N)."""
+  return getattr(Device[device], "queue", None) is not None and type(Device[device].allocator).address is Allocator.address
 
 
 def _whole(u: UOp) -> Buffer | None:
@@ -70,6 +75,13 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
   queues: dict[int, Any] = {}
   for dst, src, spec in copies:
     if not spec.nbytes: continue
+    if not (_host_memory(dst.device) and _host_memory(src.device)):
+      # a device with memory of its own (CL, CUDA): through the host, with its allocator's blocking copies
+      staged = src.as_buffer()[spec.src_offset:spec.src_offset + spec.nbytes]
+      if spec.dst_offset or spec.nbytes != dst.nbytes: raise NotImplementedError(f"a partial copy into {dst.device}")
+      dst.copyin(staged)
+      engine.count_runs(0, 0, 2 * spec.nbytes)
+      continue
     if (q := _submit_copy(dst.device, dst.address + spec.dst_offset, src.address + spec.src_offset, spec.nbytes)) is not None:
       queues[id(q)] = q
     engine.count_runs(0, 0, 2 * spec.nbytes)
