@@ -129,6 +129,7 @@ class LoweredKernel:
   vars: tuple[UOp, ...] = ()  # its DEFINE_VARs, whose values follow the buffer addresses in the kernel's args
   ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
   mem: int = 0   # bytes of the buffers it reads and writes
+  proven: bool = False  # CHECK_OOB proved its accesses in bounds (codegen/validate.py)
 
 
 class Lowerer:
