@@ -384,3 +384,29 @@ def test_error_types(i):
 def test_rearrange_error_types(formula, kw, exc):
   with pytest.raises(exc) as e: Tensor.zeros(4, 3, 1, 1, 1).rearrange(formula, **kw)
   assert type(e.value) is exc
+
+
+def test_generic_faces_alu_const_like_ufix_usum_uprod():
+  from tinyhybrid.uop import Ops
+  a_np = np.array([1.5, -2.0, 3.0], dtype=np.float32)
+  a = Tensor(a_np)
+  np.testing.assert_array_equal(a.alu(Ops.MUL, a).numpy(), a_np * a_np)
+  np.testing.assert_array_equal(a.alu(Ops.CMPLT, a.const_like(0.0)).numpy(), a_np < 0)
+  with pytest.raises(ValueError): a.alu(Ops.RANGE)
+  c = a.const_like(7, dtypes.int32)
+  assert c.dtype is dtypes.int32 and c.shape == (3,) and c.tolist() == [7, 7, 7]
+  assert a.ufix(a) is a and a.ufix(2).tolist() == [2.0, 2.0, 2.0]
+  np.testing.assert_array_equal(a.usum(a, 1).numpy(), a_np + a_np + 1)
+  np.testing.assert_array_equal(a.uprod([a, a]).numpy(), a_np ** 3)
+  t, f = Tensor([True, False, False]), Tensor([False, False, True])
+  assert t.usum(f).tolist() == [True, False, True] and t.uprod(f).tolist() == [False, False, False]
+
+
+def test_deviceless_const_and_invalids():
+  a = Tensor([1.0, 2.0])
+  two = Tensor.const(2.0)
+  assert two.device is None and two.shape == () and (two * a).tolist() == [2.0, 4.0]
+  assert Tensor.const(3).dtype is dtypes.int32
+  assert Tensor.const((1, 2), dtypes.uint64).tolist() == [1, 2]
+  t = Tensor.invalids(2, 3, dtype=dtypes.int16)
+  assert t.shape == (2, 3) and t.dtype is dtypes.int16

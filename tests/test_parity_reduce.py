@@ -232,8 +232,10 @@ def test_cumulative(shape, axis):
   b = Batch()
   for name, (ours, theirs) in CUM.items():
     low, high = (0.8, 1.2) if name == "cumprod" else (-3.0, 3.0)
+    # cumprod's gradient sums products of up to ~20 that cancel to ~1e-2: float32 order alone moves it by ~1e-4
+    atol = 1e-3 if name == "cumprod" else 1e-4
     b.op(name, lambda x: ours(x, axis), lambda x: theirs(x, axis), _data(shape, low=low, high=high), grad="idx" not in name,
-         atol=1e-4, rtol=1e-4)
+         atol=atol, rtol=1e-4)
   b.check()
 
 

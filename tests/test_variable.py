@@ -59,7 +59,7 @@ def test_variable_as_value(i):
 
 
 def test_variable_value_one_kernel_for_all_values():
-  a = Tensor(A_NP)
+  a = Tensor(A_NP).realize()
   (a * vi(1)).realize()
   n_sched, n_prog = len(realize.schedule_cache), compiled()
   for i in (2, 3, 7): np.testing.assert_allclose((a * vi(i)).numpy(), A_NP * i, rtol=1e-6)
@@ -93,8 +93,8 @@ def test_shrink_and_slice(i):
   b = Tensor(RNG.standard_normal((12, 12)).astype(np.float32))
   v = Variable("i", 1, 10).bind(i)
   np.testing.assert_allclose((b[3:5, v:v + 2] + 1).numpy(), b.numpy()[3:5, i:i + 2] + 1, rtol=1e-6)
-  np.testing.assert_allclose(b[:v].sum(1)[:i].numpy(), b.numpy()[:i].sum(1), rtol=1e-5)
-  np.testing.assert_allclose(b[-v:].sum(1)[:i].numpy(), b.numpy()[-i:].sum(1), rtol=1e-5)
+  np.testing.assert_allclose(b[:v].sum(1)[:i].numpy(), b.numpy()[:i].sum(1), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(b[-v:].sum(1)[:i].numpy(), b.numpy()[-i:].sum(1), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("i", [1, 4, 10])
@@ -199,5 +199,5 @@ def test_symbolic_kernel_shares_its_fixed_loop_across_cores():
   for n in (1, 77, 512):
     scores = (q @ k[:, :Variable("pos", 1, 512).bind(n)].transpose(1, 2)).contiguous().realize()
     np.testing.assert_allclose(scores[:, :, :n].numpy(), qn @ kn[:, :n].transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
-  sym = [kk for kk, _ in kernel_cache.values() if kk.vars and kk.name.startswith("r_8_1_64")]
+  sym = [kk for kk, _ in kernel_cache.values() if kk.vars and kk.name.startswith("r_8_1_pos_64")]
   assert sym and all(kk.outer == 8 for kk in sym)

@@ -138,6 +138,9 @@ class Lowerer:
     self.buffers: list[BufferSlot] = [item.buffer]
     self.params: dict[int, UOp] = {}
     self.memo: dict[tuple, UOp] = {}
+    self.reduce_ranges: list[UOp] = []  # the loops of a reduce fused into an elementwise kernel (its epilogue)
+    self.reduce_sizes: list[sint] = []
+    self.next_axis = 0
 
   def param(self, buf: BufferSlot) -> UOp:
     for i, b in enumerate(self.buffers):
@@ -187,9 +190,28 @@ class Lowerer:
       # a load masked by the padding is already 0 outside it
       def masked(v: list[UOp]) -> UOp: return v[0] if cond is None or v[0].op is Ops.LOAD else cond.where(v[0], UOp.const(v[0].dtype, 0))
       return [(base, bidx, _and(valid, cond))], masked
+    if op is Ops.REDUCE:
+      body_idx = self.fused_reduce_index(u, idx)
+      ranges = tuple(self.reduce_ranges)
+      return [(u.src[0], body_idx, valid)], lambda v: UOp(Ops.REDUCE, u.dtype, (v[0], *ranges), u.arg[0])
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
       return [(s, idx, valid) for s in u.src], lambda v: UOp(op, u.dtype, tuple(v), u.arg)
     raise NotImplementedError(f"lowering: {op} inside a kernel")
+
+  def fused_reduce_index(self, u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """The index into the source of a reduce inside an elementwise kernel (schedule/kernelize.py _epilogue_fused): its
+    reduced axes get loops of their own, its other axes are the kernel's index."""
+    if self.reduce_ranges: raise NotImplementedError("lowering: two reduces in one kernel")
+    full = []
+    for i, s in enumerate(shape_of(u.src[0]) or ()):
+      if i not in u.arg[1]: full.append(idx[i])
+      elif s == 1: full.append(_c(0))
+      else:
+        full.append(r := UOp(Ops.RANGE, IDX, (_c(s),), (self.next_axis, AxisType.REDUCE)))
+        self.reduce_ranges.append(r)
+        self.reduce_sizes.append(s)
+        self.next_axis += 1
+    return tuple(full)
 
   def lower(self) -> LoweredKernel:
     out = self.item.out
@@ -202,6 +224,7 @@ class Lowerer:
       r = UOp(Ops.RANGE, IDX, (_c(s),), (i, AxisType.REDUCE if i in axes else AxisType.LOOP))
       rng.append(r)
       (reduce_ranges if i in axes else ranges).append(r)
+    self.next_axis = len(full_shape)
     if out.op is Ops.REDUCE:
       val = UOp(Ops.REDUCE, out.dtype, (self.value(out.src[0], tuple(rng), None), *reduce_ranges), out.arg[0])
       store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))
@@ -214,18 +237,19 @@ class Lowerer:
     else:
       val = self.value(out, tuple(rng), None)
       store_idx = _flat(tuple(rng), max_shape(out_shape))
+      full_shape = tuple(full_shape) + tuple(self.reduce_sizes)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (self.param(self.item.buffer), store_idx.simplify())), val))
     ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
     work = prod(max_shape(full_shape))
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
-    return LoweredKernel(_kernel_name(out, full_shape), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
+    return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.reduce_ranges)), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
                          mem=sum(b.size * b.dtype.itemsize for b in self.buffers))
 
 
-def _kernel_name(out: UOp, shape: tuple[sint, ...]) -> str:
-  kind = "r" if out.op is Ops.REDUCE else "E"
+def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:
+  kind = "r" if reduces else "E"
   dims = [str(s) if type(s) is int else "".join(c for c in s.render() if c.isalnum()) for s in shape]
   return f"{kind}_{'_'.join(dims) if shape else 'scalar'}"[:60]
 

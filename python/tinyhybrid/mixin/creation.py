@@ -18,6 +18,20 @@ class CreationMixin:
   @classmethod
   def ones(cls, *shape, **kwargs) -> Tensor: return cls.full(cls._shape_arg(shape), 1.0 if "dtype" not in kwargs else 1, **kwargs)  # type: ignore[attr-defined]
 
+  @staticmethod
+  def const(b: Any, dtype: Any = None) -> Tensor:
+    """A deviceless constant (tinygrad's Tensor.const): it takes the device of what it is combined with. A tuple or
+    list gives a 1-D tensor of its values."""
+    from tinyhybrid.tensor import Tensor
+    from tinyhybrid.uop.ops import UOp
+    if isinstance(b, (tuple, list)): return Tensor(list(b), dtype=dtype)
+    return Tensor(UOp.const(to_dtype(dtype) if dtype is not None else dtypes.from_py(b), b))
+
+  @classmethod
+  def invalids(cls, *shape, device: str | None = None, dtype: Any = None) -> Tensor:
+    """A tensor whose values are unspecified (tinygrad's anonymous buffer; here, as Tensor.empty)."""
+    return cls.empty(*shape, device=device, dtype=dtype)  # type: ignore[attr-defined]
+
   @classmethod
   def arange(cls, start: float, stop: float | None = None, step: float = 1, **kwargs) -> Tensor:
     """start, start+step, ... below stop; ints give default_int, floats default_float."""

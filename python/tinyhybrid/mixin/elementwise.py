@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 from tinyhybrid.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype
 from tinyhybrid.gradient import grad_rule, with_gradient
-from tinyhybrid.uop import Ops
+from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, sint_eq
 
 if TYPE_CHECKING:
@@ -145,6 +146,10 @@ def _asinh_grad(g: Tensor, out: Tensor, x: list[Tensor]) -> tuple[Tensor]: retur
 def _acosh_grad(g: Tensor, out: Tensor, x: list[Tensor]) -> tuple[Tensor]: return (g * (x[0] * x[0] - 1).rsqrt(),)
 
 
+def _flat_args(xs: tuple) -> tuple:
+  return tuple(xs[0]) if len(xs) == 1 and isinstance(xs[0], (list, tuple)) else xs
+
+
 class ElementwiseMixin:
   __slots__ = ()
 
@@ -187,6 +192,25 @@ class ElementwiseMixin:
   def _binop(self: Tensor, op: Ops, y: Operand, reverse: bool = False) -> Tensor:
     a, b = self._broadcasted(y, reverse)
     return a._alu(op, b)
+
+  # ** tinygrad's generic faces: an op by name, constants shaped like self, n-ary sums and products **
+  def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
+    """Apply an ALU op to self and `src` (of self's shape and dtype, as tinygrad's alu takes them)."""
+    if op not in GroupOp.ALU: raise ValueError(f"{op} is not an ALU op")
+    return self._alu(op, *src)
+  def const_like(self: Tensor, b: Any, dtype: DType | None = None) -> Tensor:
+    from tinyhybrid.tensor import Tensor
+    return Tensor.full(self.shape, b, dtype=dtype if dtype is not None else self.dtype, device=self.device)
+  def ufix(self: Tensor, x: Operand) -> Tensor:
+    """`x` as a tensor that combines with self: a Tensor stays as it is, a constant takes self's shape and dtype."""
+    from tinyhybrid.tensor import Tensor
+    return x if isinstance(x, Tensor) else self.const_like(x)
+  def usum(self: Tensor, *xs: Operand) -> Tensor:
+    """self + each of `xs` (or of one list of them); for bool, their `|`."""
+    return functools.reduce(operator.or_ if self.dtype is dtypes.bool else operator.add, _flat_args(xs), self)
+  def uprod(self: Tensor, *xs: Operand) -> Tensor:
+    """self * each of `xs` (or of one list of them); for bool, their `&`."""
+    return functools.reduce(operator.and_ if self.dtype is dtypes.bool else operator.mul, _flat_args(xs), self)
 
   # ** arithmetic **
   def add(self: Tensor, x: Operand, reverse: bool = False) -> Tensor: return self._binop(Ops.ADD, x, reverse)

@@ -92,6 +92,7 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
                   (base is not r and not (_concrete(shape_of(r)) and _concrete(shape_of(base)))))}
   ends_kernel |= _shared_results(nodes, ends_kernel)
   ends_kernel |= _expanded_work(nodes, ends_kernel)
+  ends_kernel -= _epilogue_fused(nodes, ends_kernel)
   items: list[KernelItem] = []
   realized: dict[UOp, BufferSlot] = {}
   new_slots: list[BufferSlot] = []
@@ -115,6 +116,54 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
     elif base in realized: outputs.append(("view", realized[base].index))
     else: outputs.append(("none", -1))
   return ScheduleSpec(items, n_inputs, new_slots, outputs)
+
+
+def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
+  """Reduces whose result is read only by elementwise work (and movement that reads each value once) ending in one
+  kernel: that kernel computes the reduce itself and applies the rest to it (`relu(x @ w + b)`, `x.sum(1) * 2` are
+  one kernel), so the reduce's result never goes through memory. One reduce per kernel; an assign's kernel keeps its
+  reduce apart, since the reduce could read what the assign overwrites."""
+  consumers: dict[UOp, set[UOp]] = {}
+  for u in nodes:
+    for s in u.src: consumers.setdefault(s, set()).add(u)
+  # per node: the kernels (by their end) that read it, whether every path to them is epilogue work, and whether it
+  # is read at one index only (one path, or paths of index-keeping ops): else the kernel would compute it twice
+  kernels: dict[UOp, set[UOp]] = {}
+  plain: dict[UOp, bool] = {}
+  keeps_index: dict[UOp, bool] = {}
+  one_index: dict[UOp, bool] = {}
+  for u in reversed(nodes):
+    cs = consumers.get(u, ())
+    kernels[u] = set().union(*[{c} if c in ends else kernels[c] for c in cs]) if cs else set()
+    plain[u] = bool(cs) and all(c in ends or (c.op in _EPILOGUE and plain[c]) for c in cs)
+    keeps_index[u] = all(c in ends or (c.op in _SAME_INDEX and keeps_index[c]) for c in cs)
+    one_index[u] = keeps_index[u] or (len(cs) == 1 and all(c in ends or one_index[c] for c in cs))
+  fused: set[UOp] = set()
+  taken: set[UOp] = set()  # kernels (by their end) that already compute a reduce of their own
+  for u in nodes:
+    if u.op is not Ops.REDUCE or not plain[u] or not one_index[u] or len(kernels[u]) != 1: continue
+    (end,) = kernels[u]
+    if end.op in (Ops.STORE, Ops.REDUCE) or end in taken or _reduces_in(end, ends, u) > 1: continue
+    fused.add(u)
+    taken.add(end)
+  return fused
+
+
+# what may stand between a reduce and the end of the kernel it is fused into: each reads every value once
+_SAME_INDEX = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS}
+_EPILOGUE = _SAME_INDEX | {Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.PAD, Ops.FLIP}
+
+
+def _reduces_in(end: UOp, ends: set[UOp], red: UOp) -> int:
+  """How many reduces the kernel that ends at `end` would compute if `red` were fused into it."""
+  seen, stack, n = set(), list(end.src), 0
+  while stack:
+    x = stack.pop()
+    if x in seen: continue
+    seen.add(x)
+    if x.op is Ops.REDUCE: n += 1
+    if x is red or x not in ends: stack.extend(x.src)
+  return n
 
 
 def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
