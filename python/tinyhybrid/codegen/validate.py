@@ -27,7 +27,7 @@ if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
 
 TIMEOUT_MS = 20000  # per access: an index z3 can not decide in this time is not proven
-_FORMAT = "oob-1"   # part of the disk cache key: a change to what a proof means invalidates old ones
+_FORMAT = "oob-2"   # part of the disk cache key: a change to what a proof means invalidates old ones
 
 
 class OutOfBoundsError(RuntimeError):
@@ -189,6 +189,12 @@ def _describe(t: _Z3, model, access: UOp, index: UOp, size: int, gate: UOp | Non
   lanes = ", ".join(str(model.eval(x, model_completion=True)) for x in idx) if idx[0] is not None else "unknown"
   msg = (f"{what} data{buf.arg}[{index.src[1].render()}] ({buf.dtype.base.name}, {size} element{'s' if size != 1 else ''}) may be out of bounds: "
          f"at {at} the index is {lanes}")
+  if width > 1 and len(idx) == 1 and idx[0] is not None:
+    # a vector access: name the first lane that is read and lies outside
+    first = model.eval(idx[0], model_completion=True).as_long()
+    live = [model.eval(x, model_completion=True) for x in _lanes_live(t, mask, width)]
+    if bad := [i for i in range(width) if t.z3.is_true(live[i]) and not 0 <= first + i < size]:
+      msg += f" and lane {bad[0]} reads element {first + bad[0]}"
   if gate is not None: msg += f" (under the gate {gate.render()})"
   return msg
 
