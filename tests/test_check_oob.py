@@ -178,6 +178,26 @@ def test_store():
   prove("k", kernel(UOp.const(dtypes.float, 1.0), rng(16), out_idx=rng(16), out_size=16))
 
 
+def test_empty_loop_runs_nothing():
+  # a kernel over a zero-size dimension: its body never runs, so nothing in it is out of bounds
+  r = rng(0)
+  ok(load(buf(0, dtypes.float), c(0)), r)
+  # inside a loop of n iterations n is at least 1: n - 1 is an index, for the load and the store in it
+  n = var("n", 0, 8)
+  ok(load(buf(8, dtypes.float), n - 1), rng(n), out_idx=n - 1, out_size=8)
+  caught(load(buf(8, dtypes.float), n - 1), out_idx=c(0))  # outside any loop n may be 0
+
+
+def test_loop_range_holds_only_inside_the_loop():
+  # a sum over n elements, n from 0: the reduce's loop may be empty, and the store after it still runs. Its index
+  # n - 1 is -1 at n = 0: the loop's range (which would imply n >= 1) must not be assumed outside the loop
+  n = var("n", 0, 4)
+  rr = UOp(Ops.RANGE, IDX, (n,), (1, AxisType.REDUCE))
+  total = UOp(Ops.REDUCE, dtypes.float, (load(buf(4, dtypes.float), rr), rr), (Ops.ADD, 1))
+  assert "n=0" in caught(total, out_idx=n - 1, out_size=4)
+  prove("k", kernel(total, out_idx=n, out_size=5))
+
+
 def test_same_axis_number_is_two_loops():
   # two loops that share an axis number are two unknowns: the proof must not take the smaller range for both
   b, small, big = buf(8), rng(8, 0), UOp(Ops.RANGE, IDX, (c(16),), (0, AxisType.REDUCE))

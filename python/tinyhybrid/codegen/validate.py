@@ -1,7 +1,8 @@
 """CHECK_OOB: a proof, per kernel and before it first runs, that every LOAD and STORE stays inside its buffer.
 
 The kernel IR the renderer takes (codegen/expand.py) is translated to z3: a loop index (RANGE) is an integer in
-[0, end), a kernel variable (DEFINE_VAR) one in its [min, max], and anything the index arithmetic can not follow (a
+[0, end) for the accesses inside its loop (an empty loop runs nothing), a kernel variable (DEFINE_VAR) one in its
+[min, max], and anything the index arithmetic can not follow (a
 value loaded from memory, a cast or bitcast from a float, a float comparison) a fresh unknown bounded by its dtype.
 Integer casts and bitcasts wrap into the target's range where the source can leave it (z3's integers are unbounded),
 bool and int convert as C does, and the divisions are the renderer's: floor or truncating, 0 for a divisor of 0.
@@ -14,7 +15,7 @@ so a kernel is proven once, not once per process."""
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.runtime.compiler import cache_root
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
 
 TIMEOUT_MS = 20000  # per access: an index z3 can not decide in this time is not proven
-_FORMAT = "oob-2"   # part of the disk cache key: a change to what a proof means invalidates old ones
+_FORMAT = "oob-3"   # part of the disk cache key: a change to what a proof means invalidates old ones
 
 
 class OutOfBoundsError(RuntimeError):
@@ -53,6 +54,9 @@ class _Z3:
     self.solver.set("timeout", TIMEOUT_MS)
     self.map: dict[UOp, tuple] = {}
     self.named: dict[str, tuple[UOp, z3.ExprRef]] = {}  # the loop indices and variables: what a counterexample shows
+    # a loop index's range holds only inside its loop (an empty loop runs nothing): it is a condition of the accesses
+    # the loop encloses, not a fact for the whole kernel
+    self.in_loop: dict[UOp, z3.BoolRef] = {}
     self.fresh = 0
 
   def int(self, v: int): return self.z3.IntVal(v, ctx=self.ctx)
@@ -73,7 +77,10 @@ class _Z3:
     """A loop index or variable: its own z3 constant (two nodes under one name would be one unknown, and the proof
     would only cover the smaller range)."""
     while name in self.named: name += "'"
-    x = self.bounded(name, lo, hi)
+    if u.op is Ops.DEFINE_VAR: x = self.bounded(name, lo, hi)
+    else:
+      x = self.z3.Int(name, ctx=self.ctx)
+      self.in_loop[u] = self.z3.And(lo <= x, x <= hi)
     self.named[name] = (u, x)
     return x
 
@@ -179,6 +186,17 @@ def _accesses(ast: UOp) -> list[tuple[UOp, UOp, UOp | None, UOp | None, int]]:
   return [a for a in out if a[1].op is Ops.INDEX and a[1].src[0].op is Ops.PARAM]
 
 
+_LOOPS = (Ops.RANGE, Ops.SPECIAL)
+
+
+def _enclosing_loops(ast: UOp) -> Callable[[UOp], set[UOp]]:
+  """For an access, the loops it runs inside: the kernel's (END's) and those of every REDUCE whose terms it feeds."""
+  outer = {r for u in ast.toposort() if u.op is Ops.END for r in u.src[1:] if r.op in _LOOPS}
+  reduces = [(frozenset(n for s in u.src if s.op not in _LOOPS for n in s.toposort()), {s for s in u.src if s.op in _LOOPS})
+             for u in ast.toposort() if u.op is Ops.REDUCE]
+  return lambda access: outer.union(*[rs for body, rs in reduces if access in body])
+
+
 def _describe(t: _Z3, model, access: UOp, index: UOp, size: int, gate: UOp | None, mask: UOp | None, width: int) -> str:
   buf = index.src[0]
   what = f"{access.op.name} of {width} elements" if width > 1 else access.op.name
@@ -206,6 +224,7 @@ def prove(name: str, ast: UOp) -> None:
   t = _Z3(z3mod)
   z3 = t.z3
   checks = []  # (the condition under which the access leaves its buffer, the access)
+  enclosing = _enclosing_loops(ast)
   for access, index, gate, mask, width in _accesses(ast):
     size = index.src[0].dtype.size
     idx = t.of(index.src[1])
@@ -215,7 +234,9 @@ def prove(name: str, ast: UOp) -> None:
     if idx[0] is None: bad = z3.BoolVal(True, ctx=t.ctx)  # an index the proof can not follow is never proven
     elif len(idx) > 1: bad = z3.Or(*[z3.And(live[i], z3.Or(x < 0, x >= size)) for i, x in enumerate(idx)])  # a gather
     else: bad = z3.Or(*[z3.And(live[i], z3.Or(idx[0] + i < 0, idx[0] + i >= size)) for i in range(width)])
-    checks.append((z3.And(g, bad), (access, index, size, gate, mask, width)))
+    loops = enclosing(access) | {u for root in (index.src[1], gate, mask) if root is not None for u in root.toposort() if u.op in _LOOPS}
+    for r in loops: t.of(r)
+    checks.append((z3.And(*[t.in_loop[r] for r in loops], g, bad), (access, index, size, gate, mask, width)))
   if not checks: return
   # one query for every access: a kernel that is in bounds (nearly all) costs one solver call
   t.solver.push()
