@@ -129,6 +129,18 @@ def test_vector_access_and_lane_mask():
   assert "lane 2 reads element 14" in caught(load(buf(14, dtypes.float), c(12), width=4, mask=0b0111))
 
 
+def test_lane_mask_built_from_gates():
+  # as codegen/expand.py builds it: bit i of the mask is set where lane i's gate holds
+  def masked(size: int, limit: int) -> UOp:
+    r = rng(4)
+    m = UOp.const(dtypes.uint, 0)
+    for i in range(4): m = m | (r * 4 + i < limit).where(UOp.const(dtypes.uint, 1 << i), UOp.const(dtypes.uint, 0))
+    b = buf(size, dtypes.float)
+    return kernel(UOp(Ops.LOAD, dtypes.float.vec(4), (UOp(Ops.INDEX, dtypes.float.vec(4), (b, r * 4)), m)), r)
+  prove("k", masked(14, 14))
+  with pytest.raises(OutOfBoundsError, match="at r0=3 the index is 12 and lane 2 reads element 14"): prove("k", masked(14, 15))
+
+
 def test_symbolic_loop_end():
   n = var("n", 1, 16)
   r = rng(n)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
 
 TIMEOUT_MS = 20000  # per access: an index z3 can not decide in this time is not proven
-_FORMAT = "oob-3"   # part of the disk cache key: a change to what a proof means invalidates old ones
+_FORMAT = "oob-4"   # part of the disk cache key: a change to what a proof means invalidates old ones
 
 
 class OutOfBoundsError(RuntimeError):
@@ -163,11 +163,28 @@ class _Z3:
 
 
 def _lanes_live(t: _Z3, mask: UOp | None, width: int) -> list:
-  """For each lane of a vector access, whether it is read: bit i of the lane mask (all lanes without one)."""
-  if mask is None: return [t.z3.BoolVal(True, ctx=t.ctx)] * width
-  m = t.of(mask)[0]
-  if m is None: return [t.z3.BoolVal(True, ctx=t.ctx)] * width
-  return [(m / 2 ** i) % 2 == 1 for i in range(width)]
+  """For each lane of a vector access, whether it is read: bit i of the lane mask (all lanes without one). The mask is
+  an OR of per-lane bits under gates (codegen/expand.py): each bit is followed through OR, AND, XOR and WHERE as a
+  bool, which z3 decides at once, where the same mask as an integer (bit-vector or division arithmetic) can take it
+  past its time limit."""
+  true = t.z3.BoolVal(True, ctx=t.ctx)
+  if mask is None: return [true] * width
+  order = [u for u in mask.toposort() if u.dtype.scalar() is not dtypes.bool]  # bool nodes are gates, read by t.of
+  out = []
+  for i in range(width):
+    bit: dict[UOp, z3.BoolRef] = {}
+    for u in order:
+      if u.op is Ops.CONST: bit[u] = t.z3.BoolVal(bool((int(u.arg) >> i) & 1), ctx=t.ctx)
+      elif u.op in (Ops.OR, Ops.AND, Ops.XOR) and all(s in bit for s in u.src):
+        bit[u] = (t.z3.Or if u.op is Ops.OR else t.z3.And if u.op is Ops.AND else t.z3.Xor)(*[bit[s] for s in u.src])
+      elif u.op is Ops.WHERE and u.src[1] in bit and u.src[2] in bit:
+        cond = t.of(u.src[0])[0]
+        bit[u] = t.z3.If(cond, bit[u.src[1]], bit[u.src[2]]) if cond is not None else t.z3.Or(bit[u.src[1]], bit[u.src[2]])
+      else:
+        m = t.of(u)[0]
+        bit[u] = (m / 2 ** i) % 2 == 1 if m is not None else true  # a mask the proof can not follow reads every lane
+    out.append(bit[mask])
+  return out
 
 
 def _accesses(ast: UOp) -> list[tuple[UOp, UOp, UOp | None, UOp | None, int]]:
