@@ -62,6 +62,7 @@ class Buffer:
       self._mem = Device[self.device].allocator.alloc(self.nbytes)
       self._address = self._mem.ctypes.data  # asked on every kernel launch: numpy's lookup is slow
       GlobalCounters.mem_used += self.nbytes
+      if PROFILE: profile_mem.append(ProfileMemEvent(self.device, time.monotonic_ns(), self.nbytes))
     return self
 
   def attach(self, ptr: int) -> Buffer:
@@ -72,7 +73,9 @@ class Buffer:
     return self
 
   def __del__(self) -> None:
-    if self._mem is not None and not self._external: GlobalCounters.mem_used -= self.nbytes
+    if self._mem is not None and not self._external:
+      GlobalCounters.mem_used -= self.nbytes
+      if PROFILE: profile_mem.append(ProfileMemEvent(self.device, time.monotonic_ns(), -self.nbytes))
 
   @property
   def address(self) -> int: return self._address or self.ensure_allocated()._address
@@ -101,7 +104,7 @@ class CompiledProgram:
   name: str
   src: str
   address: int
-  call: Callable[[list[int], int], None]  # (args as uint64 words, number of threads)
+  call: Callable[[list[int], int], None]  # (args as uint64 words, number of threads); records its span with PROFILE=1
   keepalive: Any = None
   ops: int = 0  # estimated operations and bytes of memory per run (GlobalCounters), set when the kernel is lowered
   mem: int = 0
@@ -109,27 +112,38 @@ class CompiledProgram:
 
 @dataclass(frozen=True)
 class ProfileEvent:
-  """One kernel's run, in time.monotonic_ns() nanoseconds (PROFILE=1)."""
+  """One span of work on a device's queue, in time.monotonic_ns() nanoseconds (PROFILE=1): a kernel, a copy, or a
+  TinyJit replay (which spans the kernels it ran). The CPU queue stamps its commands itself, on the same clock."""
   name: str
   device: str
   start_ns: int
   end_ns: int
+  kind: str = "kernel"  # "kernel" | "copy" | "jit"
+  queue: str = "queue"
 
 
-# what PROFILE=1 records, in order; the user reads and clears it
+@dataclass(frozen=True)
+class ProfileMemEvent:
+  """A buffer allocated (nbytes > 0) or freed (nbytes < 0) on a device (PROFILE=1)."""
+  device: str
+  ts_ns: int
+  nbytes: int
+
+
+# what PROFILE=1 records, in order; the user reads and clears them (tinyhybrid.viz.profile exports them)
 profile_events: list[ProfileEvent] = []
+profile_mem: list[ProfileMemEvent] = []
 
 
 class Runner:
   """Runs a fixed list of kernels over numbered buffers: (program, the buffer slots it takes, threads) each."""
-  def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int):
-    self.items, self.nslots = items, nslots
+
+  def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int, device: str = ""):
+    self.items, self.nslots, self.device = items, nslots, device
 
   def __call__(self, addresses: list[int]) -> None:
-    for prg, slots, threads in self.items:
-      start = time.monotonic_ns() if PROFILE else 0
-      prg.call([addresses[s] for s in slots], threads)
-      if PROFILE: profile_events.append(ProfileEvent(prg.name, "", start, time.monotonic_ns()))
+    # each program's call records its own profile span, with the best clock its device has
+    for prg, slots, threads in self.items: prg.call([addresses[s] for s in slots], threads)
 
 
 class Compiled:
@@ -151,7 +165,7 @@ class Compiled:
     if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]: self._cache.update(zip(todo, self._build(todo)))
     return [self._cache[k] for k in kernels]
 
-  def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner: return Runner(items, nslots)
+  def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner: return Runner(items, nslots, self.name)
 
   def synchronize(self) -> None: pass
 

@@ -71,7 +71,11 @@ JIT = ContextVar("JIT", 1)
 NOOPT = ContextVar("NOOPT", 0)
 SPEC = ContextVar("SPEC", 0)
 CHECK_OOB = ContextVar("CHECK_OOB", 0)
-PROFILE = ContextVar("PROFILE", 0)
+# VIZ=1: record every rewrite and serve the page when the script ends (-1: serve while it runs, never wait at exit);
+# it turns PROFILE on, and TRACK_MATCH_STATS to 2 (record and save every match), as in tinygrad
+VIZ = ContextVar("VIZ", 0)
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)
+PROFILE = ContextVar("PROFILE", 1 if VIZ.value else 0)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 # tinygrad's backend switches, read by its programs and tests; tinyhybrid has none of these backends, so they stay off

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from tinyhybrid import viz
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem
@@ -257,4 +258,6 @@ def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:
 def lower(item: KernelItem, dev: Compiled | None = None) -> LoweredKernel:
   """The kernel of a schedule item, optimized for `dev` (heuristics, or BEAM search on it) and expanded."""
   from tinyhybrid.codegen.search import optimize  # the optimizer builds on this module
-  return optimize(Lowerer(item).lower(), dev)
+  k = Lowerer(item).lower()
+  viz.stage("lower", item.out, k.ast)
+  return optimize(k, dev)

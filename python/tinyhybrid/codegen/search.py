@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from tinyhybrid import viz
 from tinyhybrid.codegen.expand import expand
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
@@ -35,8 +36,11 @@ SPLIT = (AxisType.THREAD, AxisType.GROUP_REDUCE)
 def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> LoweredKernel:
   """k with `opts` applied and its lanes expanded: what the renderer takes."""
   ast = apply_opts(k.ast, opts)
+  if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
-  return replace(k, ast=expand(ast, vec), outer=rsize(split[0]) if split else 1, opts=tuple(opts))
+  expanded = expand(ast, vec)
+  viz.stage("expand", ast, expanded)
+  return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
 
 
 def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
@@ -44,7 +48,10 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
   # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
   # heads, a batch) across the cores
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
-  if not symbolic and not NOOPT.value: k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
+  if not symbolic and not NOOPT.value:
+    merged = merge_loops(k.ast, max(vec, 1))
+    viz.stage("merge loops", k.ast, merged)
+    k = replace(k, ast=merged)
   if NOOPT.value: opts: list[Opt] = []
   elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
   elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels

@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, Device
+from tinyhybrid.device import Buffer, Device, ProfileEvent, profile_events
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
-from tinyhybrid.helpers import JIT
+from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_view, contiguous_buffer
 from tinyhybrid.uop import Ops
@@ -135,7 +135,7 @@ class CapturedJit(Generic[ReturnType]):
   """The kernels of one capture over numbered argument slots (buffers, then variables' values); a call patches the
   inputs and the variables and runs them as one batch. jit_cache: one ExecItem per kernel a replay runs, in order."""
 
-  def __init__(self, ret: ReturnType, capture: Capture, inputs: list[Buffer], sig: list[tuple], prune: bool = False):
+  def __init__(self, ret: ReturnType, capture: Capture, inputs: list[Buffer], sig: list[tuple], prune: bool = False, name: str = "jit"):
     runs = capture.runs
     if prune:  # kernels that read no input, directly or through another kept kernel's buffers, ran once already
       needed, kept = {id(b) for b in inputs}, []
@@ -145,7 +145,7 @@ class CapturedJit(Generic[ReturnType]):
           kept.append(run)
           needed |= bufs
       runs = kept
-    self.ret, self.sig = ret, sig
+    self.ret, self.sig, self.name = ret, sig, name
     slot_of: dict[Any, int] = {}
     self.objs: list[Buffer | UOp] = []  # what each slot held at capture (a variable: bound to its capture value)
     self.args: list[int] = []           # the argument words; intermediates and outputs are reused as they are
@@ -183,9 +183,13 @@ class CapturedJit(Generic[ReturnType]):
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK
     for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
       buf.copyin(base_buffer(redraw().uop).arg.numpy())
+    first = len(profile_events)
     if self.runner is not None: self.runner(args)
     else:
       for ei in self.jit_cache: ei.prg.call([args[s] for s in ei.slots], ei.threads)
+    if PROFILE and (ran := profile_events[first:]):
+      # the replay as one span around the kernels it ran, from their own (queue) timestamps
+      profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))
     engine.count_runs(len(self.jit_cache), self.ops, self.mem)
     if capturing: self._record(inputs, var_vals)
     # a returned view of a symbolic shape follows this call's values
@@ -246,5 +250,5 @@ class TinyJit(Generic[ReturnType]):
       capturing.pop()
     if not frame.runs: raise JitError("TinyJit: the capture ran no kernel, so there is nothing to replay (return the tensors it computes)")
     _check_returns(ret)
-    self.captured, self.cnt = CapturedJit(ret, frame, bufs, sig, self.prune), 2
+    self.captured, self.cnt = CapturedJit(ret, frame, bufs, sig, self.prune, getattr(self.fxn, "__qualname__", "jit")), 2
     return ret

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
@@ -76,7 +77,11 @@ phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0,
 
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
   t0 = time.perf_counter()
-  spec = create_schedule(key, n_inputs)
+  with viz.group("schedule") as vg:
+    spec = create_schedule(key, n_inputs)
+    if vg.on:
+      vg.name = f"schedule of {len(spec.items)} kernels"
+      viz.stage("kernelize", key, UOp.sink(*[it.out for it in spec.items]))
   dev = Device[device]
   t1 = time.perf_counter()
   phase_times["schedule"] += t1 - t0
@@ -89,10 +94,12 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     if ck in kernel_cache:
       if CHECK_OOB: check_kernel(kernel_cache[ck][0], kernel_cache[ck][1].src)  # lowered before CHECK_OOB was set
       continue
-    k = lower(local, dev)
-    t2 = time.perf_counter()
-    src = dev.renderer.render(k)
-    t3 = time.perf_counter()
+    with viz.group("kernel") as vg:
+      k = lower(local, dev)
+      t2 = time.perf_counter()
+      src = dev.renderer.render(k)
+      t3 = time.perf_counter()
+      vg.name, vg.text = k.name, src
     if DEBUG >= 4: print(src)
     if CHECK_OOB: check_kernel(k, src)  # before it is compiled, so before it ever runs; kept with the kernel
     fresh[ck] = (k, src)

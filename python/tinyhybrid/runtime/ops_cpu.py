@@ -3,6 +3,7 @@ consumed by one worker thread per usable core; each kernel's THREAD loop is spli
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -48,9 +49,35 @@ class CPUQueueRunner(Runner):
       profile_events.append(ProfileEvent(prg.name, self.dev.name, int(stamps[2 * k]), int(stamps[2 * k + 1])))
 
 
+class CPUAllocator(Allocator):
+  """Host memory; with PROFILE=1 a copy goes through the device's queue between two timestamps, so the profile shows
+  it on the queue with the queue's own times (a plain numpy copy otherwise)."""
+  def __init__(self, dev: CPUDevice):
+    self.dev = dev
+
+  def _queued_copy(self, dst: int, src: int, nbytes: int, name: str) -> None:
+    stamps = np.zeros(2, dtype=np.uint64)
+    cb = hcq.CommandBuffer()
+    cb.timestamp(stamps.ctypes.data)
+    cb.copy(dst, src, nbytes)
+    cb.timestamp(stamps.ctypes.data + 8)
+    self.dev.queue.submit(cb)
+    self.dev.queue.synchronize()
+    profile_events.append(ProfileEvent(f"{name} {nbytes} B", self.dev.name, int(stamps[0]), int(stamps[1]), kind="copy"))
+
+  def copyin(self, dest: np.ndarray, src: memoryview) -> None:
+    if not PROFILE or not len(src): return super().copyin(dest, src)
+    host = np.frombuffer(src, dtype=np.uint8)  # a view: the queue reads the caller's memory, which outlives the wait
+    self._queued_copy(dest.ctypes.data, host.ctypes.data, len(host), "copyin")
+
+  def copyout(self, dest: memoryview, src: np.ndarray) -> None:
+    if not PROFILE or not src.nbytes: return super().copyout(dest, src)
+    self._queued_copy(np.frombuffer(dest, dtype=np.uint8).ctypes.data, src.ctypes.data, src.nbytes, "copyout")
+
+
 class CPUDevice(Compiled):
   def __init__(self, name: str):
-    super().__init__(name, Allocator(), CRenderer(16 if is_clang() else 1), self._build_kernels)
+    super().__init__(name, CPUAllocator(self), CRenderer(16 if is_clang() else 1), self._build_kernels)
     self.queue = hcq.CPUDevice()
     self.max_threads = self.queue.num_threads
     self.graph = CPUQueueRunner
@@ -78,17 +105,29 @@ class CPUDevice(Compiled):
       if len(args) > hcq.MAX_EXEC_ARGS:  # too many for a queue command: call it here, one core after another
         self.queue.synchronize()
         words = to_ctypes_words(args)
+        start = time.monotonic_ns() if PROFILE else 0
         for core in range(threads): fn(words, core, threads)
+        # run on this thread, not the queue: the host's clock is the kernel's
+        if PROFILE: profile_events.append(ProfileEvent(name, self.name, start, time.monotonic_ns()))
         return
       cb = hcq.CommandBuffer()
+      if not PROFILE:
+        cb.exec(prog, args, global_size=(threads,))
+        self.queue.submit(cb)
+        self.queue.synchronize()
+        return
+      stamps = np.zeros(2, dtype=np.uint64)
+      cb.timestamp(stamps.ctypes.data)
       cb.exec(prog, args, global_size=(threads,))
+      cb.timestamp(stamps.ctypes.data + 8)
       self.queue.submit(cb)
       self.queue.synchronize()
+      profile_events.append(ProfileEvent(name, self.name, int(stamps[0]), int(stamps[1])))
     return CompiledProgram(name, src, addr, call, keepalive=(lib, prog, fn))
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner:
     # a queue command carries a bounded number of arguments; a kernel past it is called directly
-    if any(len(args) > hcq.MAX_EXEC_ARGS for _, args, _ in items): return Runner(items, nslots)
+    if any(len(args) > hcq.MAX_EXEC_ARGS for _, args, _ in items): return Runner(items, nslots, self.name)
     return CPUQueueRunner(items, nslots, self)
 
   def synchronize(self) -> None: self.queue.synchronize()

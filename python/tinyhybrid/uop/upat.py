@@ -4,6 +4,7 @@ callback runs only after its pattern matched."""
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any, Callable, Iterable, Sequence
 
 from tinyhybrid import _core
@@ -21,7 +22,7 @@ class UPat:
   op and dtype may be one value or a set/tuple of them. src: a tuple matches the sources in order, a list
   matches any ordering of them, a single UPat matches every source, None ignores them. arg None matches any arg.
   name captures the node for the callback (a repeated name must be the same node)."""
-  __slots__ = ("op", "match_dtype", "arg", "name", "src", "src_mode", "allow_any_len", "is_any")
+  __slots__ = ("op", "match_dtype", "arg", "name", "src", "src_mode", "allow_any_len", "is_any", "location")
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
@@ -38,6 +39,7 @@ class UPat:
     elif isinstance(src, tuple): self.src_mode, self.src = _SRC_ORDERED, src
     else: raise TypeError(f"UPat: src must be a tuple, list, UPat or None, got {type(src).__name__}")
     if not all(isinstance(s, UPat) for s in self.src): raise TypeError("UPat: every src must be a UPat")
+    self.location = _caller_location()
 
   @property
   def dtype(self) -> DType: return self.match_dtype[0] if self.match_dtype is not None else dtypes.void
@@ -132,6 +134,14 @@ class UPat:
   __hash__ = object.__hash__
 
 
+def _caller_location() -> str:
+  """"path:line" of the code that built a UPat: the first frame outside this file (the builders call UPat too). VIZ
+  shows it for each rule that fired."""
+  f = sys._getframe(2)
+  while f is not None and f.f_code.co_filename == __file__: f = f.f_back
+  return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
+
+
 def _rule_name(fn: Callable) -> str:
   code = getattr(fn, "__code__", None)
   where = f" ({code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno})" if code is not None else ""
@@ -153,7 +163,7 @@ def _compile_rule(p: UPat, fn: Callable) -> tuple:
   missing = [k for k, v in params.items() if k != "ctx" and k not in names and v.default is inspect.Parameter.empty
              and v.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)]
   if missing: raise ValueError(f"rule {_rule_name(fn)} takes {missing}, which its pattern {p!r} does not capture")
-  return (p.compiled(), fn, _rule_name(fn), passed, "ctx" in params)
+  return (p.compiled(), fn, _rule_name(fn), passed, "ctx" in params, p.location)
 
 
 class PatternMatcher:

@@ -173,7 +173,7 @@ bool holds_python(const UOpRef& root) {
   return false;
 }
 
-// PatternMatcher([(compiled_upat, fn, rule_name, pass_names, wants_ctx), ...])
+// PatternMatcher([(compiled_upat, fn, rule_name, pass_names, wants_ctx[, location]), ...])
 PyObject* matcher_new(PyTypeObject*, PyObject* args, PyObject*) {
   PyObject* list;
   if (!PyArg_ParseTuple(args, "O:PatternMatcher", &list)) return nullptr;
@@ -183,12 +183,14 @@ PyObject* matcher_new(PyTypeObject*, PyObject* args, PyObject*) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject* result = guarded([&]() -> PyObject* {
     for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject *pt, *fn, *name, *pass;
+      PyObject *pt, *fn, *name, *pass, *location = nullptr;
       int wants_ctx;
-      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OOUOp", &pt, &fn, &name, &pass, &wants_ctx)) return nullptr;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OOUOp|U", &pt, &fn, &name, &pass, &wants_ctx, &location))
+        return nullptr;
       Rule r;
       if (!pattern_from(pt, r.pattern)) return nullptr;
       r.name = PyUnicode_AsUTF8(name);
+      if (location) r.location = PyUnicode_AsUTF8(location);
       r.fn = python_rule(fn, capture_names(r.pattern), pass, wants_ctx != 0);
       rules.push_back(std::move(r));
     }

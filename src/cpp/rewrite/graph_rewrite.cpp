@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "tinyhybrid/rewrite.h"
+#include "tinyhybrid/track.h"
 #include "util/small_vector.h"
 
 namespace th {
@@ -70,8 +71,9 @@ class Memo {
 // would fool the memo).
 class Rewriter {
  public:
-  Rewriter(const PatternMatcher& pm, void* ctx, bool bottom_up, std::string_view name, const RewriteLimits& limits)
-      : pm_(pm), ctx_(ctx), bottom_up_(bottom_up), name_(name), limits_(limits) {
+  Rewriter(const PatternMatcher& pm, void* ctx, bool bottom_up, std::string_view name, const RewriteLimits& limits,
+           track::Call* tracked)
+      : pm_(pm), ctx_(ctx), bottom_up_(bottom_up), name_(name), limits_(limits), tracked_(tracked) {
     if (limits_.time_limit.count()) start_ = std::chrono::steady_clock::now();
   }
   ~Rewriter() {
@@ -172,6 +174,10 @@ class Rewriter {
   UOpRef apply(const UOp* n, size_t* rule) {
     UOpRef r = pm_.rewrite(n, ctx_, rule);
     if (!r) return r;
+    if (tracked_) [[unlikely]] {
+      const Rule& fired = pm_.rule(*rule);
+      tracked_->step(fired.name, fired.location, n, r.get());
+    }
     if (++stats_.rewrites > limits_.max_rewrites)
       throw RewriteError(label() + ": stopped after " + std::to_string(limits_.max_rewrites) +
                          " rewrites (the rule set does not reach a fixed point); last rule: " + pm_.rule(*rule).name);
@@ -195,6 +201,7 @@ class Rewriter {
   bool bottom_up_;
   std::string_view name_;
   RewriteLimits limits_;
+  track::Call* tracked_;  // null unless tracking is on
   std::chrono::steady_clock::time_point start_;
   SmallVector<Entry, 16> stack_;
   Memo memo_;
@@ -208,7 +215,15 @@ class Rewriter {
 UOpRef graph_rewrite(const UOpRef& root, const PatternMatcher& pm, void* ctx, bool bottom_up, std::string_view name,
                      const RewriteLimits& limits, RewriteStats* stats) {
   if (!root) return root;
-  Rewriter r(pm, ctx, bottom_up, name, limits);
+  if (track::enabled()) [[unlikely]] {
+    track::Call call(name.empty() ? std::string_view("graph_rewrite") : name, root.get(), bottom_up ? track::kBottomUp : 0);
+    Rewriter r(pm, ctx, bottom_up, name, limits, &call);
+    UOpRef out = r.run(root);
+    call.finish(out.get());
+    if (stats) *stats = r.stats();
+    return out;
+  }
+  Rewriter r(pm, ctx, bottom_up, name, limits, nullptr);
   UOpRef out = r.run(root);
   if (stats) *stats = r.stats();
   return out;

@@ -4,6 +4,16 @@
 
 namespace th {
 
+std::string source_location(const char* file, unsigned line) {
+  std::string_view f(file);
+  for (std::string_view root : {"src/", "tests/", "drivers/", "examples/"})
+    if (const size_t at = f.rfind(root); at != std::string_view::npos && (at == 0 || f[at - 1] == '/')) {
+      f.remove_prefix(at);
+      break;
+    }
+  return std::string(f) + ":" + std::to_string(line);
+}
+
 const UOp* Captured::operator[](std::string_view name) const {
   for (size_t i = 0; i < names_.size(); ++i)
     if (names_[i] == name) return slots_[i];

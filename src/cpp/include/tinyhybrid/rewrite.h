@@ -35,10 +35,16 @@ class Captured {
 // ctx is the graph_rewrite's context object, passed through untouched.
 using RuleFn = std::function<UOpRef(const Captured&, void* ctx)>;
 
+// "file:line" of a rule's definition, the path from its src/ (or tests/, drivers/, examples/) directory on.
+std::string source_location(const char* file, unsigned line);
+
 struct Rule {
   Pattern pattern;
   RuleFn fn;
-  std::string name;  // shown in errors and statistics
+  std::string name;  // shown in errors, statistics and VIZ
+  // Where the rule is defined. Native rules get the line of the braces that build them (the builtins in a default
+  // member initializer name the place of the aggregate initialization); Python rules, their UPat's line.
+  std::string location = source_location(__builtin_FILE(), __builtin_LINE());
 };
 
 class PatternMatcher {
