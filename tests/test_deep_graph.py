@@ -101,3 +101,12 @@ def test_empty_onnx_is_not_a_model():
 def test_wellformed_onnx_still_runs():
   out = OnnxRunner(_model(opset_imports=[onnx.helper.make_opsetid("", 17)]))({"x": np.array([-1.0, 2.0], np.float32)})
   np.testing.assert_equal(out["y"].numpy(), np.array([0.0, 2.0], np.float32))
+
+
+def test_onnx_undefined_value_is_value_error():
+  # found by the loader fuzzer: a flipped byte in a node's input name leaves a value that nothing defines
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+  g = helper.make_graph([helper.make_node("Relu", ["x\x87"], ["y"])], "g", [x], [y])
+  runner = OnnxRunner(helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString())
+  with pytest.raises(ValueError, match=r"ONNX: value 'x\\x87' is used before it is defined"): runner({"x": np.ones(2, np.float32)})

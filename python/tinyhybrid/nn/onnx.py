@@ -96,7 +96,7 @@ class Scope:
     while s is not None:
       if name in s.vals or name in s.host: return s
       s = s.parent
-    raise KeyError(f"ONNX: value {name!r} is used before it is defined")
+    raise ValueError(f"ONNX: value {name!r} is used before it is defined (a malformed model)")
 
   def set(self, name: str, v: Any) -> None:
     if isinstance(v, np.ndarray): self.host[name] = v
