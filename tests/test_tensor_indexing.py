@@ -294,6 +294,19 @@ def test_gather_int_dtype():
   _close(Tensor(A_INT[:, :, 0]).gather(1, Tensor(idx)).numpy(), torch.tensor(A_INT[:, :, 0]).gather(1, torch.tensor(idx)), exact=True)
 
 
+def test_gather_reads_only_the_rows_it_picks():
+  # a lookup written as a one-hot sum (x[idx], gather, Embedding) is one indexed load per output element, not a loop
+  # over every row of the table: its work does not grow with the table; out-of-range gather indices still give 0
+  from tinyhybrid import GlobalCounters
+  table = RNG.uniform(-1, 1, size=(50000, 8)).astype(np.float32)
+  t, idx = Tensor(table).realize(), np.array([[3, 49999, 0], [7, 7, 12345]], dtype=np.int32)
+  GlobalCounters.reset()
+  np.testing.assert_array_equal(t[Tensor(idx)].numpy(), table[idx])
+  assert GlobalCounters.global_ops < 1000, GlobalCounters.global_ops
+  gidx = np.array([[0, 5, 60000, -1]], dtype=np.int32).T.repeat(8, 1)
+  np.testing.assert_array_equal(t.gather(0, Tensor(gidx)).numpy(), np.where((gidx >= 0) & (gidx < 50000), table[gidx.clip(0, 49999), np.arange(8)], 0))
+
+
 SRC = RNG.uniform(-3, 3, size=(4, 6)).astype(np.float32)
 BASE = RNG.uniform(-3, 3, size=(5, 6)).astype(np.float32)
 

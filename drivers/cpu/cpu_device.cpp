@@ -138,7 +138,7 @@ uint64_t CpuDeviceImpl::submit(const hcq::CommandBuffer& cb, std::span<const uin
     const uint64_t* src = words.data() + offsets[c];
     std::memcpy(dst, src, L::words_of(src[0]) * sizeof(uint64_t));
     // Sites are in command order, so patching walks them once alongside the copy.
-    for (; site < sites.size() && sites[site].command == c; ++site) dst[sites[site].word] = patches[sites[site].slot];
+    for (; site < sites.size() && sites[site].command == c; ++site) dst[sites[site].word] = patches[sites[site].slot] + sites[site].addend;
   }
   // Every submit ends by raising the timeline: the host's synchronize and the in-flight bookkeeping use it.
   if (put - done_seen_ >= ring_.size()) wait_space(put);

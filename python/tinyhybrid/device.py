@@ -14,6 +14,7 @@ import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv
+from tinyhybrid.runtime.compiler import CompileError  # noqa: F401 (tinygrad's place for it)
 
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
 _NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
@@ -30,16 +31,42 @@ def np_storage(dtype: DType) -> np.dtype:
 
 
 class Allocator:
-  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly."""
+  """Host-memory allocator: buffers are aligned numpy arrays, so every device here can read them directly. A device
+  with memory of its own (runtime/ops_cl.py) allocates opaque handles instead: `address` is then what its kernels take
+  as the buffer's argument. Each device has its own allocator, which counts the bytes of that device's live buffers
+  (`used`)."""
   ALIGN = 64
+  # freed memory kept for reuse (tinygrad's LRU allocator), by size, up to this many bytes per device: fresh memory
+  # costs a page fault per page on first touch, which dominates copies and kernels over new buffers
+  CACHE_BYTES = 1 << 30
 
-  def alloc(self, nbytes: int) -> np.ndarray:
+  def __init__(self) -> None:
+    self.used = 0
+    self._cache: dict[int, list[np.ndarray]] = {}
+    self._cached = 0
+
+  def alloc(self, nbytes: int) -> Any:
+    if (free := self._cache.get(nbytes)):
+      self._cached -= nbytes
+      return free.pop()
     raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % self.ALIGN
     return raw[off:off + nbytes]
 
-  def copyin(self, dest: np.ndarray, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
-  def copyout(self, dest: memoryview, src: np.ndarray) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
+  def address(self, mem: Any) -> int: return mem.ctypes.data
+  def wrap(self, ptr: int, nbytes: int) -> Any:
+    """Memory for the host memory at ptr, which its owner keeps alive and frees."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr))[:nbytes]
+
+  def free(self, mem: Any) -> None:
+    """Takes back memory alloc gave (its buffer is gone): kept for the next alloc of its size while the cache has room.
+    A device with memory of its own releases it when the handle is dropped."""
+    if self._cached + mem.nbytes <= self.CACHE_BYTES:
+      self._cache.setdefault(mem.nbytes, []).append(mem)
+      self._cached += mem.nbytes
+
+  def copyin(self, dest: Any, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
+  def copyout(self, dest: memoryview, src: Any) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
 
 
 class Buffer:
@@ -48,9 +75,10 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType, initial: bytes | np.ndarray | None = None):
     if size < 0: raise ValueError(f"Buffer: negative size {size}")
     self.device, self.size, self.dtype = device, size, dtype
-    self._mem: np.ndarray | None = None
+    self._mem: Any = None  # the allocator's memory: a numpy array on the host, a handle on a device with its own
     self._address = 0
     self._external = False
+    self._allocator: Allocator | None = None  # the device's, which counts this buffer while it has memory
     if initial is not None: self.copyin(initial)
 
   @property
@@ -59,22 +87,28 @@ class Buffer:
 
   def ensure_allocated(self) -> Buffer:
     if self._mem is None:
-      self._mem = Device[self.device].allocator.alloc(self.nbytes)
-      self._address = self._mem.ctypes.data  # asked on every kernel launch: numpy's lookup is slow
+      self._allocator = alloc = Device[self.device].allocator
+      self._mem = alloc.alloc(self.nbytes)
+      self._address = alloc.address(self._mem)  # asked on every kernel launch: numpy's lookup is slow
       GlobalCounters.mem_used += self.nbytes
+      alloc.used += self.nbytes
       if PROFILE: profile_mem.append(ProfileMemEvent(self.device, time.monotonic_ns(), self.nbytes))
     return self
 
   def attach(self, ptr: int) -> Buffer:
     """Makes this (unallocated) buffer the host memory at ptr, which its owner keeps alive and frees."""
     if self._mem is not None: raise RuntimeError(f"attach: {self} already has memory")
-    self._mem = np.ctypeslib.as_array((ctypes.c_uint8 * max(self.nbytes, 1)).from_address(ptr))[:self.nbytes]
-    self._address, self._external = ptr, True
+    alloc = Device[self.device].allocator
+    self._mem = alloc.wrap(ptr, self.nbytes)
+    self._address, self._external = alloc.address(self._mem), True
     return self
 
   def __del__(self) -> None:
     if self._mem is not None and not self._external:
       GlobalCounters.mem_used -= self.nbytes
+      if self._allocator is not None:
+        self._allocator.used -= self.nbytes
+        self._allocator.free(self._mem)
       if PROFILE: profile_mem.append(ProfileMemEvent(self.device, time.monotonic_ns(), -self.nbytes))
 
   @property
@@ -83,13 +117,13 @@ class Buffer:
   def copyin(self, data: bytes | memoryview | np.ndarray) -> Buffer:
     raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")
     if len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
-    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)  # type: ignore[arg-type]
+    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)
     return self
 
   def numpy(self) -> np.ndarray:
     """A copy of the contents as a flat numpy array (raw bits for dtypes numpy lacks)."""
     out = np.empty(self.size, dtype=np_storage(self.dtype))
-    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)  # type: ignore[arg-type]
+    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)
     return out
 
   def as_buffer(self) -> memoryview: return memoryview(self.numpy().view(np.uint8).reshape(-1))
@@ -104,10 +138,23 @@ class CompiledProgram:
   name: str
   src: str
   address: int
-  call: Callable[[list[int], int], None]  # (args as uint64 words, number of threads); records its span with PROFILE=1
+  # (args as uint64 words, launch): a CPU kernel's launch is its number of threads, a GPU kernel's its (global, local)
+  # work sizes (LoweredKernel.launch). A call may return before the kernel has run (the device's queue keeps order);
+  # it records its span with PROFILE=1
+  call: Callable[[list[int], Any], None]
   keepalive: Any = None
   ops: int = 0  # estimated operations and bytes of memory per run (GlobalCounters), set when the kernel is lowered
   mem: int = 0
+  # runs the kernel and waits for it: its time in seconds as the device measured it (None: the host's clock around call)
+  timed: Callable[[list[int], Any], float] | None = None
+
+
+@dataclass(frozen=True)
+class CopySpec:
+  """What a copy program (args: dst, src) moves: a device's runner encodes it as a copy command."""
+  nbytes: int
+  src_offset: int = 0
+  dst_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -170,26 +217,77 @@ class Compiled:
   def synchronize(self) -> None: pass
 
 
+@dataclass(frozen=True)
+class Target:
+  """A device name in tinygrad's target syntax, DEVICE[:index][:RENDERER][:arch]: CL:1, CUDA:PTX, NULL:CUDA:sm_90."""
+  device: str
+  index: int = 0
+  renderer: str | None = None  # one of RENDERERS; None: the device's own
+  arch: str | None = None      # e.g. sm_90; None: the device's own
+
+  @staticmethod
+  def parse(name: str) -> Target:
+    base, *rest = name.split(":")
+    index, renderer, arch = 0, None, None
+    for part in rest:
+      if part.isdigit() and renderer is None and arch is None: index = int(part)
+      elif part.upper() in RENDERERS and renderer is None and arch is None: renderer = part.upper()
+      elif arch is None and part: arch = part.lower()
+      else: raise ValueError(f"device {name!r}: expected DEVICE[:index][:RENDERER][:arch] (renderers: {', '.join(RENDERERS)})")
+    return Target(base.upper(), index, renderer, arch)
+
+  def __str__(self) -> str:
+    return ":".join([self.device, *([str(self.index)] if self.index else []), *([self.renderer] if self.renderer else []), *([self.arch] if self.arch else [])])
+
+
+RENDERERS = ("CUDA", "PTX")  # renderers a target may name
+
+
 class _DeviceRegistry:
-  """Device["CPU"] gives the device object (made on first use); Device.DEFAULT is DEV= or CPU."""
-  _known = ("CPU", "NULL")
+  """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
+  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1 set, else CPU.
+  "CPU:0", "CPU:1", ... are separate devices, each with its own queue, workers and memory count ("CPU" is "CPU:0"). A
+  tuple of names is the device of a tensor sharded across them (tinygrad's multi-device tensors)."""
+  _known = ("CPU", "NULL", "CL", "CUDA")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)
     dev = os.getenv("DEV", "") or next((d for d in self._known if getenv(d, 0) == 1), "CPU")
     return self.canonicalize(dev)
 
-  def canonicalize(self, device: str | None) -> str:
+  def canonicalize(self, device: str | tuple[str, ...] | list[str] | None) -> Any:
+    """The device's canonical name ("cpu:1" -> "CPU:1", "CPU:0" -> "CPU"), or for a tuple of devices the tuple of theirs."""
     if device is None: return self.DEFAULT
-    base, _, idx = device.upper().partition(":")
-    if base not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)}")
-    return base if not idx or idx == "0" else f"{base}:{idx}"
+    if isinstance(device, (tuple, list)):
+      if not device: raise ValueError("an empty tuple of devices")
+      return tuple(self.canonicalize(d) for d in device)
+    if not isinstance(device, str): raise TypeError(f"a device is a name like 'CPU:1' or a tuple of them, not {type(device).__name__}")
+    t = Target.parse(device)
+    if t.device not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)} (as NAME or NAME:index)")
+    return str(t)
 
-  @functools.cache  # noqa: B019 (one device object per name for the process)
   def __getitem__(self, device: str) -> Compiled:
-    name = self.canonicalize(device)
+    if not isinstance(device, str): raise TypeError(f"Device[...] takes one device name, not {device!r}")
+    return self._open(self.canonicalize(device))
+
+  def opened(self, base: str) -> list[str]:
+    """The names of the devices of a kind ("CPU") made so far."""
+    return [n for n in self._names if device_base(n) == base]
+
+  @functools.cached_property
+  def _names(self) -> list[str]: return []
+
+  @functools.cache  # noqa: B019 (one device object per canonical name for the process: "CPU:0" is "CPU")
+  def _open(self, name: str) -> Compiled:
+    self._names.append(name)
     mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
     return mod.make_device(name)
+
+
+@functools.cache
+def device_base(device: str) -> str:
+  """The device's kind ("CPU:3" -> "CPU"): devices of one kind share compiled kernels."""
+  return device.partition(":")[0]
 
 
 Device = _DeviceRegistry()

@@ -155,7 +155,7 @@ def _rules() -> dict[Ops, Callable[[Tensor, Tensor, list[Tensor]], Grads]]:
 
 
 _RULES = _rules()
-_NO_GRAD = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.DETACH, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.AND, Ops.OR, Ops.XOR,
+_NO_GRAD = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.DETACH, Ops.BUFFER, Ops.MSTACK, Ops.CONST, Ops.IOTA, Ops.AND, Ops.OR, Ops.XOR,
             Ops.SHL, Ops.SHR, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD, Ops.BITCAST}
 
 

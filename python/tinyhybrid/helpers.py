@@ -71,6 +71,11 @@ JIT = ContextVar("JIT", 1)
 NOOPT = ContextVar("NOOPT", 0)
 SPEC = ContextVar("SPEC", 0)
 CHECK_OOB = ContextVar("CHECK_OOB", 0)
+# allreduce algorithm over sharded tensors (tinygrad's switches): RING=2 / ALL2ALL=2 force one; at 1 (RING's default)
+# the algorithm is used for more than 2 devices and more than RING_ALLREDUCE_THRESHOLD elements, else every device
+# copies every other device's value (naive)
+RING = ContextVar("RING", 1)
+ALL2ALL = ContextVar("ALL2ALL", 0)
 # VIZ=1: record every rewrite and serve the page when the script ends (-1: serve while it runs, never wait at exit);
 # it turns PROFILE on, and TRACK_MATCH_STATS to 2 (record and save every match), as in tinygrad
 VIZ = ContextVar("VIZ", 0)

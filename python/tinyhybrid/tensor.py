@@ -8,18 +8,19 @@ import functools
 import itertools
 import math
 import weakref
-from typing import Any, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
-from tinyhybrid.dtype import _to_np_dtype, DType, DTypeLike, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
+from tinyhybrid.dtype import DType, DTypeLike, dtypes, strong_dtype, to_dtype
 from tinyhybrid.helpers import fetch, prod
-from tinyhybrid.uop import Ops
+from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, shard_bounds
 
 ConstType = int | float | bool
 
@@ -139,7 +140,9 @@ class Tensor(TensorAPI):
     return Tensor._from_numpy(arr, dt, self.device)
 
   @staticmethod
-  def _from_numpy(arr: np.ndarray, dt: DType, device: str) -> UOp:
+  def _from_numpy(arr: np.ndarray, dt: DType, device: str | tuple[str, ...]) -> UOp:
+    if type(device) is tuple:  # a replica on each device
+      return UOp(Ops.MSTACK, dt, tuple(Tensor._from_numpy(arr, dt, d) for d in device), (device, None))
     shape = arr.shape  # ascontiguousarray makes a 0-d array 1-d
     if dt is dtypes.bfloat16:  # numpy has no bfloat16: round float32 to its top 16 bits (nearest even)
       bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
@@ -264,7 +267,9 @@ class Tensor(TensorAPI):
     t = Tensor.__new__(Tensor)
     t.device, t.grad, t.requires_grad = Device.canonicalize(device), None, kwargs.get("requires_grad")
     # a symbolic shape gets the memory of its largest value (see uop/shape.py max_shape)
-    t.uop = buffer_uop(Buffer(t.device, prod(max_shape(shape)), dt), shape)
+    if type(t.device) is tuple:
+      t.uop = UOp(Ops.MSTACK, dt, tuple(buffer_uop(Buffer(d, prod(max_shape(shape)), dt), shape) for d in t.device), (t.device, None))
+    else: t.uop = buffer_uop(Buffer(t.device, prod(max_shape(shape)), dt), shape)
     _all_tensors.add(t)
     return t
 
@@ -320,6 +325,14 @@ class Tensor(TensorAPI):
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
     if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
     if self.uop.op is Ops.AFTER: self.uop = self.uop.src[0]  # the graph kept for backward computed values this overwrites
+    if type(self.device) is tuple:  # sharded: each shard's memory takes its part of the value (engine/multi.py)
+      if not is_realized_multi(self.uop): self.realize()
+      nodes = set(x.uop.toposort())
+      # the value reads the target other than elementwise (x.assign(x.T)): computed into memory of its own first
+      if any(s in nodes for s in self.uop.src) and any(n.op in GroupOp.Movement or n.op is Ops.REDUCE for n in nodes if n not in self.uop.src):
+        x = x.contiguous()
+      self.uop = UOp(Ops.STORE, self.dtype, (self.uop, x.uop))
+      return self
     # a lazy target gets memory of its own (not shared with a tensor that happens to have the same graph)
     if not buffer_view(self.uop): self.uop = self.contiguous().realize().uop
     value = x.uop
@@ -337,14 +350,52 @@ class Tensor(TensorAPI):
     ret.requires_grad = False if self.requires_grad is False else None
     return ret
 
-  def to(self, device: str | None) -> Tensor:
-    """This tensor on another device (the same tensor when it is already there)."""
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """This tensor on another device (the same tensor when it is already there), copied by a copy command on the
+    destination's queue; to a tuple of devices, a replica on each (shard with axis None). A sharded tensor is gathered."""
     dev = Device.canonicalize(device)
     if dev == self.device: return self
-    out = Tensor.empty(self.shape, dtype=self.dtype, device=dev)
-    if self.numel(): out._buffer().copyin(self._buffer().numpy())
+    if type(dev) is tuple: return self.shard(dev)
+    if type(self.device) is tuple:
+      out = Tensor(self.numpy(), device=dev, dtype=self.dtype)
+    else:
+      from tinyhybrid.engine.multi import copy_buffer
+      out = Tensor.empty(self.shape, dtype=self.dtype, device=dev)
+      if self.numel(): copy_buffer(out._buffer(), self._buffer())
     out.requires_grad = self.requires_grad
     return out
+
+  def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+    """This tensor split across devices along axis (equal consecutive pieces), or with axis None a replica on each
+    (tinygrad's multi-device tensor: its device is the tuple of devices)."""
+    if type(self.device) is tuple: raise RuntimeError(f"shard: the tensor is already sharded across {self.device}")
+    if not isinstance(devices, (tuple, list)): raise TypeError(f"shard: devices is a tuple of device names, not {type(devices).__name__}")
+    devs = Device.canonicalize(tuple(devices))
+    if len(set(devs)) != len(devs): raise ValueError(f"shard: a device is listed twice in {devs}")
+    if axis is not None:
+      axis = self._resolve_dim(axis)
+      check_shardable(self.shape, axis, len(devs))
+      size = self.shape[axis]
+      parts = [self.uop if size == hi - lo else self.shrink(tuple((lo, hi) if i == axis else None for i in range(self.ndim))).uop
+               for lo, hi in shard_bounds(size, len(devs))]
+    else: parts = [self.uop] * len(devs)
+    u = UOp(Ops.MSTACK, self.dtype, tuple(copy_to(p, d) for p, d in zip(parts, devs)), (devs, axis))
+    out = Tensor.__new__(Tensor)
+    out.uop, out.device, out.grad, out.requires_grad = u, devs, None, self.requires_grad
+    shape_of(u)
+    _all_tensors.add(out)
+    return out
+
+  def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+    """Shards this tensor in place (see shard)."""
+    s = self.shard(devices, axis)
+    self.uop, self.device = s.uop, s.device
+    return self
+
+  def shard_like(self, y: Tensor) -> Tensor:
+    """This tensor sharded as y is (a plain tensor for a plain y)."""
+    if type(y.device) is not tuple: return self.to(y.device)
+    return self.shard(y.device, y.uop.arg[1] if y.uop.op is Ops.MSTACK else None)
 
   def replace(self, x: Tensor) -> Tensor:
     """Makes this tensor the value of x (same shape), without a copy."""
@@ -391,6 +442,7 @@ class Tensor(TensorAPI):
 
   def contiguous(self) -> Tensor:
     if contiguous_buffer(self.uop) is not None: return self
+    if self.uop.op is Ops.MSTACK and all(contiguous_buffer(s) is not None for s in self.uop.src): return self
     return self._wrap(_new_memory(self.uop))
 
   def _buffer(self) -> Buffer:
@@ -413,6 +465,11 @@ class Tensor(TensorAPI):
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_out_dtype(self.dtype))
     from tinyhybrid.engine.realize import check_not_capturing
     check_not_capturing("numpy")  # .item(), .tolist() and .data() read through here too
+    if type(self.device) is tuple:  # sharded: the shards gathered (one replica's, for a replicated tensor)
+      self.realize()
+      devs, axis = self.uop.arg
+      shards = [Tensor(s, device=d).numpy() for s, d in zip(self.uop.src, devs)]
+      return shards[0] if axis is None else np.concatenate(shards, axis=axis)
     out = self._buffer().numpy()
     if self.dtype is dtypes.bfloat16: out = (out.astype(np.uint32) << 16).view(np.float32)
     return out.reshape(self.shape)

@@ -173,6 +173,22 @@ void test_copy() {
   }
 }
 
+void test_copy_patch_offset() {
+  // one slot per buffer serves every range of it: the field is the slot's value plus the Patch's offset
+  auto dev = CpuDevice::create(config(2));
+  std::vector<unsigned char> src(64), dst(16, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i);
+  CommandBuffer cb;
+  const uint32_t d = cb.add_slot(), s = cb.add_slot();
+  cb.copy(Patch{d, 8}, Patch{s, 40}, 8);
+  const uint64_t p[] = {addr(dst.data()), addr(src.data())};
+  dev->submit(cb, p);
+  dev->synchronize();
+  CHECK_EQ(int(dst[7]), 0);
+  CHECK_EQ(int(dst[8]), 40);
+  CHECK_EQ(int(dst[15]), 47);
+}
+
 void test_signal_timeout_message() {
   auto sig = Signal::create("test:never", 3);
   try {
@@ -329,6 +345,7 @@ int main() {
   test_back_to_back();
   test_exec_split();
   test_copy();
+  test_copy_patch_offset();
   test_signal_timeout_message();
   test_device_wait_and_sync_timeout();
   test_timestamp_and_barrier();

@@ -25,7 +25,7 @@ from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
 IDX = dtypes.weakint
-VEC_DTYPES = {dtypes.float, dtypes.double, dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong, IDX}
+VEC_DTYPES = {dtypes.float, dtypes.double, dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong, IDX, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16}
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST}
 _VEC_INT = {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
 _VEC_FLOAT = {Ops.FDIV, Ops.RECIPROCAL}

@@ -64,18 +64,30 @@ def _unflatten(flat: UOp, shape: tuple[int, ...]) -> list[UOp]:
 def _reshape_index(idx: tuple[UOp, ...], new: tuple, old: tuple) -> tuple[UOp, ...]:
   """The index into a reshape's source for `idx` into its result. Dims are matched in runs of equal size product: a
   run of one dim on each side (a reshape that only adds or drops 1s, or leaves a dim alone) maps as it is, so
-  only dims really merged or split get a division, which keeps most indices affine."""
-  if not all(isinstance(s, int) and s > 0 for s in new + old):
-    return tuple(x.simplify() for x in _unflatten(_flat(idx, new), old))
+  only dims really merged or split get a division, which keeps most indices affine. A symbolic dim maps as it is
+  when the other side has the same one there (a cache view of a variable's length, reshaped around it); any other
+  reshape through a symbolic dim goes through the flat index."""
+  def generic() -> tuple[UOp, ...]: return tuple(x.simplify() for x in _unflatten(_flat(idx, new), old))
+  if any(isinstance(s, int) and s <= 0 for s in new + old): return generic()
   out: list[UOp] = [_c(0)] * len(old)
   ni = [d for d, s in enumerate(new) if s != 1]
   oi = [d for d, s in enumerate(old) if s != 1]
   a = b = 0
   while a < len(ni):
-    a0, b0, pn, po = a, b, new[ni[a]], old[oi[b]]
+    if b >= len(oi): return generic()
+    sn, so = new[ni[a]], old[oi[b]]
+    if not isinstance(sn, int) or not isinstance(so, int):
+      if sn is not so: return generic()
+      out[oi[b]] = idx[ni[a]]
+      a, b = a + 1, b + 1
+      continue
+    a0, b0, pn, po = a, b, sn, so
     while pn != po:
-      if pn < po: a, pn = a + 1, pn * new[ni[a + 1]]
-      else: b, po = b + 1, po * old[oi[b + 1]]
+      if pn < po: a += 1
+      else: b += 1
+      if a >= len(ni) or b >= len(oi) or not isinstance(new[ni[a]], int) or not isinstance(old[oi[b]], int): return generic()
+      if pn < po: pn *= new[ni[a]]
+      else: po *= old[oi[b]]
     if a == a0 and b == b0: out[oi[b]] = idx[ni[a]]
     else:
       group = [oi[d] for d in range(b0, b + 1)]
@@ -131,6 +143,8 @@ class LoweredKernel:
   ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
   mem: int = 0   # bytes of the buffers it reads and writes
   proven: bool = False  # CHECK_OOB proved its accesses in bounds (codegen/validate.py)
+  # on a GPU-style device (codegen/gpu.py): (work-groups per dimension, work-items per group per dimension)
+  launch: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 class Lowerer:
@@ -191,10 +205,7 @@ class Lowerer:
       # a load masked by the padding is already 0 outside it
       def masked(v: list[UOp]) -> UOp: return v[0] if cond is None or v[0].op is Ops.LOAD else cond.where(v[0], UOp.const(v[0].dtype, 0))
       return [(base, bidx, _and(valid, cond))], masked
-    if op is Ops.REDUCE:
-      body_idx = self.fused_reduce_index(u, idx)
-      ranges = tuple(self.reduce_ranges)
-      return [(u.src[0], body_idx, valid)], lambda v: UOp(Ops.REDUCE, u.dtype, (v[0], *ranges), u.arg[0])
+    if op is Ops.REDUCE: return [(u.src[0], self.fused_reduce_index(u, idx), valid)], lambda v: self.fused_reduce(u, v[0])
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
       return [(s, idx, valid) for s in u.src], lambda v: UOp(op, u.dtype, tuple(v), u.arg)
     raise NotImplementedError(f"lowering: {op} inside a kernel")
@@ -214,12 +225,23 @@ class Lowerer:
         self.next_axis += 1
     return tuple(full)
 
+  def fused_reduce(self, u: UOp, src: UOp) -> UOp:
+    """The fused reduce of its source's value (a one-hot sum collapses to the one term, and its loop goes)."""
+    op = u.arg[0]
+    if op is Ops.ADD:
+      src, kept = collapse_one_hot(src, self.reduce_ranges)
+      self.reduce_sizes = [s for r, s in zip(self.reduce_ranges, self.reduce_sizes) if r in kept]
+      self.reduce_ranges = kept
+    if not self.reduce_ranges: return src if src.dtype == u.dtype else src.cast(u.dtype)
+    return UOp(Ops.REDUCE, u.dtype, (src, *self.reduce_ranges), op)
+
   def lower(self) -> LoweredKernel:
     out = self.item.out
     out_shape = shape_of(out) or ()
     full_shape = shape_of(out.src[0]) if out.op is Ops.REDUCE else out_shape
     axes = set(out.arg[1]) if out.op is Ops.REDUCE else set()
     rng, ranges, reduce_ranges = [], [], []
+    collapsed = 1  # the trip count of the reduce loops a gather's one-hot no longer needs
     for i, s in enumerate(full_shape):
       if s == 1: rng.append(_c(0)); continue
       r = UOp(Ops.RANGE, IDX, (_c(s),), (i, AxisType.REDUCE if i in axes else AxisType.LOOP))
@@ -227,7 +249,14 @@ class Lowerer:
       (reduce_ranges if i in axes else ranges).append(r)
     self.next_axis = len(full_shape)
     if out.op is Ops.REDUCE:
-      val = UOp(Ops.REDUCE, out.dtype, (self.value(out.src[0], tuple(rng), None), *reduce_ranges), out.arg[0])
+      src = self.value(out.src[0], tuple(rng), None)
+      if out.arg[0] is Ops.ADD:
+        src, kept = collapse_one_hot(src, reduce_ranges)
+        for r in reduce_ranges:
+          if r not in kept: collapsed *= r.src[0].vmax
+        reduce_ranges = kept
+      if reduce_ranges: val = UOp(Ops.REDUCE, out.dtype, (src, *reduce_ranges), out.arg[0])
+      else: val = src if src.dtype == out.dtype else src.cast(out.dtype)
       store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))
     elif out.op is Ops.STORE:
       # assign: the value goes through the target's view into the target's own buffer
@@ -243,10 +272,38 @@ class Lowerer:
     ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
-    work = prod(max_shape(full_shape))
+    work = prod(max_shape(full_shape)) // collapsed
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
     return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.reduce_ranges)), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
                          mem=sum(b.size * b.dtype.itemsize for b in self.buffers))
+
+
+def _and_terms(c: UOp) -> list[UOp]: return [t for s in c.src for t in _and_terms(s)] if c.op is Ops.AND and c.dtype is dtypes.bool else [c]
+
+
+def collapse_one_hot(v: UOp, ranges: list[UOp]) -> tuple[UOp, list[UOp]]:
+  """A sum over a reduce loop r of where(x == r, y, 0), x not depending on r, is y at r = x (0 when x is outside the
+  loop): a gather or an embedding lookup written as a one-hot (mixin/indexing.py) becomes one indexed load instead
+  of a loop over every row of the table. The index is clamped into the loop, so the load never leaves the buffer."""
+  ranges = list(ranges)
+  while v.op is Ops.WHERE and v.src[2].op is Ops.CONST and v.src[2].arg == 0:
+    terms = _and_terms(v.src[0])
+    for t in terms:
+      if t.op is not Ops.CMPEQ: continue
+      hit = next(((x, r) for x, b in (t.src, t.src[::-1]) for r in [b.src[0] if b.op is Ops.CAST else b]
+                  if r.op is Ops.RANGE and r in ranges and dtypes.is_int(x.dtype) and r not in x.toposort()), None)
+      if hit is None: continue
+      x, r = hit
+      i = _c(x)
+      inside = (i < 0).logical_not() & (i < r.src[0])
+      sub = {r: inside.where(i, _c(0))}
+      cond = inside
+      for o in terms:
+        if o is not t: cond = cond & o.substitute(sub)
+      v, ranges = cond.where(v.src[1].substitute(sub), v.src[2]), [q for q in ranges if q is not r]
+      break
+    else: break
+  return v, ranges
 
 
 def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:

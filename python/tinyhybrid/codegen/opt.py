@@ -1,7 +1,10 @@
 """Optimization actions on a lowered kernel. An Opt is data: applying it rewrites the kernel IR's ranges (splitting
-one into an outer loop and an inner UPCAST/UNROLL range, marking the range split across cores, hoisting part of a
-reduce out of the output loops, reordering loops). Later passes give the new ranges their meaning: the expander
-turns UPCAST/UNROLL ranges into vector lanes, the renderer splits the THREAD (or GROUP_REDUCE) range across cores.
+one into an outer loop and an inner UPCAST/UNROLL/LOCAL/GROUP_REDUCE range, marking the range split across cores,
+hoisting part of a reduce out of the output loops, reordering loops). Later passes give the new ranges their meaning:
+the expander turns UPCAST/UNROLL ranges into vector lanes; on the CPU the renderer splits the THREAD (or GROUP_REDUCE)
+range across cores; on a GPU-style device (Renderer.has_local) codegen/gpu.py maps the output loops to the grid, LOCAL
+ranges are work-items of a work-group, and a GROUP_REDUCE range splits a reduce among them, combined in local memory.
+Which actions apply depends on the device: THREAD and BLOCK are the CPU's, LOCAL and GROUPTOP a GPU's.
 
 A lowered kernel is SINK(END(STORE(INDEX(PARAM 0, idx), value), *loops)): `loops` are the loop nest, outermost
 first; `value` holds at most one REDUCE(body, *reduce ranges)."""
@@ -10,11 +13,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from enum import Enum, auto
+from typing import TYPE_CHECKING
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
+
+if TYPE_CHECKING:
+  from tinyhybrid.renderer import Renderer
 
 IDX = dtypes.weakint
 LANES = (AxisType.UPCAST, AxisType.UNROLL)
@@ -26,9 +33,14 @@ class OptOps(Enum):
   UPCAST = auto()  # split an output axis: its inner part becomes vector lanes / registers (register tiling)
   UNROLL = auto()  # the same for a reduce axis: several reduce steps per iteration
   THREAD = auto()  # this output loop is split across the cores
-  GROUP = auto()   # this reduce loop is split across the cores; the partial results are combined (two-stage reduce)
+  # a reduce split among workers whose partial results are then combined (a two-stage reduce): on the CPU this reduce
+  # loop across the cores (arg 0); on a GPU `arg` work-items of a work-group, each taking every arg-th step, combined
+  # through local memory
+  GROUP = auto()
   BLOCK = auto()   # cache blocking of a reduce axis: its outer part is the outermost loop, accumulating in the output
   SWAP = auto()    # exchange two loops of the nest
+  LOCAL = auto()   # GPU: split an output axis: its inner part (arg) is work-items of one work-group (local tiling)
+  GROUPTOP = auto()  # GPU: GROUP where each of the arg work-items reduces a contiguous part of the loop
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,10 @@ def _c(v: int) -> UOp: return UOp.const(IDX, v)
 
 
 def rng(size: int, axis: int, kind: AxisType) -> UOp: return UOp(Ops.RANGE, IDX, (_c(size),), (axis, kind))
-def rsize(r: UOp) -> int: return r.src[0].arg
+def rsize(r: UOp) -> int:
+  """A range's trip count; 1 for a loop of a variable's length, which takes no optimization (see apply_opt), so that
+  the heuristics pass it over."""
+  return r.src[0].arg if r.src[0].op is Ops.CONST else 1
 def rkind(r: UOp) -> AxisType: return r.arg[1]
 
 
@@ -104,12 +119,28 @@ def _split(k: KernelParts, r: UOp, amt: int, inner_kind: AxisType, next_axis: in
     k.replace(r, outer, outer * amt + inner, inner)
 
 
-def apply_opt(ast: UOp, opt: Opt) -> UOp:
+GPU_ONLY = (OptOps.LOCAL, OptOps.GROUPTOP)
+CPU_ONLY = (OptOps.THREAD, OptOps.BLOCK)
+LOCALS = (AxisType.LOCAL, AxisType.GROUP_REDUCE)  # a GPU's ranges over the work-items of a work-group
+
+
+def apply_opt(ast: UOp, opt: Opt, ren: Renderer | None = None) -> UOp:
+  """ast with opt applied, for the device `ren` renders for (None: the CPU)."""
   k = KernelParts.of(ast)
   r = k.find(opt.axis)
   next_axis = max(x.arg[0] for x in k.all_ranges()) + 1
   kind = rkind(r)
-  if opt.op is OptOps.UPCAST:
+  if r.src[0].op is not Ops.CONST and opt.op is not OptOps.SWAP: raise KernelOptError(f"axis {opt.axis} has a variable length")
+  gpu = ren is not None and ren.has_local
+  if opt.op in (GPU_ONLY if not gpu else CPU_ONLY): raise KernelOptError(f"{opt.op.name} is not an action for this device")
+  if gpu and opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
+    assert ren is not None
+    _local(k, r, opt, next_axis)
+    locals_ = [x for x in k.all_ranges() if rkind(x) in LOCALS]
+    if len(locals_) > len(ren.max_local): raise KernelOptError(f"more local dimensions than the device's {len(ren.max_local)}")
+    if prod(rsize(x) for x in locals_) > ren.max_work_group or any(rsize(x) > min(ren.max_local) for x in locals_):
+      raise KernelOptError(f"a work-group of {[rsize(x) for x in locals_]} is past the device's limits")
+  elif opt.op is OptOps.UPCAST:
     if r not in k.loops or kind not in (AxisType.LOOP, AxisType.THREAD): raise KernelOptError("UPCAST needs an output loop")
     _split(k, r, opt.arg, AxisType.UPCAST, next_axis)
   elif opt.op is OptOps.UNROLL:
@@ -132,6 +163,31 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
   if prod(rsize(x) for x in k.loops if rkind(x) is AxisType.UPCAST) > MAX_UPCAST: raise KernelOptError("too many upcast lanes")
   if prod(rsize(x) for x in k.all_ranges() if rkind(x) in LANES) > MAX_LANES: raise KernelOptError("too many lanes")
   return k.build()
+
+
+def _local(k: KernelParts, r: UOp, opt: Opt, next_axis: int) -> None:
+  """LOCAL, GROUP and GROUPTOP on a GPU: the inner `arg` steps of r become work-items."""
+  kind, amt, size = rkind(r), opt.arg, rsize(r)
+  if r.src[0].op is not Ops.CONST or amt < 2 or size % amt: raise KernelOptError(f"axis {r.arg[0]} of size {size} does not split by {amt}")
+  if opt.op is OptOps.LOCAL:
+    if r not in k.loops or kind is not AxisType.LOOP: raise KernelOptError("LOCAL needs an output loop")
+    _split(k, r, amt, AxisType.LOCAL, next_axis)
+    return
+  if r not in k.reduce_ranges or kind is not AxisType.REDUCE: raise KernelOptError(f"{opt.op.name} needs a reduce loop")
+  if any(rkind(x) is AxisType.GROUP_REDUCE for x in k.reduce_ranges): raise KernelOptError("one grouped reduce axis")
+  grp = rng(amt, next_axis, AxisType.GROUP_REDUCE)
+  if amt == size: outer, expr = None, grp
+  else:
+    outer = rng(size // amt, r.arg[0], AxisType.REDUCE)
+    # GROUP: work-item g takes steps g, g+amt, ... (neighbours read neighbours: coalesced); GROUPTOP: a block each
+    expr = outer * amt + grp if opt.op is OptOps.GROUP else grp * (size // amt) + outer
+  k.replace(r, grp, expr, outer)
+  # the group's range goes first: it is the work-item's place, named before (and read after) the reduce's loops
+  red = k.reduce
+  assert red is not None
+  rr = [grp] + [x for x in red.src[1:] if x is not grp]
+  new = UOp(Ops.REDUCE, red.dtype, (red.src[0], *rr), red.arg)
+  k.value, k.reduce = k.value.substitute({red: new}), new
 
 
 def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
@@ -178,8 +234,8 @@ def merge_loops(ast: UOp, vec: int = 16) -> UOp:
   return k.build()
 
 
-def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:
-  for o in opts: ast = apply_opt(ast, o)
+def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | None = None) -> UOp:
+  for o in opts: ast = apply_opt(ast, o, ren)
   return ast
 
 

@@ -1,7 +1,8 @@
-"""Choosing a kernel's optimizations: the default heuristics, or with BEAM=N a beam search that compiles candidate
-plans and times them on the device. A candidate is a neighbour of a plan in the beam: one more action, one action
-less, or one action with another amount; the N fastest plans go on until a round finds nothing faster. The winner
-is cached on disk by the kernel's source, the device and the compiler, so a second run pays nothing."""
+"""Choosing a kernel's optimizations: the default heuristics (the CPU's in codegen/heuristic.py, a GPU-style device's
+in codegen/gpu.py), or with BEAM=N a beam search that compiles candidate plans and times them on the device (its own
+clock where it has one). A candidate is a neighbour of a plan in the beam: one more action, one action less, or one
+action with another amount; the N fastest plans go on until a round finds nothing faster. The winner is cached on
+disk by the kernel's source, the device and the compiler, so a second run pays nothing."""
 from __future__ import annotations
 
 import hashlib
@@ -17,9 +18,10 @@ from tqdm import tqdm
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.expand import expand
+from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_grid
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
-from tinyhybrid.codegen.opt import KernelOptError, KernelParts, Opt, OptOps, apply_opts, merge_loops, rkind, rsize
+from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, KernelOptError, KernelParts, Opt, OptOps, apply_opts, merge_loops, rkind, rsize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, np_storage
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
@@ -28,15 +30,28 @@ from tinyhybrid.uop import AxisType, Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.device import Compiled
+  from tinyhybrid.renderer import Renderer
 
-AMOUNTS = {OptOps.UPCAST: (2, 3, 4, 6, 8, 16, 32, 64), OptOps.UNROLL: (2, 3, 4, 8, 16, 32, 64), OptOps.BLOCK: (64, 128, 256, 512)}
+AMOUNTS = {OptOps.UPCAST: (2, 3, 4, 6, 8, 16, 32, 64), OptOps.UNROLL: (2, 3, 4, 8, 16, 32, 64), OptOps.BLOCK: (64, 128, 256, 512),
+           OptOps.LOCAL: (2, 4, 8, 16, 32, 64), OptOps.GROUP: (4, 8, 16, 32, 64, 128, 256), OptOps.GROUPTOP: (4, 8, 16, 32, 64, 128, 256)}
 SPLIT = (AxisType.THREAD, AxisType.GROUP_REDUCE)
 
 
-def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> LoweredKernel:
-  """k with `opts` applied and its lanes expanded: what the renderer takes."""
-  ast = apply_opts(k.ast, opts)
+def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | int) -> LoweredKernel:
+  """k with `opts` applied for the device `ren` renders for (an int: the CPU's, with vectors of that many lanes),
+  mapped to its grid on a GPU-style device, and its lanes expanded: what the renderer takes."""
+  if isinstance(ren, int): ren, vec = None, ren
+  else: vec = ren.vec
+  ast = apply_opts(k.ast, opts, ren)
   if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
+  if ren is not None and ren.has_local:
+    opted = ast
+    ast, launch = to_grid(opted, ren)
+    viz.stage("map to the grid", opted, ast)
+    ex = expand(ast, vec)
+    viz.stage("expand", ast, ex)
+    check_local_memory(ex, launch, ren)
+    return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
   expanded = expand(ast, vec)
   viz.stage("expand", ast, expanded)
@@ -44,7 +59,9 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], vec: int) -> L
 
 
 def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
-  vec = getattr(dev.renderer, "vec", 1) if dev is not None else 1
+  ren = dev.renderer if dev is not None else None
+  vec = ren.vec if ren is not None else 1
+  gpu = ren is not None and ren.has_local
   # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
   # heads, a batch) across the cores
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
@@ -52,37 +69,47 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
     merged = merge_loops(k.ast, max(vec, 1))
     viz.stage("merge loops", k.ast, merged)
     k = replace(k, ast=merged)
-  if NOOPT.value: opts: list[Opt] = []
-  elif symbolic: opts = [Opt(OptOps.THREAD, r.arg[0]) for r in KernelParts.of(k.ast).loops if r.src[0].op is Ops.CONST and rsize(r) > 1][:1]
-  elif BEAM >= 1 and dev is not None and dev.name.split(":")[0] == "CPU": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
+  if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
+  elif BEAM >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
+  elif gpu: opts = gpu_optimizations(k, ren)
   else: opts = hand_coded_optimizations(k)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
-  return finalize(k, opts, vec)
+  return finalize(k, opts, ren if ren is not None else vec)
+
+
+def default_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
+  return gpu_optimizations(k, ren) if ren.has_local else hand_coded_optimizations(k)
 
 
 # ** search **
 
-def actions(ast) -> list[Opt]:
-  """Every action that could follow on this kernel (some turn out not to apply)."""
+def actions(ast, ren: Renderer | None = None) -> list[Opt]:
+  """Every action that could follow on this kernel on the device `ren` renders for (some turn out not to apply)."""
   k = KernelParts.of(ast)
+  gpu = ren is not None and ren.has_local
   out: list[Opt] = []
   for r in k.loops:
     if rkind(r) in (AxisType.LOOP, AxisType.THREAD): out += [Opt(OptOps.UPCAST, r.arg[0], a) for a in AMOUNTS[OptOps.UPCAST] if rsize(r) % a == 0]
-    if rkind(r) is AxisType.LOOP: out.append(Opt(OptOps.THREAD, r.arg[0]))
+    if rkind(r) is AxisType.LOOP and gpu: out += [Opt(OptOps.LOCAL, r.arg[0], a) for a in AMOUNTS[OptOps.LOCAL] if rsize(r) % a == 0]
+    elif rkind(r) is AxisType.LOOP: out.append(Opt(OptOps.THREAD, r.arg[0]))
     out += [Opt(OptOps.SWAP, r.arg[0], o.arg[0]) for o in k.loops if o.arg[0] > r.arg[0] and rkind(o) not in (AxisType.UPCAST,)]
   for r in k.reduce_ranges:
     if rkind(r) is not AxisType.REDUCE: continue
     out += [Opt(OptOps.UNROLL, r.arg[0], a) for a in AMOUNTS[OptOps.UNROLL] if rsize(r) % a == 0]
-    out += [Opt(OptOps.BLOCK, r.arg[0], a) for a in AMOUNTS[OptOps.BLOCK] if rsize(r) % a == 0 and a < rsize(r)]
-    out.append(Opt(OptOps.GROUP, r.arg[0]))
-  return out
+    if gpu: out += [Opt(op, r.arg[0], a) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in AMOUNTS[op] if rsize(r) % a == 0]
+    else:
+      out += [Opt(OptOps.BLOCK, r.arg[0], a) for a in AMOUNTS[OptOps.BLOCK] if rsize(r) % a == 0 and a < rsize(r)]
+      out.append(Opt(OptOps.GROUP, r.arg[0]))
+  return [o for o in out if o.op not in (CPU_ONLY if gpu else GPU_ONLY)]
 
 
-def neighbours(k: LoweredKernel, plan: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
+def neighbours(k: LoweredKernel, plan: tuple[Opt, ...], ren: Renderer | None = None) -> list[tuple[Opt, ...]]:
+  gpu = ren is not None and ren.has_local
   out: list[tuple[Opt, ...]] = [plan[:i] + plan[i + 1:] for i in range(len(plan))]
   for i, o in enumerate(plan):
+    if o.op is OptOps.GROUP and not gpu: continue  # the CPU's GROUP takes no amount
     out += [plan[:i] + (Opt(o.op, o.axis, a),) + plan[i + 1:] for a in AMOUNTS.get(o.op, ()) if a != o.arg]
-  try: out += [plan + (a,) for a in actions(apply_opts(k.ast, plan))]
+  try: out += [plan + (a,) for a in actions(apply_opts(k.ast, plan, ren), ren)]
   except KernelOptError: pass
   return out
 
@@ -95,7 +122,7 @@ class _Timer:
     self.bufs: list[Buffer] = [Buffer(dev.name, max(b.size, 1), b.dtype, initial=np.ones(max(b.size, 1), np_storage(b.dtype))) for b in k.buffers]
 
   def source(self, plan: tuple[Opt, ...]) -> tuple[LoweredKernel, str] | None:
-    try: fk = finalize(self.k, plan, self.dev.renderer.vec)
+    try: fk = finalize(self.k, plan, self.dev.renderer)
     except KernelOptError: return None
     src = self.dev.renderer.render(fk)
     if CHECK_OOB: check_kernel(fk, src)  # a candidate runs on scratch buffers: it is proven like any kernel
@@ -111,12 +138,14 @@ class _Timer:
       if prg is None:
         times.append(float("inf"))
         continue
-      threads = max(1, min(fk.outer, self.dev.max_threads))
+      threads = fk.launch or max(1, min(fk.outer, self.dev.max_threads))
       runs = []
       for _ in range(4):  # the first run warms caches and workers; a hopeless candidate gets no more
-        st = time.perf_counter()
-        prg.call(addrs, threads)
-        runs.append(time.perf_counter() - st)
+        if prg.timed is not None: runs.append(prg.timed(addrs, threads))  # the device's own clock
+        else:
+          st = time.perf_counter()
+          prg.call(addrs, threads)
+          runs.append(time.perf_counter() - st)
         if runs[0] > 3 * limit: break
       times.append(min(runs[1:], default=runs[0]))
     return times
@@ -128,8 +157,10 @@ def _compile_or_none(dev: Compiled, name: str, src: str):
 
 
 def _cache_path(k: LoweredKernel, dev: Compiled, width: int):
-  src = dev.renderer.render(finalize(k, (), 1))
-  key = hashlib.sha256("\0".join((src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))).encode())
+  src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
+  parts = (src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))
+  if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver
+  key = hashlib.sha256("\0".join(parts).encode())
   d = cache_root() / "beam"
   d.mkdir(parents=True, exist_ok=True)
   return d / f"{k.name}-{key.hexdigest()[:24]}.json"
@@ -158,9 +189,9 @@ def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
 
   with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
     timer = _Timer(k, dev, pool)
-    beam = sorted(measure(timer, [(), tuple(hand_coded_optimizations(k))], float("inf"), f"BEAM {k.name}"), key=lambda x: x[0])[:width]
+    beam = sorted(measure(timer, [(), tuple(default_optimizations(k, dev.renderer))], float("inf"), f"BEAM {k.name}"), key=lambda x: x[0])[:width]
     for rnd in range(1, 16):
-      cands = list(dict.fromkeys(n for _, p in beam for n in neighbours(k, p)))
+      cands = list(dict.fromkeys(n for _, p in beam for n in neighbours(k, p, dev.renderer)))
       got = measure(timer, cands, beam[0][0], f"BEAM {k.name} round {rnd} ({beam[0][0] * 1e6:.0f} us)")
       new = sorted(beam + [x for x in got if x[0] < float("inf")], key=lambda x: x[0])[:width]
       improved, beam = new[0][0] < beam[0][0], new

@@ -14,12 +14,13 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, Device, ProfileEvent, profile_events
+from tinyhybrid.device import Buffer, Device, ProfileEvent, Runner, profile_events
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.multi import is_realized_multi
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, binds_of, map_binds, unbind_all, unbind_arg
 
@@ -79,6 +80,11 @@ def _add_binds(var_vals: dict[UOp, int], binds: list[UOp]) -> None:
 def _add_input(name: int | str | None, v: Tensor, bufs: list[Buffer], sig: list[tuple], var_vals: dict[UOp, int]) -> None:
   """An input: a lazy one is computed first (the captured kernels read memory). A whole buffer is keyed by its shape;
   any other view is read through, keyed by the view with its variables unbound."""
+  if type(v.device) is tuple:  # sharded: each shard's buffer is an input
+    if not is_realized_multi(v.uop) or not all(contiguous_buffer(x) is not None for x in v.uop.src): v.replace(v.contiguous().realize())
+    bufs.extend(contiguous_buffer(x) for x in v.uop.src)  # type: ignore[misc]
+    sig.append((name, v.shape, v.dtype, v.device, v.uop.arg[1]))
+    return
   if v.uop.op is Ops.CONST and not v.uop.src:
     raise JitError(f"TinyJit: input {name!r} is a constant {v.uop.arg!r} ({v.dtype}) with no buffer a replay could replace; "
                    "pass a tensor with memory (Tensor([x]), or .contiguous())")
@@ -167,8 +173,13 @@ class CapturedJit(Generic[ReturnType]):
     # them (a returned tensor fed back in) is copied first, or a kernel would read what another already overwrote
     input_ids = {id(b) for b in inputs}
     self.written = {b for ei in self.jit_cache if isinstance(b := self.objs[ei.slots[0]], Buffer) and id(b) not in input_ids}
-    self.runner = Device[self.devices[0]].runner([(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args)) \
-      if self.devices and len(set(self.devices)) == 1 else None
+    # one runner (for the CPU: one pre-encoded submit) per run of consecutive kernels and copies on one device
+    self.runners: list[Runner] = []
+    for i, ei in enumerate(self.jit_cache):
+      if i == 0 or self.devices[i] != self.devices[i - 1]: segment: list[tuple] = []
+      segment.append((ei.prg, ei.slots, ei.threads))
+      if i + 1 == len(self.jit_cache) or self.devices[i + 1] != self.devices[i]:
+        self.runners.append(Device[self.devices[i]].runner(segment, len(self.args)))
     self.ops, self.mem = sum(ei.prg.ops for ei in self.jit_cache), sum(ei.prg.mem for ei in self.jit_cache)
     # a returned realized view of a symbolic shape follows each call's values (in tinygrad it keeps the capture's)
     self.symbolic_outs = [t for t in _returned_tensors(ret) if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]
@@ -184,9 +195,7 @@ class CapturedJit(Generic[ReturnType]):
     for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
       buf.copyin(base_buffer(redraw().uop).arg.numpy())
     first = len(profile_events)
-    if self.runner is not None: self.runner(args)
-    else:
-      for ei in self.jit_cache: ei.prg.call([args[s] for s in ei.slots], ei.threads)
+    for runner in self.runners: runner(args)
     if PROFILE and (ran := profile_events[first:]):
       # the replay as one span around the kernels it ran, from their own (queue) timestamps
       profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))

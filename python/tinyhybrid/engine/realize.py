@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.validate import check_kernel
-from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner
+from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, GlobalCounters
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
@@ -20,6 +20,7 @@ from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
+from tinyhybrid.uop.spec import spec_check
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -58,9 +59,9 @@ def count_runs(kernels: int, ops: int, mem: int) -> None:
   GlobalCounters.global_mem += mem
 
 
-# normalized sink -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently used
-# plans are dropped past the limit, so programs that build ever-new graphs do not grow without bound.
-schedule_cache: OrderedDict[UOp, CompiledSchedule] = OrderedDict()
+# (normalized sink, device) -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently
+# used plans are dropped past the limit, so programs that build ever-new graphs do not grow without bound.
+schedule_cache: OrderedDict[tuple[UOp, str], CompiledSchedule] = OrderedDict()
 SCHEDULE_CACHE_SIZE = 256
 
 
@@ -76,26 +77,34 @@ phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0,
 
 
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
+  dev = Device[device]
   t0 = time.perf_counter()
+  spec_check(key, "tensor graph", "normalize")
   with viz.group("schedule") as vg:
-    spec = create_schedule(key, n_inputs)
+    spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local)
     if vg.on:
       vg.name = f"schedule of {len(spec.items)} kernels"
       viz.stage("kernelize", key, UOp.sink(*[it.out for it in spec.items]))
-  dev = Device[device]
   t1 = time.perf_counter()
   phase_times["schedule"] += t1 - t0
   kernels: list[tuple[tuple, list[BufferSlot]]] = []
   fresh: dict[tuple, tuple[LoweredKernel, str]] = {}
   for item in spec.items:
     local, slots = localize(item)
+    spec_check(local.out, "kernel graph", "kernelize")
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
-    if ck in fresh: continue
     if ck in kernel_cache:
+      kernel_cache.move_to_end(ck)  # in use: the last to go
       if CHECK_OOB: check_kernel(kernel_cache[ck][0], kernel_cache[ck][1].src)  # lowered before CHECK_OOB was set
+      continue
+    if ck in fresh: continue
+    # another device of the same kind (CPU:1 for CPU) lowered it already: only its compiled program is per device
+    if (same := next((kernel_cache[o] for d in Device.opened(device_base(device)) if (o := (*ck[:2], d, *ck[3:])) in kernel_cache), None)):
+      fresh[ck] = (same[0], same[1].src)
       continue
     with viz.group("kernel") as vg:
       k = lower(local, dev)
+      spec_check(k.ast, "lowered", "lower")
       t2 = time.perf_counter()
       src = dev.renderer.render(k)
       t3 = time.perf_counter()
@@ -114,15 +123,17 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     prg = compiled[(k.name, src)]
     prg.ops, prg.mem = k.ops, k.mem
     kernel_cache[ck] = (k, prg)
-  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   phase_times["compile"] += time.perf_counter() - t1
   items = []
   # a variable's value is one more argument slot, after every buffer's: a kernel takes its buffers, then its variables
   n_bufs = n_inputs + len(spec.new_slots)
   for ck, slots in kernels:
     k, prg = kernel_cache[ck]
-    threads = max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1
+    # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
+    threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
     items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
+  # past the limit the least recently used kernels go, once this schedule has taken its own
+  while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
   physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
@@ -198,7 +209,12 @@ class Linear:
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  """Realizing is planning, then running."""
+  """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py, which
+  realizes their shards here."""
+  if any(type(t.device) is tuple for t in tensors):
+    from tinyhybrid.engine.multi import realize_multi
+    realize_multi([t for t in tensors if type(t.device) is tuple])
+    tensors = [t for t in tensors if type(t.device) is not tuple]
   for st in _plan(tensors): _run_step(st)
 
 
@@ -216,7 +232,10 @@ def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
   for st in linear.steps: _run_step(st)
 
 
-def plan(tensors: list[Tensor]) -> Linear: return Linear(_plan(tensors))
+def plan(tensors: list[Tensor]) -> Linear:
+  if any(type(t.device) is tuple for t in tensors):
+    raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
+  return Linear(_plan(tensors))
 
 
 def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:
@@ -253,17 +272,17 @@ def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:
     # a live tensor made .contiguous() that this graph computes gets its memory here anyway: it is realized with the
     # rest, as in tinygrad (a later graph over it reads that memory instead of computing it again). A cached plan
     # knows whether its graph has such a node at all
-    cs = schedule_cache.get(key)
+    cs = schedule_cache.get((key, device))
     if (cs is None or cs.contiguous_inside) and (inner := _live_contiguous(nodes, roots, _all_tensors)):
       ts = ts + inner
       roots = [t.uop for t in ts]
       key, inputs, nodes = normalize(roots, var_vals)
-      cs = schedule_cache.get(key)
+      cs = schedule_cache.get((key, device))
     if cs is None or (CHECK_OOB and not cs.proven):  # a plan made before CHECK_OOB was set is made (and proven) again
-      cs = schedule_cache[key] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
+      cs = schedule_cache[(key, device)] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
       if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
     else:
-      schedule_cache.move_to_end(key)
+      schedule_cache.move_to_end((key, device))
       if DEBUG >= 3: print(f"schedule cache hit: {len(cs.items)} kernels")
     # bind memory: inputs, then the plan's physical buffers
     phys: dict[int, Buffer] = {}
@@ -280,12 +299,15 @@ def _run_step(st: _Step) -> None:
   args = [b.address for b in bufs]
   if cs.vars: args += [st.var_vals[v] & U64_MASK for v in cs.vars]
   if DEBUG >= 2:
-    for ei in cs.items:  # one at a time, so each kernel's time is seen
+    for ei in cs.items:  # one at a time, so each kernel's time is seen (the device's clock where it has one)
       start = time.perf_counter()
-      ei.prg.call([args[s] for s in ei.slots], ei.threads)
-      et = max(time.perf_counter() - start, 1e-9)
+      if ei.prg.timed is not None: et = ei.prg.timed([args[s] for s in ei.slots], ei.threads)
+      else:
+        ei.prg.call([args[s] for s in ei.slots], ei.threads)
+        et = max(time.perf_counter() - start, 1e-9)
       GlobalCounters.time_sum_s += et
-      print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {ei.threads} threads  "
+      launch = f"{ei.threads} threads" if isinstance(ei.threads, int) else f"grid {ei.threads[0]} local {ei.threads[1]}"
+      print(f"{ei.prg.name:<40} {et * 1e6:9.2f} us  {len(ei.slots)} args  {launch}  "
             f"{ei.prg.ops / et * 1e-9:8.2f} GFLOPS {ei.prg.mem / et * 1e-9:7.2f} GB/s")
   elif cs.items:
     cs.runner(args)

@@ -5,6 +5,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tinyhybrid.dtype import dtypes, to_dtype
+from tinyhybrid.uop import Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -82,6 +83,9 @@ class CreationMixin:
     return keep.where(self, self.zeros_like() if self.dtype is not dtypes.bool else False)
 
   def full_like(self: Tensor, fill_value: Any, **kwargs) -> Tensor:
+    if type(self.device) is tuple and kwargs.get("device") is None and self.uop.op is Ops.MSTACK and self.uop.arg[1] is not None:
+      # sharded on an axis: the new tensor is sharded the same way (as in tinygrad)
+      return self.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype), **kwargs).shard(self.device, self.uop.arg[1])
     return self.full(self.shape, fill_value, dtype=kwargs.pop("dtype", self.dtype), device=kwargs.pop("device", self.device), **kwargs)
   def zeros_like(self: Tensor, **kwargs) -> Tensor: return self.full_like(0, **kwargs)
   def empty_like(self: Tensor, **kwargs) -> Tensor:

@@ -8,7 +8,6 @@ import os
 import pathlib
 import pickle
 import struct
-import tempfile
 import time
 import zipfile
 import zlib
@@ -304,45 +303,11 @@ def torch_load(fn: FileLike) -> Any:
 
 
 # ** gguf **
-# The container (header, key-values, tensor infos, alignment) is read by the gguf package's GGUFReader, the format's
-# reference reader from llama.cpp; the tensor data is copied to the device as bytes and quantized types are
-# dequantized there (nn/quant.py).
 
-_GGML_NATIVE: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 24: dtypes.int8, 25: dtypes.int16, 26: dtypes.int32,
-                                  27: dtypes.int64, 28: dtypes.float64, 30: dtypes.bfloat16}
-
-
-def gguf_load(fn: FileLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
-  """(key-value metadata, tensors by name) of a .gguf file. Shapes are in row-major order (gguf lists dimensions
-  fastest first); quantized tensors come back as float32, lazily dequantized on the device."""
-  from tinyhybrid.nn.quant import GGML_QUANT, dequantize
-  if isinstance(fn, Tensor):  # the reader maps a file: give the bytes one
-    data, _ = _read_bytes(fn)
-    with tempfile.TemporaryDirectory() as d:
-      (path := pathlib.Path(d) / "tensor.gguf").write_bytes(data)
-      return gguf_load(path)
-  if not os.path.isfile(fn): raise FileNotFoundError(f"gguf_load: no such file {str(fn)!r}")
-  kv, tensors = _gguf_read(fn)
-  state_dict = {}
-  for name, shape, typ, raw in tensors:
-    if (dt := _GGML_NATIVE.get(typ)) is not None: state_dict[name] = _from_raw(raw.view(np_storage(dt)), dt, shape)
-    elif typ in GGML_QUANT:
-      type_size = GGML_QUANT[typ][2]
-      state_dict[name] = dequantize(_from_raw(raw, dtypes.uint8, (raw.nbytes // type_size, type_size)), typ).reshape(shape)
-    else: raise ValueError(f"{fn}: tensor {name!r} has ggml type {typ}, which gguf_load does not support")
-  return kv, state_dict
-
-
-def _gguf_read(fn: str | os.PathLike) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, np.ndarray]]]:
-  """The key-values and (name, row-major shape, ggml type, raw bytes) of each tensor, as GGUFReader finds them."""
-  import gguf  # an optional dependency (the gguf extra)
-  try:
-    reader = gguf.GGUFReader(fn)
-    kv = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}  # GGUF.*: the reader's own
-    tensors = [(rt.name, tuple(int(d) for d in reversed(rt.shape)), int(rt.tensor_type), np.ascontiguousarray(rt.data).reshape(-1).view(np.uint8))
-               for rt in reader.tensors]
-    for (name, *_, raw), rt in zip(tensors, reader.tensors):
-      if raw.nbytes != rt.n_bytes: raise ValueError(f"tensor {name!r} is truncated ({raw.nbytes} of {rt.n_bytes} bytes)")
-    return kv, tensors
-  except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:  # what the reader raises on a corrupt file
-    raise ValueError(f"{fn}: not a valid gguf file: {type(e).__name__}: {e}") from None
+def __getattr__(name: str) -> Any:
+  """gguf_load lives in tinyhybrid.llm.gguf, as in tinygrad; that module builds on this one, so it is looked up when
+  first asked for."""
+  if name == "gguf_load":
+    from tinyhybrid.llm.gguf import gguf_load
+    return gguf_load
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

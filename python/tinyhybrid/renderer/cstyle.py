@@ -1,9 +1,13 @@
-"""Rendering the expanded kernel IR (see codegen/expand.py) to C. A kernel is `void name(const unsigned long long*
-args, unsigned core_id, unsigned num_cores)`: args holds the buffer addresses, then the values of the kernel's
-variables (LoweredKernel.vars, each a DEFINE_VAR, read as a signed 64-bit value); the THREAD loop (or the GROUP_REDUCE
-reduce loop) is split between the cores that call it, every other loop runs whole on each core.
+"""Rendering the expanded kernel IR (see codegen/expand.py) to C-family source. `CStyleWriter` is what the C-family
+languages share: where each node goes (at the depth of the innermost loop it depends on), naming, expressions, the
+reduce section and the stores. A language supplies its spellings (types, vectors, loads and stores, casts, math) and
+its kernel's frame (signature, how a loop of each kind opens, how partial results combine): C for the CPU below,
+OpenCL in renderer/opencl.py over the GPU frame of renderer/gpu.py.
 
-Vectors are clang's ext_vector_type; a node is emitted at the depth of the innermost loop it depends on."""
+The CPU's kernel is `void name(const unsigned long long* args, unsigned core_id, unsigned num_cores)`: args holds the
+buffer addresses, then the values of the kernel's variables (LoweredKernel.vars, each a DEFINE_VAR, read as a signed
+64-bit value); the THREAD loop (or the GROUP_REDUCE reduce loop) is split between the cores that call it, every other
+loop runs whole on each core. Vectors are clang's ext_vector_type."""
 from __future__ import annotations
 
 import math
@@ -14,13 +18,14 @@ from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.spec import spec_check_linear
 
 # bfloat16 values are computed as float and stored as their top 16 bits
 _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "unsigned char": "unsigned char", "short": "short",
            "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
            "unsigned long": "unsigned long long", "weakint": "long long", "half": "th_half", "float": "float",
            "double": "double", "weakfloat": "double"}
-_MASK_INT = {1: "signed char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
+_MASK_INT = {1: "char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
 
 # Sources are self-contained, and several can be compiled as one file (runtime/compiler.py builds a schedule's
 # kernels together): the prelude, vector types and helpers are guarded, and a kernel's state lives inside its function.
@@ -75,7 +80,7 @@ _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ
           Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.CDIV: "/", Ops.CMOD: "%", Ops.FDIV: "/", Ops.SUB: "-"}
 _SPECIAL_INFIX = {Ops.CDIV, Ops.CMOD}  # an integer division guards against a divisor of 0
 _INLINE = {Ops.CONST, Ops.GEP}  # nodes written where they are used, never named
-_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 MAX_CORES = 1024  # the CPU queue's thread limit: a GROUP kernel keeps one slot of partial results per core
 CHUNKS = 64       # pieces the outermost THREAD loop is handed out in
 
@@ -93,32 +98,6 @@ def ctype(dt: DType) -> str:
 _ctype_memo: dict[DType, str] = {}
 
 
-def _float_literal(v: float, dt: DType) -> str:
-  if math.isnan(v): return "NAN" if dt is not dtypes.double else "(double)NAN"
-  if math.isinf(v): return ("-" if v < 0 else "") + ("INFINITY" if dt is not dtypes.double else "(double)INFINITY")
-  lit = float.hex(v)
-  return {"float": f"{lit}f", "double": lit}.get(dt.name, f"(({ctype(dt)}){lit})")
-
-
-def const_literal(v, dt: DType) -> str:
-  if dt is dtypes.bool: return "1" if v else "0"
-  if dt._is_float: return _float_literal(float(v), dt)
-  if dt._is_unsigned: return f"{int(v)}ull" if dt.itemsize == 8 else f"{int(v)}u"
-  if dt.itemsize == 8 or dt is dtypes.weakint: return f"{int(v)}ll" if int(v) != -2**63 else "(-9223372036854775807ll-1)"
-  return str(int(v))
-
-
-class CRenderer(Renderer):
-  """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's)."""
-  device = "CPU"
-
-  def __init__(self, vec: int = 16): self.vec = vec
-
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)  # no fp8 type in C
-
-  def render(self, k: LoweredKernel) -> str: return _KernelWriter(k).write()
-
-
 def _guarded(name: str, decl: str) -> str:
   """A declaration that may appear in several kernels of one file: only the first counts."""
   return f"#ifndef TH_DEF_{name}\n#define TH_DEF_{name}\n{decl}\n#endif"
@@ -129,118 +108,142 @@ def var_name(v: UOp) -> str:
   return "var_" + "".join(c if c.isalnum() else "_" for c in v.arg[0])
 
 
-def _infix(op: Ops, dt: DType, t: str, s: list[str]) -> str:
-  e = f"({s[0]} {_INFIX[op]} {s[1]})"
-  # C promotes small ints to int: narrow the result back to the node's type
-  return f"(({t}){e})" if dt.count == 1 and dt.itemsize < 4 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
-
-
 def _identity(op: Ops, dt: DType):
   return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dt.min}[op]
 
 
-class _KernelWriter:
+class CStyleWriter:
+  """One kernel's source in a C-family language (see the module doc). Subclasses set the type names and spell what
+  differs; this class places the nodes and writes everything else."""
+  TYPES: dict[str, str] = _CTYPES         # scalar dtype name -> its type as computed in
+  MASK_INT: dict[int, str] = _MASK_INT    # element size -> the integer type of a vector comparison's lane mask
+  IDX = "long long"                       # the type of loop counters
+  SUFFIX = ("ll", "ull")                  # the literal suffixes of 64-bit signed and unsigned ints
+
   def __init__(self, k: LoweredKernel):
     self.k = k
     end = k.ast.src[0]
     self.stores, self.loops = list(end.src[0].src), list(end.src[1:])
     self.order = list(k.ast.toposort())
+    spec_check_linear(self.order, "linearize")
     self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
     self.rloops = list(self.reduces[0].src[self.reduces[0].arg[1]:]) if self.reduces else []
     self.names: dict[UOp, str] = {}
     self.types: dict[str, str] = {}    # vector typedefs
     self.helpers: dict[str, str] = {}  # helper functions by name
-    self.statics: dict[str, str] = {}  # the kernel's state between cores
+    self.statics: dict[str, str] = {}  # declarations at the top of the kernel's body
     self.lines: list[str] = []
     self.counter = 0
     self.depth = 1
-    self.vtypes: dict[DType, str] = {}  # vector dtype -> its typedef's name
+    self.vtypes: dict[DType, str] = {}  # vector dtype -> its type's name
+    self.scalars: dict[DType, str] = {}
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
-  # ** types and helpers **
+  # ** spellings: types **
 
-  def vtype(self, scalar: str, n: int) -> str:
-    name = f"th_{scalar.replace(' ', '_')}{n}"
-    self.types.setdefault(name, _guarded(name, f"typedef {scalar} {name} __attribute__((ext_vector_type({n})));"))
-    return name
+  def scalar(self, dt: DType) -> str:
+    """The type a value of dt is computed in."""
+    if (hit := self.scalars.get(dt)) is not None: return hit
+    try: ret = self.scalars[dt] = self.TYPES[dt.scalar().name]
+    except KeyError: raise NotImplementedError(f"{type(self).__name__} has no type for {dt}") from None
+    return ret
+
+  def vtype(self, scalar: str, n: int) -> str: raise NotImplementedError
 
   def ctype(self, u: UOp) -> str:
     dt = u.dtype
-    if dt.count == 1: return ctype(dt)
+    if dt.count == 1: return self.scalar(dt)
     # a vector of bools is a lane mask as wide as the values it compares
-    if dt.scalar() is dtypes.bool: return self.vtype(_MASK_INT[mask_size(u) or 4], dt.count)
-    if (hit := self.vtypes.get(dt)) is None: hit = self.vtypes[dt] = self.vtype(ctype(dt), dt.count)
+    if dt.scalar() is dtypes.bool: return self.vtype(self.MASK_INT[mask_size(u) or 4], dt.count)
+    if (hit := self.vtypes.get(dt)) is None: hit = self.vtypes[dt] = self.vtype(self.scalar(dt), dt.count)
     return hit
 
   def helper(self, name: str, body: str) -> str:
     self.helpers.setdefault(name, _guarded(name, body))
     return name
 
+  def literal(self, v, dt: DType) -> str:
+    if dt is dtypes.bool: return "1" if v else "0"
+    if dt._is_float:
+      v = float(v)
+      if math.isnan(v): return "NAN" if dt is not dtypes.double else "(double)NAN"
+      if math.isinf(v): return ("-" if v < 0 else "") + ("INFINITY" if dt is not dtypes.double else "(double)INFINITY")
+      lit = float.hex(v)
+      return {"float": f"{lit}f", "double": lit}.get(dt.name) or f"(({self.scalar(dt)}){lit})"
+    sll, ull = self.SUFFIX
+    if dt._is_unsigned: return f"{int(v)}{ull}" if dt.itemsize == 8 else f"{int(v)}u"
+    if dt.itemsize == 8 or dt is dtypes.weakint: return f"{int(v)}{sll}" if int(v) != -2**63 else f"(-9223372036854775807{sll}-1)"
+    return str(int(v))
+
+  # ** spellings: expressions a language writes its own way **
+
+  def vec_literal(self, t: str, items: list[str]) -> str: return f"({t}){{{', '.join(items)}}}"
+  def lane(self, x: str, i: int) -> str: return f"{x}[{i}]"
+  def convert(self, x: str, t: str) -> str: return f"__builtin_convertvector({x}, {t})"
   def fma(self, t: str) -> str:
     return self.helper(f"th_fma_{t}", f"static inline {t} th_fma_{t}({t} a, {t} b, {t} c) {{ TH_CONTRACT return a * b + c; }}")
+  def math(self, op: Ops, dt: DType, t: str, x: str) -> str:
+    fn = MATH[op] + ("" if dt is dtypes.double else "f")
+    return f"{fn}({x})" if dt in (dtypes.float, dtypes.double) else f"(({t}){fn}((float){x}))"
+  def rounding(self, dt: DType) -> str | None:
+    """The helper that rounds a result of dt computed in a wider type (bfloat16 runs in float), None if none is."""
+    return "th_round_bf16" if dt is dtypes.bfloat16 else None
 
-  def vload(self, u: UOp, t: str, ptr: str) -> str:
-    index = u.src[0]
-    mask = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.uint), None)
-    gate = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.bool), None)
-    scalar, n = ctype(u.dtype), u.dtype.count
-    intr = _MASKED.get((scalar, n))
-    if gate is not None and intr is not None:
-      # a gated load becomes a masked one: no branch, and a masked-off lane is never read
-      mask, gate = f"({gate} ? {mask or f'{(1 << n) - 1}u'} : 0u)", None
-    if mask is not None:
-      fn = f"th_mld_{t}"
-      fallback = f"{t} r = ({t})(0); for (int i = 0; i < {n}; i++) if ((m >> i) & 1u) r[i] = p[i]; return r;"
-      if intr is not None:
-        self.helpers.setdefault("#immintrin", "#ifdef __AVX512F__\n#include <immintrin.h>\n#endif")
-        body = f"#ifdef __AVX512F__\n  return ({t}){intr}(m, p);\n#else\n  {fallback}\n#endif"
-      else: body = f"  {fallback}"
-      self.helper(fn, f"static inline {t} {fn}(const {scalar}* p, unsigned int m) {{\n{body}\n}}")
-      ret = f"{fn}({ptr}, {mask})"
-    elif index.arg is True: ret = f"(*({t}*)({ptr}))"
-    else:
-      fn = self.helper(f"th_ld_{t}", f"static inline {t} th_ld_{t}(const {scalar}* p) {{ {t} r; __builtin_memcpy(&r, p, sizeof(r)); return r; }}")
-      ret = f"{fn}({ptr})"
-    return ret if gate is None else f"({gate} ? {ret} : ({t})(0))"
+  def cast(self, u: UOp, t: str, x: str) -> str:
+    dt = u.dtype
+    if dt.count > 1: return self.convert(x, t)
+    if dt is dtypes.bool: return f"({x} != 0)"
+    if dt is dtypes.bfloat16: return f"th_round_bf16((float){x})"
+    return f"(({t})th_d2f_odd({x}))" if dt is dtypes.half and u.src[0].dtype is dtypes.double else f"(({t}){x})"
+
+  def bitcast(self, u: UOp, t: str, x: str) -> str:
+    if u.dtype.count > 1: return f"(({t}){x})"
+    if dtypes.bfloat16 in (u.dtype, u.src[0].dtype):
+      return f"th_bf2f((unsigned short){x})" if u.dtype is dtypes.bfloat16 else f"(({t})th_f2bf({x}))"
+    return f"(__extension__({{ union {{ {self.scalar(u.src[0].dtype)} a; {t} b; }} th_u; th_u.a = {x}; th_u.b; }}))"
+
+  def load_scalar(self, buf: str, idx: str, dt: DType) -> str:
+    return f"th_bf2f({buf}[{idx}])" if dt is dtypes.bfloat16 else f"{buf}[{idx}]"
+
+  def store_scalar(self, buf: str, idx: str, v: str, dt: DType) -> str:
+    return f"{buf}[{idx}] = {f'th_f2bf({v})' if dt is dtypes.bfloat16 else v};"
+
+  def vload(self, u: UOp, t: str, ptr: str) -> str: raise NotImplementedError
+  def vstore(self, t: str, buf: str, idx: str, v: str, aligned: bool) -> str: raise NotImplementedError
 
   # ** expressions **
 
+  def infix(self, op: Ops, dt: DType, t: str, s: list[str]) -> str:
+    e = f"({s[0]} {_INFIX[op]} {s[1]})"
+    # C promotes small ints to int: narrow the result back to the node's type
+    return f"(({t}){e})" if dt.count == 1 and dt.itemsize < 4 and dt is not dtypes.bool and op not in GroupOp.Comparison else e
+
   def expr(self, u: UOp, t: str) -> str:
-    """The C expression of a node whose sources are already named; t is its C type."""
+    """The expression of a node whose sources are already named; t is its type."""
     names = self.names
     s = [names.get(x, "") for x in u.src]  # an INDEX has no name: its LOAD reads its sources
     op, dt = u.op, u.dtype
-    if op in _INFIX and op not in _SPECIAL_INFIX: return _infix(op, dt, t, s)
+    if op in _INFIX and op not in _SPECIAL_INFIX: return self.infix(op, dt, t, s)
     vec = dt.count > 1
-    if op is Ops.CONST: return const_literal(u.arg, dt)
+    if op is Ops.CONST: return self.literal(u.arg, dt)
     if op is Ops.VECTORIZE:
-      if dt.scalar() is dtypes.bool: return f"({t}){{{', '.join(f'-({x})' for x in s)}}}"
-      return f"({t}){{{', '.join(s)}}}"
-    if op is Ops.GEP: return f"({s[0]}[{u.arg[0]}] != 0)" if dt is dtypes.bool else f"{s[0]}[{u.arg[0]}]"  # a mask lane is -1
+      if dt.scalar() is dtypes.bool: return self.vec_literal(t, [f"-({x})" for x in s])
+      return self.vec_literal(t, s)
+    if op is Ops.GEP: return f"({self.lane(s[0], u.arg[0])} != 0)" if dt is dtypes.bool else self.lane(s[0], u.arg[0])  # a mask lane is -1
     if op is Ops.LOAD:
       buf, idx = (self.names[x] for x in u.src[0].src)
       if vec: return self.vload(u, t, f"{buf} + {idx}")
-      v = f"th_bf2f({buf}[{idx}])" if dt is dtypes.bfloat16 else f"{buf}[{idx}]"
-      return v if len(s) == 1 else f"({s[1]} ? {v} : ({ctype(dt)})0)"
-    if op is Ops.CAST:
-      if vec: return f"__builtin_convertvector({s[0]}, {t})"
-      if dt is dtypes.bool: return f"({s[0]} != 0)"
-      if dt is dtypes.bfloat16: return f"th_round_bf16((float){s[0]})"
-      return f"(({t})th_d2f_odd({s[0]}))" if dt is dtypes.half and u.src[0].dtype is dtypes.double else f"(({t}){s[0]})"
-    if op is Ops.BITCAST and vec: return f"(({t}){s[0]})"
-    if op is Ops.BITCAST and dtypes.bfloat16 in (dt, u.src[0].dtype):
-      return f"th_bf2f((unsigned short){s[0]})" if dt is dtypes.bfloat16 else f"(({t})th_f2bf({s[0]}))"
-    if op is Ops.BITCAST:
-      return f"(__extension__({{ union {{ {ctype(u.src[0].dtype)} a; {t} b; }} th_u; th_u.a = {s[0]}; th_u.b; }}))"
+      v = self.load_scalar(buf, idx, dt)
+      return v if len(s) == 1 else f"({s[1]} ? {v} : ({self.scalar(dt)})0)"
+    if op is Ops.CAST: return self.cast(u, t, s[0])
+    if op is Ops.BITCAST: return self.bitcast(u, t, s[0])
     if op is Ops.WHERE: return f"({s[0]} ? {s[1]} : {s[2]})"
     if op is Ops.MAX:
       if dt._is_float: return f"((({s[0]} > {s[1]}) | ({s[0]} != {s[0]})) ? {s[0]} : {s[1]})"
       return f"(({s[0]} > {s[1]}) ? {s[0]} : {s[1]})"
-    if op is Ops.RECIPROCAL: return f"(({ctype(dt)})1 / {s[0]})"
-    if op in _MATH:
-      fn = _MATH[op] + ("" if dt is dtypes.double else "f")
-      return f"{fn}({s[0]})" if dt in (dtypes.float, dtypes.double) else f"(({t}){fn}((float){s[0]}))"
+    if op is Ops.RECIPROCAL: return f"(({self.scalar(dt)})1 / {s[0]})"
+    if op in MATH: return self.math(op, dt, t, s[0])
     if op is Ops.NEG: return f"(-{s[0]})"
     if op is Ops.POW: return f"(({t})pow({s[0]}, {s[1]}))"
     if op in (Ops.FLOORDIV, Ops.FLOORMOD):
@@ -249,8 +252,8 @@ class _KernelWriter:
       return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
     if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float and not (u.src[1].op is Ops.CONST and u.src[1].arg != 0):
       return f"({s[1]} == 0 ? ({t})0 : ({t})({s[0]} {_INFIX[op]} {s[1]}))"
-    if op in _INFIX: return _infix(op, dt, t, s)  # a division by a nonzero constant
-    raise NotImplementedError(f"the C renderer can't render {op}")
+    if op in _INFIX: return self.infix(op, dt, t, s)  # a division by a nonzero constant
+    raise NotImplementedError(f"{type(self).__name__} can't render {op}")
 
   def name(self, u: UOp) -> None:
     """Names a node: constants and GEPs stay inline, anything else gets a local."""
@@ -261,8 +264,8 @@ class _KernelWriter:
     self.counter += 1
     nm = f"v{self.counter}"
     e = self.expr(u, t)
-    # bfloat16 math runs in float: round every result, as the hardware type would
-    if u.dtype is dtypes.bfloat16 and u.op in GroupOp.ALU and u.op not in GroupOp.Comparison: e = f"th_round_bf16({e})"
+    # a type computed in a wider one (bfloat16 in float) rounds every result, as the hardware type would
+    if u.op in GroupOp.ALU and u.op not in GroupOp.Comparison and (rnd := self.rounding(u.dtype)) is not None: e = f"{rnd}({e})"
     self.lines.append(f"{'  ' * self.depth}{t} {nm} = {e};")
     self.names[u] = nm
 
@@ -274,48 +277,39 @@ class _KernelWriter:
     if op is Ops.ADD: upd = f"{a} | {v}" if dt is dtypes.bool else f"{a} + {v}"
     elif op is Ops.MUL: upd = f"{a} * {v}"
     else: upd = f"(({v} > {a}) | ({v} != {v})) ? {v} : {a}" if dt._is_float else f"({v} > {a}) ? {v} : {a}"
-    if acc.dtype.count == 1 and dt.itemsize < 4 and dt is not dtypes.bool: upd = f"({ctype(dt)})({upd})"
+    if acc.dtype.count == 1 and dt.itemsize < 4 and dt is not dtypes.bool: upd = f"({self.scalar(dt)})({upd})"
     return f"{a} = {upd};"
 
-  # ** structure **
+  # ** the frame: a language's kernel around the body **
+
+  def params(self) -> None:
+    """Names the buffers (PARAM i) and variables and emits whatever the body needs first."""
+    raise NotImplementedError
 
   def open_loop(self, r: UOp, nm: str) -> None:
     self.names[r] = nm
-    end = self.names[r.src[0]]  # a constant, or an expression of the kernel's variables
-    if r.arg[1] is AxisType.THREAD and r is self.loops[0]:
-      # the outermost loop is handed out in chunks, a chunk to whichever core asks first: a core that shares its
-      # time with other work does less of it instead of holding up the rest (a loop inside another, e.g. a blocked
-      # reduce's, keeps its fixed share: the next step of the outer loop reads what this core wrote)
-      self.statics["chunks"] = "static long long th_next;\nstatic unsigned int th_left;"
-      nch = min(r.src[0].arg, CHUNKS) if r.src[0].op is Ops.CONST else CHUNKS
-      self.emit(f"for (long long th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED); th_c < {nch}; "
-                f"th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED)) {{")
-      self.depth += 1
-      self.emit(f"long long {nm}_lo = ((long long){end} * th_c) / {nch}, {nm}_hi = ((long long){end} * (th_c + 1)) / {nch};")
-      self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
-    elif r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE):
-      self.emit(f"long long {nm}_lo = ((long long){end} * core_id) / num_cores, {nm}_hi = ((long long){end} * (core_id + 1)) / num_cores;")
-      self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
-    else: self.emit(f"for (long long {nm} = 0; {nm} < {end}; {nm}++) {{")
+    self.emit(f"for ({self.IDX} {nm} = 0; {nm} < {self.names[r.src[0]]}; {nm}++) {{")
     self.depth += 1
+
+  def end_loop(self, r: UOp) -> None: self.close_loop()
 
   def close_loop(self) -> None:
     self.depth -= 1
     self.emit("}")
 
+  def combine(self) -> None:
+    """Combines the partial results of a reduce split by a GROUP_REDUCE range (how is the device's)."""
+    raise NotImplementedError
+
+  def after_stores(self) -> None: pass
+  def finish(self) -> str: raise NotImplementedError
+
+  # ** the body **
+
   def write(self) -> str:
-    k = self.k
-    header = f"void {k.name}(const unsigned long long* args, unsigned int core_id, unsigned int num_cores) {{"
-    for i, b in enumerate(k.buffers):
-      p = UOp(Ops.PARAM, b.dtype.ptr(b.size), (), i)
-      self.names[p] = f"data{i}"
-      self.emit(f"{storage_ctype(b.dtype)}* restrict data{i} = ({storage_ctype(b.dtype)}*)args[{i}];")
-    for i, v in enumerate(k.vars):
-      self.names[v] = var_name(v)
-      self.emit(f"long long {self.names[v]} = (long long)args[{len(k.buffers) + i}];")
-    if not any(r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in self.loops + self.rloops): self.emit("if (core_id != 0) return;")
+    self.params()
     # where each node goes: the depth of the innermost loop it uses; a REDUCE (and what uses it) after its loops
-    n_out = len(self.loops)
+    n_out = self.n_out = len(self.loops)
     written = {st.src[0].src[0] for st in self.stores}
     depth: dict[UOp, int] = {}
     post: set[UOp] = set()
@@ -346,48 +340,131 @@ class _KernelWriter:
     self.fused = {t for t, n in term_uses.items() if mul_uses[t] == n}
     skip = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE, Ops.DEFINE_VAR}
     # the nodes named at each depth, and after the reduce, in order
-    at: dict[int | None, list[UOp]] = {}
+    self.at: dict[int | None, list[UOp]] = {}
     for u in self.order:
-      if u.op not in skip and u not in self.fused: at.setdefault(None if u in post else depth[u], []).append(u)
+      if u.op not in skip and u not in self.fused: self.at.setdefault(None if u in post else depth[u], []).append(u)
+    self.level(0)
+    return self.finish()
 
-    def level(d: int) -> None:
-      for u in at.get(d, ()): self.name(u)
-      if d < n_out:
-        self.open_loop(self.loops[d], f"ridx{d}")
-        level(d + 1)
-        self.close_loop()
-        if d == 0 and "chunks" in self.statics:
-          self.close_loop()
-          # the last core out resets the counters for the next launch (launches of a kernel never overlap)
-          self.emit("if (__atomic_add_fetch(&th_left, 1u, __ATOMIC_ACQ_REL) == num_cores) "
-                    "{ __atomic_store_n(&th_next, 0, __ATOMIC_RELAXED); __atomic_store_n(&th_left, 0u, __ATOMIC_RELAXED); }")
-        return
-      if self.reduces: self.reduce_section(at)
-      for u in at.get(None, ()): self.name(u)
-      for st in self.stores: self.store(st)
-    level(0)
+  def level(self, d: int) -> None:
+    for u in self.at.get(d, ()): self.name(u)
+    if d < self.n_out:
+      r = self.loops[d]
+      self.open_loop(r, f"ridx{d}")
+      self.level(d + 1)
+      self.end_loop(r)
+      return
+    if self.reduces: self.reduce_section()
+    for u in self.at.get(None, ()): self.name(u)
+    for st in self.stores: self.store(st)
+    self.after_stores()
+
+  def reduce_section(self) -> None:
+    n_out = self.n_out
+    for i, acc in enumerate(self.reduces):
+      nm = f"acc{i}"
+      t, dt = self.ctype(acc), acc.dtype.scalar()
+      self.emit(f"{t} {nm} = ({t})({self.literal(_identity(acc.arg[0], dt), dt)});")
+      self.names[acc] = nm
+    for j, r in enumerate(self.rloops):
+      self.open_loop(r, f"ridx{n_out + j}")
+      for u in self.at.get(n_out + j + 1, ()): self.name(u)
+    for acc in self.reduces:
+      for term in acc.src[:acc.arg[1]]: self.emit(self.update(acc, term))
+    for r in reversed(self.rloops): self.end_loop(r)
+    if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops): self.combine()
+
+  def store(self, st: UOp) -> None:
+    index, val = st.src
+    buf, idx = (self.names[x] for x in index.src)
+    v = self.names[val]
+    if val.dtype.count > 1: self.emit(self.vstore(self.ctype(val), buf, idx, v, index.arg is True))
+    else: self.emit(self.store_scalar(buf, idx, v, val.dtype))
+
+
+class CWriter(CStyleWriter):
+  """C for the CPU device (see the module doc)."""
+
+  def vtype(self, scalar: str, n: int) -> str:
+    name = f"th_{scalar.replace(' ', '_')}{n}"
+    self.types.setdefault(name, _guarded(name, f"typedef {scalar} {name} __attribute__((ext_vector_type({n})));"))
+    return name
+
+  def vload(self, u: UOp, t: str, ptr: str) -> str:
+    index = u.src[0]
+    mask = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.uint), None)
+    gate = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.bool), None)
+    scalar, n = self.scalar(u.dtype), u.dtype.count
+    intr = _MASKED.get((scalar, n))
+    if gate is not None and intr is not None:
+      # a gated load becomes a masked one: no branch, and a masked-off lane is never read
+      mask, gate = f"({gate} ? {mask or f'{(1 << n) - 1}u'} : 0u)", None
+    if mask is not None:
+      fn = f"th_mld_{t}"
+      fallback = f"{t} r = ({t})(0); for (int i = 0; i < {n}; i++) if ((m >> i) & 1u) r[i] = p[i]; return r;"
+      if intr is not None:
+        self.helpers.setdefault("#immintrin", "#ifdef __AVX512F__\n#include <immintrin.h>\n#endif")
+        body = f"#ifdef __AVX512F__\n  return ({t}){intr}(m, p);\n#else\n  {fallback}\n#endif"
+      else: body = f"  {fallback}"
+      self.helper(fn, f"static inline {t} {fn}(const {scalar}* p, unsigned int m) {{\n{body}\n}}")
+      ret = f"{fn}({ptr}, {mask})"
+    elif index.arg is True: ret = f"(*({t}*)({ptr}))"
+    else:
+      fn = self.helper(f"th_ld_{t}", f"static inline {t} th_ld_{t}(const {scalar}* p) {{ {t} r; __builtin_memcpy(&r, p, sizeof(r)); return r; }}")
+      ret = f"{fn}({ptr})"
+    return ret if gate is None else f"({gate} ? {ret} : ({t})(0))"
+
+  def vstore(self, t: str, buf: str, idx: str, v: str, aligned: bool) -> str:
+    return f"*({t}*)({buf} + {idx}) = {v};" if aligned else f"__builtin_memcpy({buf} + {idx}, &{v}, sizeof({t}));"
+
+  def params(self) -> None:
+    k = self.k
+    for i, b in enumerate(k.buffers):
+      p = UOp(Ops.PARAM, b.dtype.ptr(b.size), (), i)
+      self.names[p] = f"data{i}"
+      self.emit(f"{storage_ctype(b.dtype)}* restrict data{i} = ({storage_ctype(b.dtype)}*)args[{i}];")
+    for i, v in enumerate(k.vars):
+      self.names[v] = var_name(v)
+      self.emit(f"long long {self.names[v]} = (long long)args[{len(k.buffers) + i}];")
+    if not any(r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in self.loops + self.rloops): self.emit("if (core_id != 0) return;")
+
+  def open_loop(self, r: UOp, nm: str) -> None:
+    self.names[r] = nm
+    end = self.names[r.src[0]]  # a constant, or an expression of the kernel's variables
+    if r.arg[1] is AxisType.THREAD and r is self.loops[0]:
+      # the outermost loop is handed out in chunks, a chunk to whichever core asks first: a core that shares its
+      # time with other work does less of it instead of holding up the rest (a loop inside another, e.g. a blocked
+      # reduce's, keeps its fixed share: the next step of the outer loop reads what this core wrote)
+      self.statics["chunks"] = "static long long th_next;\nstatic unsigned int th_left;"
+      nch = min(r.src[0].arg, CHUNKS) if r.src[0].op is Ops.CONST else CHUNKS
+      self.emit(f"for (long long th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED); th_c < {nch}; "
+                f"th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED)) {{")
+      self.depth += 1
+      self.emit(f"long long {nm}_lo = ((long long){end} * th_c) / {nch}, {nm}_hi = ((long long){end} * (th_c + 1)) / {nch};")
+      self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
+    elif r.arg[1] in (AxisType.THREAD, AxisType.GROUP_REDUCE):
+      self.emit(f"long long {nm}_lo = ((long long){end} * core_id) / num_cores, {nm}_hi = ((long long){end} * (core_id + 1)) / num_cores;")
+      self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
+    else: self.emit(f"for (long long {nm} = 0; {nm} < {end}; {nm}++) {{")
+    self.depth += 1
+
+  def end_loop(self, r: UOp) -> None:
+    self.close_loop()
+    if "chunks" in self.statics and r is self.loops[0]:
+      self.close_loop()
+      # the last core out resets the counters for the next launch (launches of a kernel never overlap)
+      self.emit("if (__atomic_add_fetch(&th_left, 1u, __ATOMIC_ACQ_REL) == num_cores) "
+                "{ __atomic_store_n(&th_next, 0, __ATOMIC_RELAXED); __atomic_store_n(&th_left, 0u, __ATOMIC_RELAXED); }")
+
+  def finish(self) -> str:
     if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops):
       size = sum(self.acc_bytes(a) for a in self.reduces)
       self.statics["group"] = f"static unsigned char th_part[{MAX_CORES}][{size}] __attribute__((aligned(64)));\nstatic unsigned int th_done;"
+    header = f"void {self.k.name}(const unsigned long long* args, unsigned int core_id, unsigned int num_cores) {{"
     statics = ["  " + line for v in self.statics.values() for line in v.split("\n")]
     return "\n".join([PRELUDE, *self.types.values(), *self.helpers.values(), header, *statics, *self.lines, "}\n"])
 
   def acc_bytes(self, acc: UOp) -> int: return acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 else csize(acc.dtype))
-
-  def reduce_section(self, at: dict[int | None, list[UOp]]) -> None:
-    n_out = len(self.loops)
-    for i, acc in enumerate(self.reduces):
-      nm = f"acc{i}"
-      t, dt = self.ctype(acc), acc.dtype.scalar()
-      self.emit(f"{t} {nm} = ({t})({const_literal(_identity(acc.arg[0], dt), dt)});")
-      self.names[acc] = nm
-    for j, r in enumerate(self.rloops):
-      self.open_loop(r, f"ridx{n_out + j}")
-      for u in at.get(n_out + j + 1, ()): self.name(u)
-    for acc in self.reduces:
-      for term in acc.src[:acc.arg[1]]: self.emit(self.update(acc, term))
-    for _ in self.rloops: self.close_loop()
-    if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops): self.combine()
 
   def combine(self) -> None:
     """Two-stage reduce: each core leaves its accumulators in its slot; the last core to finish adds up the others'
@@ -409,13 +486,13 @@ class _KernelWriter:
       self.emit(f"{{ {t} th_p{o}; __builtin_memcpy(&th_p{o}, th_part[th_c] + {o}, sizeof(th_p{o})); {self.update(acc, part)} }}")
     self.close_loop()
 
-  def store(self, st: UOp) -> None:
-    index, val = st.src
-    buf, idx = (self.names[x] for x in index.src)
-    v = self.names[val]
-    if val.dtype.count > 1:
-      t = self.ctype(val)
-      if index.arg is True: self.emit(f"*({t}*)({buf} + {idx}) = {v};")
-      else: self.emit(f"__builtin_memcpy({buf} + {idx}, &{v}, sizeof({t}));")
-      return
-    self.emit(f"{buf}[{idx}] = {f'th_f2bf({v})' if val.dtype is dtypes.bfloat16 else v};")
+
+class CRenderer(Renderer):
+  """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's)."""
+  device = "CPU"
+
+  def __init__(self, vec: int = 16): self.vec = vec
+
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)  # no fp8 type in C
+
+  def render(self, k: LoweredKernel) -> str: return CWriter(k).write()

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, ProfileEvent, Runner, profile_events, to_ctypes_words
 from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
@@ -30,7 +30,10 @@ class CPUQueueRunner(Runner):
     slots = [cb.add_slot(0) for _ in range(self.nslots)]
     for k, (prg, args, threads) in enumerate(self.items):
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
-      cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
+      if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
+        spec = prg.keepalive
+        cb.copy(hcq.Patch(slots[args[0]], spec.dst_offset), hcq.Patch(slots[args[1]], spec.src_offset), spec.nbytes)
+      else: cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
     return cb
 
@@ -53,6 +56,7 @@ class CPUAllocator(Allocator):
   """Host memory; with PROFILE=1 a copy goes through the device's queue between two timestamps, so the profile shows
   it on the queue with the queue's own times (a plain numpy copy otherwise)."""
   def __init__(self, dev: CPUDevice):
+    super().__init__()
     self.dev = dev
 
   def _queued_copy(self, dst: int, src: int, nbytes: int, name: str) -> None:

@@ -81,8 +81,10 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
   return map_binds(sink, lambda b: b.src[0], subs), inputs, nodes
 
 
-def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
-  """Plans the kernels of a normalized sink (see normalize)."""
+def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> ScheduleSpec:
+  """Plans the kernels of a normalized sink (see normalize). split_reduce (a GPU-style device): a reduce of many
+  values into few becomes two kernels (split_reduces)."""
+  if split_reduce: key = split_reduces(key)
   roots = list(key.src)
   nodes = list(key.toposort())  # keeps every node's Python object (and its cached shape) alive
   ends_kernel = {u for u in nodes if u.op in (Ops.REDUCE, Ops.CONTIGUOUS, Ops.STORE)}
@@ -116,6 +118,30 @@ def create_schedule(key: UOp, n_inputs: int) -> ScheduleSpec:
     elif base in realized: outputs.append(("view", realized[base].index))
     else: outputs.append(("none", -1))
   return ScheduleSpec(items, n_inputs, new_slots, outputs)
+
+
+SPLIT_RATIO = 32768  # values per output from which a reduce is split
+SPLIT_OUTPUTS = 1 << 22  # the first stage's outputs stay below this
+
+
+def split_reduces(key: UOp) -> UOp:
+  """Each reduce of at least SPLIT_RATIO values into every output reduced in two stages: first into `split` partial
+  results per output, each over a contiguous block of one reduce axis, then those. A GPU spreads work over its
+  work-groups by the outputs of a kernel: a sum of 16M floats into one value would otherwise run on one of them."""
+  subs: dict[UOp, UOp] = {}
+  for u in key.toposort():
+    if u.op is not Ops.REDUCE or not _concrete(shape := shape_of(u.src[0])) or not _concrete(out := shape_of(u)): continue
+    if prod(shape) // max(prod(out), 1) < SPLIT_RATIO: continue
+    op, axes = u.arg
+    for split in range(min(256, SPLIT_OUTPUTS // max(prod(out), 1)), 7, -1):
+      if (a := next((a for a in axes if shape[a] % split == 0 and shape[a] // split > 1), None)) is not None: break
+    else: continue
+    x = u.src[0].substitute(subs) if subs else u.src[0]
+    x = UOp(Ops.RESHAPE, x.dtype, (x,), shape[:a] + (split, shape[a] // split) + shape[a + 1:])
+    first = UOp(Ops.REDUCE, u.dtype, (x,), (op, tuple(sorted(b if b < a else b + 1 for b in axes))))
+    second = UOp(Ops.REDUCE, u.dtype, (first,), (op, (a,)))
+    subs[u] = UOp(Ops.RESHAPE, u.dtype, (second,), out)
+  return key.substitute(subs) if subs else key
 
 
 def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
@@ -199,8 +225,18 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
-    if s.op in GroupOp.ALU and s not in ends and _ops_in(s, ends) >= 2: out.add(s)
+    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and _ops_in(s, ends) >= 2: out.add(s)
   return out
+
+
+def _one_hot(u: UOp) -> bool:
+  """x == arange(n): the mask of a gather, which the lowering turns into one indexed load (codegen/lower.py
+  collapse_one_hot) once it is fused into the sum that reads it; in a buffer of its own it would be n times the work."""
+  if u.op is not Ops.CMPEQ: return False
+  for s in u.src:
+    while s.op in MOVEMENT or s.op is Ops.CAST: s = s.src[0]
+    if s.op is Ops.IOTA: return True
+  return False
 
 
 def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:

@@ -116,13 +116,18 @@ class UOp(_core.UOp):
     return u
 
   @property
-  def device(self) -> str | None:
-    """The device of the memory this graph reads (None for a graph of constants only, which has no device)."""
+  def device(self) -> str | tuple[str, ...] | None:
+    """The device of the memory this graph reads (None for a graph of constants only, which has no device); a tuple
+    for a graph of a tensor sharded across devices (an MSTACK's)."""
     from tinyhybrid.device import Buffer
+    dev: dict[UOp, Any] = {}
     for u in self.toposort():
-      if u.op is Ops.BUFFER and isinstance(u.arg, Buffer): return u.arg.device
-      if u.op is Ops.COPY and isinstance(u.arg, str): return u.arg
-    return None
+      if u.op is Ops.MSTACK: dev[u] = u.arg[0]
+      elif u.op is Ops.BUFFER: dev[u] = u.arg.device if isinstance(u.arg, Buffer) else None
+      elif (u.op is Ops.COPY or u.op is Ops.DEVICE) and isinstance(u.arg, (str, tuple)): dev[u] = u.arg
+      elif u.op is Ops.UNSHARD: dev[u] = u.arg[0]  # pieces from any device, put together on arg[0]
+      else: dev[u] = next((d for s in u.src if (d := dev[s]) is not None), None)
+    return dev[self]
 
   def has_buffer_identity(self, after_ok: bool = False) -> bool:
     """Whether this node is a buffer's memory as a whole (a BUFFER, or a reshape of one)."""

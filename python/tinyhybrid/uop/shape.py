@@ -8,7 +8,7 @@ from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, shape_eq, sint, ssimplify
 
-_SAME_AS_SRC = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.AFTER}
+_SAME_AS_SRC = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.DEVICE}
 _VARIABLE = (Ops.BIND, Ops.DEFINE_VAR)
 
 
@@ -32,6 +32,10 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
   if op is Ops.FLIP: return s
   if op is Ops.STORE: return s
   if op is Ops.REDUCE: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
+  if op is Ops.UNSHARD: return (u.arg[1],)  # flat pieces put together on one device (arg: device, items)
+  if op is Ops.MSTACK:  # one shard per device (arg: devices, axis): the whole tensor's shape
+    axis = u.arg[1]
+    return s if axis is None else s[:axis] + (s[axis] * len(u.src),) + s[axis + 1:]
   if op in _SAME_AS_SRC:
     if op in GroupOp.ALU:
       shapes = [x for x in src_shapes if x is not None]

@@ -48,8 +48,8 @@ uint64_t CommandBuffer::field(const Operand& op, uint32_t word) {
   if (op.slot >= defaults_.size())
     throw std::out_of_range("CommandBuffer: patch slot " + std::to_string(op.slot) + " does not exist (it has " +
                             std::to_string(defaults_.size()) + "; add_slot first)");
-  sites_.push_back({static_cast<uint32_t>(offsets_.size() - 1), word, op.slot});
-  return defaults_[op.slot];
+  sites_.push_back({static_cast<uint32_t>(offsets_.size() - 1), word, op.slot, op.value});
+  return defaults_[op.slot] + op.value;
 }
 
 void CommandBuffer::keep(std::shared_ptr<const void> ref) {

@@ -162,7 +162,7 @@ const NodeFacts* UOp::install_facts(std::unique_ptr<NodeFacts> f) const {
 }
 
 const Arg& UOp::tag() const {
-  static const Arg none;
+  static const Arg none{};  // braces: clang 14 refuses a const default-initialized object of a class with no user-provided default constructor
   return tag_ ? *tag_ : none;
 }
 

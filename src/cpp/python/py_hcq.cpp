@@ -126,42 +126,48 @@ pb::object signal_command(CommandBuffer& cb, bool is_wait, const SignalRef& sig,
   return slot;
 }
 
-// The hot path of a JIT replay: patches arrive as a list/tuple of ints, one per slot.
-uint64_t submit(Queue& q, const CommandBuffer& cb, pb::handle patches) {
-  std::array<uint64_t, 64> small;
-  std::vector<uint64_t> big;
-  std::span<const uint64_t> values;
-  if (!patches.is_none()) {
-    PyObject* seq = PySequence_Fast(patches.ptr(), "CPUDevice.submit: patches must be a sequence of ints");
-    if (seq == nullptr) throw pb::error_already_set();
-    const pb::object owned = pb::reinterpret_steal<pb::object>(seq);
-    const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(seq));
-    if (n != cb.num_slots())
-      throw pb::value_error(q.name() + ": submit got " + std::to_string(n) + " patch values for a command buffer with " +
-                            std::to_string(cb.num_slots()) + " slots");
-    uint64_t* out = small.data();
-    if (n > small.size()) {
-      big.resize(n);
-      out = big.data();
-    }
-    PyObject** items = PySequence_Fast_ITEMS(seq);
-    for (size_t i = 0; i < n; ++i) {
-      // Exact ints (addresses, sizes) take the direct path; anything else goes through __index__.
-      const unsigned long long u = PyLong_CheckExact(items[i]) ? PyLong_AsUnsignedLongLong(items[i]) : 0;
-      if (PyLong_CheckExact(items[i]) && !(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
-        out[i] = u;
-      } else {
-        PyErr_Clear();
-        out[i] = to_word(items[i], "CPUDevice.submit");
-      }
-    }
-    values = {out, n};
+// Patch values from a list/tuple of ints (the hot path of a JIT replay), into `small` when they fit, else `big`.
+std::span<const uint64_t> to_patches(pb::handle patches, size_t want, const std::string& who, std::array<uint64_t, 64>& small,
+                                     std::vector<uint64_t>& big) {
+  if (patches.is_none()) return {};
+  PyObject* seq = PySequence_Fast(patches.ptr(), "submit: patches must be a sequence of ints");
+  if (seq == nullptr) throw pb::error_already_set();
+  const pb::object owned = pb::reinterpret_steal<pb::object>(seq);
+  const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(seq));
+  if (n != want)
+    throw pb::value_error(who + ": submit got " + std::to_string(n) + " patch values for a command buffer with " +
+                          std::to_string(want) + " slots");
+  uint64_t* out = small.data();
+  if (n > small.size()) {
+    big.resize(n);
+    out = big.data();
   }
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  for (size_t i = 0; i < n; ++i) {
+    // Exact ints (addresses, sizes) take the direct path; anything else goes through __index__.
+    const unsigned long long u = PyLong_CheckExact(items[i]) ? PyLong_AsUnsignedLongLong(items[i]) : 0;
+    if (PyLong_CheckExact(items[i]) && !(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+      out[i] = u;
+    } else {
+      PyErr_Clear();
+      out[i] = to_word(items[i], "CPUDevice.submit");
+    }
+  }
+  return {out, n};
+}
+
+uint64_t submit_values(Queue& q, const CommandBuffer& cb, std::span<const uint64_t> values) {
   if (q.would_block(cb)) {
     const pb::gil_scoped_release nogil;
     return q.submit(cb, values);
   }
   return q.submit(cb, values);
+}
+
+uint64_t submit(Queue& q, const CommandBuffer& cb, pb::handle patches) {
+  std::array<uint64_t, 64> small;
+  std::vector<uint64_t> big;
+  return submit_values(q, cb, to_patches(patches, cb.num_slots(), q.name(), small, big));
 }
 
 }  // namespace
@@ -200,9 +206,13 @@ bool init_hcq(PyObject* module) {
         .def("__repr__", [](const Program& p) { return "<Program '" + p.name() + "' at " + std::to_string(p.address()) + ">"; });
 
     pb::class_<Patch>(m, "Patch", "an operand taken from a patch slot at submit")
-        .def(pb::init([](uint32_t slot) { return Patch{slot}; }), pb::arg("slot"))
+        .def(pb::init([](uint32_t slot, uint64_t offset) { return Patch{slot, offset}; }), pb::arg("slot"), pb::arg("offset") = 0,
+             "the field gets the slot's value plus offset (a byte offset into a patched buffer)")
         .def_readonly("slot", &Patch::slot)
-        .def("__repr__", [](const Patch& p) { return "Patch(" + std::to_string(p.slot) + ")"; });
+        .def_readonly("offset", &Patch::offset)
+        .def("__repr__", [](const Patch& p) {
+          return "Patch(" + std::to_string(p.slot) + (p.offset ? ", " + std::to_string(p.offset) : std::string()) + ")";
+        });
 
     pb::class_<CommandBuffer>(m, "CommandBuffer", "commands encoded once, submitted many times with patched slots")
         .def(pb::init<>())

@@ -40,7 +40,7 @@ class Memo {
   size_t size() const { return count_; }
 
  private:
-  static constexpr size_t kInlineEntries = 16, kInlineSlots = 32;
+  static constexpr size_t kInlineEntries = 32, kInlineSlots = 64;
   size_t index(const UOp* n) const { return ((reinterpret_cast<uintptr_t>(n) >> 4) * 0x9E3779B97F4A7C15ull >> 20) & mask_; }
   uint32_t* slot_data() { return big_slots_.empty() ? inline_slots_.data() : big_slots_.data(); }
   Entry& entry(uint32_t i) { return i < kInlineEntries ? inline_entries_[i] : spill_[i - kInlineEntries]; }
@@ -206,7 +206,7 @@ class Rewriter {
   SmallVector<Entry, 16> stack_;
   Memo memo_;
   std::vector<UOpRef> new_src_;
-  SmallVector<const UOp*, 8> keep_;  // owned references (see keep())
+  SmallVector<const UOp*, 32> keep_;  // owned references (see keep())
   RewriteStats stats_;
 };
 

@@ -25,9 +25,9 @@ UOpRef constant_by_range(const Captured& c, void*) {
   const UOp* x = c.root();
   const DType d = x->dtype();
   if (!(is_int(d) || d.is_bool()) || d.is_vector()) return nullptr;
-  const auto [mn, mx] = vmin_vmax(x);
-  if (!(mn == mx)) return nullptr;
-  return UOp::const_of(d, mn);
+  const NodeFacts& f = facts_of(x);  // read in place: copying the two Args costs more than the test
+  if (!(f.vmin == f.vmax)) return nullptr;
+  return UOp::const_of(d, f.vmin);
 }
 
 // ---- comparisons ----

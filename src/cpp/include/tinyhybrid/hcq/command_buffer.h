@@ -41,20 +41,22 @@ inline constexpr uint32_t kCopyDst = 1, kCopySrc = 2, kCopySize = 3, kCopyWords 
 inline constexpr uint32_t kTimestampAddr = 1, kTimestampWords = 2;
 }  // namespace layout
 
-// A reference to a patch slot, usable wherever an Operand goes.
+// A reference to a patch slot, usable wherever an Operand goes. The field receives the slot's value plus
+// `offset` (a byte offset into a patched buffer: one slot serves every range of that buffer).
 struct Patch {
   uint32_t slot;
+  uint64_t offset = 0;
 };
 
 // A command field: a literal word (negative integers are stored in two's complement), or a patch slot.
 struct Operand {
   static constexpr uint32_t kLiteral = UINT32_MAX;
-  uint64_t value = 0;
+  uint64_t value = 0;  // a literal's value; a patched field's addend
   uint32_t slot = kLiteral;
 
   constexpr Operand() = default;
   constexpr Operand(uint64_t v) noexcept : value(v) {}  // NOLINT: literals read naturally
-  constexpr Operand(Patch p) noexcept : slot(p.slot) {}  // NOLINT
+  constexpr Operand(Patch p) noexcept : value(p.offset), slot(p.slot) {}  // NOLINT
   static Operand address(const void* p) noexcept { return Operand(reinterpret_cast<uint64_t>(p)); }
   constexpr bool patched() const noexcept { return slot != kLiteral; }
 };
@@ -68,11 +70,12 @@ struct Dims {
 
 class CommandBuffer {
  public:
-  // One command field that takes its value from a slot at submit.
+  // One command field that takes its value from a slot at submit (plus a fixed addend).
   struct PatchSite {
     uint32_t command;  // index of the command
     uint32_t word;     // word within the command (header = 0)
     uint32_t slot;
+    uint64_t addend = 0;
   };
 
   CommandBuffer();

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""MPI benchmarks, one JSON line per case (printed by rank 0; see common.py). Run under the launcher:
+
+  mpirun -np 2 python bench/mpi.py [--mb 64] [--steps 20]
+
+  allreduce_mpi: tinyhybrid.distributed.allreduce of a 64 MB float32 tensor against a plain mpi4py Allreduce on NumPy
+                 buffers of the same size, in the same run (GB/s of the 64 MB). Target: ratio >= 0.7.
+  weak_scaling:  the main job's training step (examples/train_digits_mpi.py: forward, backward, gradient average,
+                 Adam) with a full batch on every rank, against rank 0 alone with the same batch while the others
+                 wait (same run). Efficiency = alone / together. Target: >= 0.8."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from common import best_of, emit, import_tinyhybrid  # noqa: E402
+
+import_tinyhybrid()
+from tinyhybrid import Tensor, TinyJit, nn  # noqa: E402
+from tinyhybrid import distributed as dist  # noqa: E402
+from tinyhybrid.nn.state import get_parameters  # noqa: E402
+from train_digits import DigitsCNN, load  # noqa: E402
+
+
+def allreduce_case(mb: int) -> None:
+  from mpi4py import MPI
+  n = mb * (1 << 20) // 4
+  t = Tensor(np.full(n, dist.rank() + 1.0, np.float32)).realize()
+  src, dst = np.full(n, dist.rank() + 1.0, np.float32), np.empty(n, np.float32)
+
+  def ours() -> None: dist.allreduce(t).realize()
+  def plain() -> None: MPI.COMM_WORLD.Allreduce(src, dst)
+  t_ours, t_plain = best_of(ours, 5), best_of(plain, 5)
+  assert float(dist.allreduce(t).numpy()[0]) == sum(range(1, dist.world_size() + 1))
+  if dist.rank() == 0:
+    gb = n * 4 / 1e9
+    emit({"bench": "mpi", "case": f"allreduce_mpi{dist.world_size()}_{mb}MB", "unit": "GB/s", "ours": round(gb / t_ours, 3),
+          "mpi4py": round(gb / t_plain, 3), "ratio": round(t_plain / t_ours, 3), "target": 0.7})
+
+
+def weak_scaling_case(steps: int, batch: int = 128) -> None:
+  Tensor.manual_seed(0)
+  X_train, _, y_train, _ = load()
+  model = DigitsCNN()
+  opt = nn.optim.Adam(get_parameters(model), lr=3e-3)
+  X_all, Y_all = Tensor(X_train), Tensor(y_train)
+
+  @TinyJit
+  @Tensor.train()
+  def forward_backward(idx: Tensor) -> Tensor:
+    loss = model(X_all[idx]).sparse_categorical_crossentropy(Y_all[idx])
+    opt.zero_grad()
+    loss.backward()
+    return loss.realize(*[p.grad for p in opt.params], *opt.buffers)
+
+  idx = Tensor(np.random.default_rng(dist.rank()).integers(0, len(X_train), batch, dtype=np.int32))
+
+  def step(average: bool) -> None:
+    with Tensor.train():
+      forward_backward(idx)
+      if average: dist.average_gradients(opt.params)
+      opt.step()
+
+  for _ in range(3): step(True)
+  dist.barrier()
+  alone = 0.0
+  if dist.rank() == 0: alone = best_of(lambda: [step(False) for _ in range(steps)], 3, warmup=0) / steps
+  dist.barrier()
+  together = best_of(lambda: [step(True) for _ in range(steps)], 3, warmup=0) / steps
+  if dist.rank() == 0:
+    emit({"bench": "mpi", "case": f"weak_scaling_{dist.world_size()}ranks", "unit": "ms/step", "ours": round(together * 1e3, 2),
+          "one_rank": round(alone * 1e3, 2), "ratio": round(alone / together, 3), "target": 0.8})
+
+
+if __name__ == "__main__":
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--mb", type=int, default=64)
+  ap.add_argument("--steps", type=int, default=20)
+  args = ap.parse_args()
+  dist.init()
+  allreduce_case(args.mb)
+  weak_scaling_case(args.steps)

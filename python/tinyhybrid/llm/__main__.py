@@ -1,0 +1,5 @@
+import sys
+
+from tinyhybrid.llm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,71 @@
+"""Settings for the whole test run, and the suite on another device.
+
+The suite runs with SPEC=1: every graph that reaches a pass boundary (tensor graph, kernel graph, lowered,
+linearized) is checked against the type rules of its ops. It adds no measurable time (the checks run once per
+compiled kernel); SPEC=0 in the environment turns it off, SPEC=2 adds the stricter late rules.
+
+`DEV=CL python -m pytest tests` runs a bounded slice of the modules that compare Tensor
+results against torch and NumPy (ops, nn, JIT, reduces: DEVICE_SUITE) with every Tensor on that device: a first run
+on PoCL builds every kernel it meets (a fraction of a second each), so the CI line takes the slice, not all of
+them. The other torch-comparison modules run on the device when named (`DEV=CL python -m pytest
+tests/test_parity_grad.py`); the rest test the CPU's own machinery and the graph core, and are left to the CPU run.
+What a device cannot do is marked in KNOWN with its reason. Without the device's runtime the run is skipped with the
+reason, except under CI, where it fails. A CL run ends by saying how many files its compilers added to the kernel
+caches (ours and PoCL's): none on a second run."""
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("SPEC", "1")
+
+DEVICE_SUITE = ("test_tensor_ops.py", "test_tensor_nn.py", "test_tensor_extra.py", "test_nn.py", "test_jit.py", "test_parity_jit.py",
+                "test_parity_reduce.py")
+
+# device -> {test id (a fnmatch pattern of its node id without the "tests/" part): why it is marked}
+KNOWN: dict[str, dict[str, str]] = {
+  "CL": {},
+}
+
+
+def _device() -> str: return os.getenv("DEV", "").upper().partition(":")[0]
+
+
+def _cl_cache_files() -> set[Path]:
+  from tinyhybrid.runtime.compiler import cache_root
+  dirs = [cache_root() / "cl", Path(os.getenv("POCL_CACHE_DIR", cache_root() / "pocl"))]  # where runtime/ops_cl.py puts them
+  # files with something in them: PoCL leaves an empty temporary file behind in its cache at every start
+  return {f for d in dirs if d.exists() for f in d.rglob("*") if f.is_file() and f.stat().st_size}
+
+
+def pytest_configure(config):
+  if _device() == "CL" and not hasattr(config, "workerinput"): config.cl_cache_before = _cl_cache_files()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  if (before := getattr(config, "cl_cache_before", None)) is not None:
+    terminalreporter.write_line(f"CL: {len(_cl_cache_files() - before)} files added to the kernel caches by this run")
+
+
+def pytest_ignore_collect(collection_path, config):
+  if _device() in ("", "CPU") or collection_path.suffix != ".py": return None
+  return not any(fnmatch.fnmatch(collection_path.name, p) for p in DEVICE_SUITE) or None
+
+
+def pytest_collection_modifyitems(config, items):
+  dev = _device()
+  if dev in ("", "CPU"): return
+  if dev == "CL":
+    from tinyhybrid.runtime import ops_cl
+    if not ops_cl.available():
+      if os.getenv("CI"): return  # every test fails with the missing driver's error, which names it
+      skip = pytest.mark.skip(reason=f"DEV=CL: no OpenCL device here ({ops_cl.why_unavailable()})")
+      for item in items: item.add_marker(skip)
+      return
+  for item in items:
+    nodeid = item.nodeid.removeprefix("tests/")
+    if (why := next((r for pat, r in KNOWN.get(dev, {}).items() if fnmatch.fnmatchcase(nodeid, pat)), None)) is not None:
+      item.add_marker(pytest.mark.xfail(reason=f"{dev}: {why}", strict=False))

@@ -1,0 +1,203 @@
+"""tinyhybrid.llm.model against transformers: tiny models with random weights written to .gguf files as llama.cpp
+would (tests/llm_models.py), in float32 and quantized; the logits of a prompt must match (quantized: transformers
+runs the dequantized weights), greedy generation must give the same tokens, and a JIT'd decode step must neither
+compile nor allocate. Bad files and prompts are refused with clear errors."""
+import gc
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from llm_models import TinySpec, write_gguf  # noqa: E402
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+
+from tinyhybrid import Device, GlobalCounters  # noqa: E402
+from tinyhybrid.engine import realize  # noqa: E402
+from tinyhybrid.llm.model import Transformer  # noqa: E402
+
+RNG = np.random.default_rng(3)
+PROMPT = [int(t) for t in RNG.integers(0, 600, 11)]  # one prompt chunk of 8, then single tokens
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  """name -> (path, transformers model), built once per module and only when a test asks for it."""
+  d, built = tmp_path_factory.mktemp("llm"), {}
+  def get(name: str, spec: TinySpec, quant: str | None = None):
+    if name not in built: built[name] = (str(d / f"{name}.gguf"), write_gguf(d / f"{name}.gguf", spec, quant=quant))
+    return built[name]
+  return get
+
+
+def hf_logits(hf, ids: list[int]) -> np.ndarray:
+  with torch.no_grad(): return hf(torch.tensor([ids])).logits[0].numpy()
+
+
+def check_logits(path: str, hf, ids: list[int], tol: float = 2e-5) -> Transformer:
+  model, _ = Transformer.from_gguf(path)
+  ref = hf_logits(hf, ids)
+  out = model.logits(ids, 0)
+  np.testing.assert_allclose(out, ref[-1], rtol=tol, atol=tol * np.abs(ref[-1]).max())
+  # the same positions one token at a time through the decode step, the cache filled by the steps before
+  model.cached.clear()
+  for i, t in enumerate(ids[:4]): np.testing.assert_allclose(model.logits([t], i), ref[i], rtol=tol, atol=tol * np.abs(ref[i]).max())
+  return model
+
+
+CASES = {  # name: (spec, quant); nn/quant.py's unpacking of every type is checked against gguf's in test_nn_state.py
+  "llama_f32": (TinySpec(), None), "llama_f16": (TinySpec(), "F16"), "llama_q8_0": (TinySpec(), "Q8_0"), "llama_q4_0": (TinySpec(), "Q4_0"),
+  "mistral_f32": (TinySpec(arch="mistral"), None), "qwen2_f32": (TinySpec(arch="qwen2"), None), "qwen3_q8_0": (TinySpec(arch="qwen3"), "Q8_0"),
+  "gemma_f32": (TinySpec(arch="gemma"), None), "llama_tied_q8_0": (TinySpec(tie=True), "Q8_0"),
+  # k-quants are blocks of 256: wider models
+  "llama_q4_k": (TinySpec(dim=256, hidden=256), "Q4_K"), "qwen2_q6_k": (TinySpec(arch="qwen2", dim=256, hidden=256), "Q6_K"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_logits_match_transformers(files, name):
+  spec, quant = CASES[name]
+  path, hf = files(name, spec, quant)
+  check_logits(path, hf, PROMPT)
+
+
+@pytest.mark.parametrize("quant", ["BF16", "Q4_1", "Q5_0", "Q5_1", "MXFP4"])
+def test_other_types_match_transformers(files, quant):
+  # the rest of the 32-wide block types, each unpacked inside the matmuls: the prompt's last logits
+  path, hf = files(f"llama_{quant.lower()}", TinySpec(), quant)
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  ref = hf_logits(hf, PROMPT)[-1]
+  np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_long_prompt_chunks(files):
+  # 64 + 8 + 3 tokens: every prompt chunk size, the later ones attending over what the earlier ones cached
+  path, hf = files("llama_f32", *CASES["llama_f32"])
+  ids = [int(t) for t in RNG.integers(0, 600, 75)]
+  model, _ = Transformer.from_gguf(path)
+  ref = hf_logits(hf, ids)
+  np.testing.assert_allclose(model.logits(ids, 0), ref[-1], rtol=2e-5, atol=2e-5 * np.abs(ref[-1]).max())
+  # a prompt that extends the cached one runs only its new tokens
+  more = ids + [5, 6, 7]
+  assert model.reusable_prefix(more) == len(ids)
+  np.testing.assert_allclose(model.logits(more[len(ids):], len(ids)), hf_logits(hf, more)[-1], rtol=2e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rope", [{"rope_type": "linear", "factor": 4.0},
+                                  {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 64},
+                                  {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}], ids=lambda r: r["rope_type"])
+def test_rope_scaling(files, rope):
+  arch = "qwen2" if rope["rope_type"] == "yarn" else "llama"
+  path, hf = files(f"rope_{rope['rope_type']}", TinySpec(arch=arch, rope=rope))
+  ids = [int(t) for t in RNG.integers(0, 600, 100)]  # positions far enough for the scaling to matter
+  model, _ = Transformer.from_gguf(path)
+  ref = hf_logits(hf, ids)[-1]
+  np.testing.assert_allclose(model.logits(ids, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+  _, plain = files(f"rope_{rope['rope_type']}_none", TinySpec(arch=arch))
+  assert np.abs(hf_logits(plain, ids)[-1] - ref).max() > 1e-3  # the scaling changes the answer: the match above means something
+
+
+@pytest.mark.parametrize("name", ["llama_f32", "llama_q8_0"])
+def test_greedy_generation_matches_transformers(files, name):
+  path, hf = files(name, *CASES[name])
+  model, _ = Transformer.from_gguf(path)
+  ours = list(model.generate(PROMPT, max_new=24))
+  with torch.no_grad():
+    ref = hf.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False, min_new_tokens=24)[0, len(PROMPT):].tolist()
+  assert ours == ref
+
+
+def caches() -> tuple[int, int, int]: return len(realize.schedule_cache), len(realize.kernel_cache), len(Device["CPU"]._cache)
+
+
+def test_decode_step_is_one_replay_that_allocates_nothing(files):
+  path, _ = files("llama_q8_0", *CASES["llama_q8_0"])
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  gen = model.generate(PROMPT)
+  for _ in range(3): next(gen)  # the decode JIT runs, captures, replays
+  assert model.decode_jit.cnt >= 2 and model.decode_jit.captured is not None
+  before, mem, runs = caches(), GlobalCounters.mem_used, GlobalCounters.kernel_count
+  for _ in range(5): next(gen)
+  assert caches() == before, "a decode step scheduled or compiled something"
+  assert GlobalCounters.mem_used == mem, "a decode step allocated memory"
+  assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
+
+
+@pytest.mark.parametrize("name", ["llama_q4_0", "llama_q8_0", "llama_q4_k"])
+def test_weights_stay_quantized(files, name):
+  # everything the model allocates, weights, KV cache and activations of a prompt chunk and decode steps, takes
+  # less than the weights alone would as float32: the matmuls read the quantized bytes, nothing is unpacked to memory
+  spec, quant = CASES[name]
+  path, hf = files(name, spec, quant)
+  f32_bytes = 4 * sum(p.numel() for n, p in hf.named_parameters() if "norm" not in n)
+  gc.collect()  # the models of earlier tests are gone before counting
+  mem = GlobalCounters.mem_used
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  list(model.generate(PROMPT, max_new=4))
+  used = GlobalCounters.mem_used - mem
+  assert model.weight_bytes < f32_bytes * (0.3 if quant == "Q8_0" else 0.16)
+  # unpacking even the embedding alone (a quarter of these weights) to float32 would cross the bound
+  assert used < f32_bytes * (0.45 if quant == "Q8_0" else 0.3), (used, model.weight_bytes, f32_bytes)
+
+
+def test_generate_stops_at_the_context(files):
+  path, _ = files("llama_f32", *CASES["llama_f32"])
+  model, _ = Transformer.from_gguf(path, max_context=16)
+  assert model.max_context == 16
+  assert len(list(model.generate(PROMPT))) == 16 - len(PROMPT)
+
+
+# ** bad input **
+
+def test_prompt_longer_than_the_context(files):
+  path, _ = files("llama_f32", *CASES["llama_f32"])
+  model, _ = Transformer.from_gguf(path, max_context=16)
+  with pytest.raises(ValueError, match="16"): next(model.generate(list(range(16))))
+  with pytest.raises(ValueError, match="vocabulary"): model.logits([600], 0)
+
+
+def _rewrite(src: str, dst, arch: str | None = None, tensor_type=None) -> None:
+  """A copy of a gguf with another architecture name, or its first matrix's type changed to tensor_type."""
+  r = gguf.GGUFReader(src)
+  w = gguf.GGUFWriter(str(dst), arch or r.fields["general.architecture"].contents())
+  for f in r.fields.values():
+    if f.name.startswith("GGUF.") or f.name == "general.architecture": continue
+    name = f.name.replace(r.fields["general.architecture"].contents(), arch) if arch and f.name.startswith(r.fields["general.architecture"].contents() + ".") else f.name
+    v = f.contents()
+    vt = f.types[0]
+    if vt == gguf.GGUFValueType.ARRAY: w.add_key_value(name, v, vt, sub_type=f.types[-1])
+    else: w.add_key_value(name, v, vt)
+  swapped = False
+  for t in r.tensors:
+    data, typ = np.asarray(t.data), t.tensor_type
+    if tensor_type is not None and not swapped and len(t.shape) == 2 and t.shape[0] % 256 == 0:
+      size = gguf.GGML_QUANT_SIZES[tensor_type]
+      data, typ, swapped = np.zeros((int(t.shape[1]), int(t.shape[0]) // size[0] * size[1]), np.uint8), tensor_type, True
+    w.add_tensor(t.name, data, raw_dtype=typ)
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+
+
+def test_unsupported_architecture_and_type(files, tmp_path):
+  path, _ = files("llama_f32", *CASES["llama_f32"])
+  _rewrite(path, bad := tmp_path / "falcon.gguf", arch="falcon")
+  with pytest.raises(ValueError, match="falcon"): Transformer.from_gguf(bad)
+  path256, _ = files("llama_q4_k", *CASES["llama_q4_k"])
+  _rewrite(path256, bad := tmp_path / "iq2.gguf", tensor_type=gguf.GGMLQuantizationType.IQ2_XXS)
+  with pytest.raises(ValueError, match="IQ2_XXS"): Transformer.from_gguf(bad)
+
+
+def test_truncated_and_missing_files(files, tmp_path):
+  path, _ = files("llama_f32", *CASES["llama_f32"])
+  data = open(path, "rb").read()
+  for n in (len(data) - 100, 1000, 10):
+    (p := tmp_path / f"cut{n}.gguf").write_bytes(data[:n])
+    with pytest.raises(ValueError, match=f"cut{n}.gguf"): Transformer.from_gguf(p)
+  with pytest.raises(FileNotFoundError): Transformer.from_gguf(tmp_path / "missing.gguf")

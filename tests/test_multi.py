@@ -1,0 +1,265 @@
+"""Devices CPU:N, copies between them, and sharded tensors (tinygrad's multi-device API) checked against NumPy."""
+import numpy as np
+import pytest
+
+from tinyhybrid import Context, Device, Tensor, TinyJit, nn
+from tinyhybrid.nn.state import get_parameters
+from tinyhybrid.schedule.multi import ShardingError
+
+D2 = Device.canonicalize(("CPU:0", "CPU:1"))
+D3 = Device.canonicalize(("CPU:0", "CPU:1", "CPU:2"))
+D4 = Device.canonicalize(("CPU:0", "CPU:1", "CPU:2", "CPU:3"))
+rng = np.random.default_rng(0)
+
+
+def test_devices_are_separate():
+  a = Tensor(np.arange(5, dtype=np.float32), device="CPU:1")
+  assert a.device == "CPU:1" and Device["CPU:1"] is not Device["CPU:2"] and Device["CPU:0"] is Device["CPU"]
+  assert Device["CPU:1"].queue is not Device["CPU:2"].queue
+  before = Device["CPU:2"].allocator.used
+  b = a.to("CPU:2")
+  assert b.device == "CPU:2" and Device["CPU:2"].allocator.used == before + 20
+  np.testing.assert_equal((b * 2).numpy(), np.arange(5) * 2)
+  c = Tensor([1.0, 2.0], device="CPU:3")
+  c.to_("CPU:1")
+  assert c.device == "CPU:1" and c.tolist() == [1.0, 2.0]
+  assert Device.canonicalize("cpu:0") == "CPU" and Device.canonicalize("CPU:01") == "CPU:1"
+
+
+@pytest.mark.parametrize("bad", ["GPU:1", "CPU:x", "CPU:-1", "TPU"])
+def test_unknown_device(bad):
+  with pytest.raises(ValueError, match="unknown device"): Tensor([1.0], device=bad)
+  with pytest.raises(ValueError, match="unknown device"): Tensor([1.0]).to(bad)
+
+
+def test_mixed_devices_raise():
+  with pytest.raises(ValueError, match="different devices"): Tensor([1.0], device="CPU:1") + Tensor([1.0], device="CPU:2")
+  with pytest.raises(ValueError, match="different devices"): Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0]).shard(D3)
+  with pytest.raises(ValueError, match="different devices"): Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0])
+
+
+def test_shard_uneven_raises():
+  with pytest.raises(RuntimeError, match="uneven"): Tensor.ones(5, 3).shard(D2, axis=0)
+  with pytest.raises(RuntimeError, match="already sharded"): Tensor.ones(4).shard(D2).shard(D2)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_shard_roundtrip_and_elementwise(axis):
+  x = rng.standard_normal((6, 9)).astype(np.float32)
+  y = rng.standard_normal((6, 9)).astype(np.float32)
+  t = Tensor(x).shard(D3, axis=axis)
+  assert t.device == D3 and t.shape == (6, 9)
+  np.testing.assert_allclose(t.numpy(), x)
+  u = Tensor(y).shard(D3, axis=axis)
+  np.testing.assert_allclose(((t * u + 1).exp2() - t).numpy(), np.exp2(x * y + 1) - x, rtol=1e-5)
+  # a replica meets a sharded tensor: sliced to each shard; a differently sharded one is resharded
+  np.testing.assert_allclose((t + Tensor(y).shard(D3)).numpy(), x + y, rtol=1e-6)
+  np.testing.assert_allclose((t + Tensor(y).shard(D3, axis=1 if axis == 0 else 0)).numpy(), x + y, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_movement_on_sharded(axis):
+  x = rng.standard_normal((3, 6, 4)).astype(np.float32) if axis != 0 else rng.standard_normal((6, 3, 4)).astype(np.float32)
+  t = Tensor(x).shard(D2 if axis != 2 else D2, axis=axis)
+  np.testing.assert_allclose(t.permute(2, 0, 1).numpy(), x.transpose(2, 0, 1))
+  np.testing.assert_allclose(t.reshape(-1).numpy(), x.reshape(-1))
+  np.testing.assert_allclose(t.reshape(x.shape[0] * x.shape[1], 4).numpy(), x.reshape(-1, 4))
+  np.testing.assert_allclose(t[1:, ::-1].numpy(), x[1:, ::-1])
+  np.testing.assert_allclose(t.pad(((1, 0), (0, 2), (0, 0))).numpy(), np.pad(x, ((1, 0), (0, 2), (0, 0))))
+  np.testing.assert_allclose(t.unsqueeze(0).expand(2, *x.shape).numpy(), np.broadcast_to(x[None], (2, *x.shape)))
+
+
+# odd sizes: 3 and 4 devices over values whose element counts do not divide into the chunks evenly
+@pytest.mark.parametrize("devices,shape", [(D3, (3, 37)), (D4, (4, 4, 13)), (D2, (2, 7))])
+@pytest.mark.parametrize("algo", [{"RING": 0, "ALL2ALL": 0}, {"RING": 2}, {"ALL2ALL": 2}])
+def test_allreduce_values(devices, shape, algo):
+  x = rng.standard_normal(shape).astype(np.float32)
+  t = Tensor(x).shard(devices, axis=0)
+  with Context(**algo):
+    s, m, mean, mn = t.sum(0), t.max(0), t.mean(0), t.min(0)
+    Tensor.realize(s, m, mean, mn)
+  assert s.device == devices and s.uop.arg == (devices, None)
+  np.testing.assert_allclose(s.numpy(), x.sum(0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(m.numpy(), x.max(0))
+  np.testing.assert_allclose(mn.numpy(), x.min(0))
+  np.testing.assert_allclose(mean.numpy(), x.mean(0), rtol=1e-5, atol=1e-6)
+  # every device holds the same bits
+  shards = [Tensor(u, device=d).numpy() for u, d in zip(s.uop.src, devices)]
+  for sh in shards[1:]: np.testing.assert_array_equal(sh, shards[0])
+
+
+def test_allreduce_default_rule_uses_ring_for_big(capsys):
+  x = rng.standard_normal((3, 256_007)).astype(np.float32)
+  with Context(DEBUG=2):
+    out = Tensor(x).shard(D3, axis=0).sum(0).numpy()
+  assert "RING ALLREDUCE 3x256007" in capsys.readouterr().out
+  np.testing.assert_allclose(out, x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_sharded():
+  x = rng.standard_normal((6, 5)).astype(np.float32)
+  w = rng.standard_normal((5, 7)).astype(np.float32)
+  t, W = Tensor(x).shard(D3, axis=0), Tensor(w).shard(D3)
+  np.testing.assert_allclose((t @ W).numpy(), x @ w, rtol=1e-5, atol=1e-5)
+  # the contraction over the sharded axis is an allreduce
+  np.testing.assert_allclose((t.T @ (t @ W)).numpy(), x.T @ (x @ w), rtol=1e-4, atol=1e-4)
+  Wk = Tensor(w).shard(D3, axis=1) if w.shape[1] % 3 == 0 else Tensor(w[:, :6]).shard(D3, axis=1)
+  np.testing.assert_allclose((Tensor(x).shard(D3) @ Wk).numpy(), x @ w[:, :6], rtol=1e-5, atol=1e-5)
+
+
+def test_assign_and_setitem_on_sharded():
+  x = rng.standard_normal((4, 6)).astype(np.float32)
+  t = Tensor(x).shard(D2, axis=0).realize()
+  bufs = [u.base.arg for u in t.uop.src]
+  t.assign(t * 2 + 1).realize()
+  np.testing.assert_allclose(t.numpy(), x * 2 + 1)
+  assert [u.base.arg for u in t.uop.src] == bufs  # written in place
+  t += 1
+  t.realize()
+  np.testing.assert_allclose(t.numpy(), x * 2 + 2, rtol=1e-6)
+  t.assign(t.flip(0)).realize()  # reads the target through a view: computed apart first
+  np.testing.assert_allclose(t.numpy(), (x * 2 + 2)[::-1], rtol=1e-6)
+
+
+def test_training_matches_single_device():
+  def run(devices):
+    Tensor.manual_seed(3)
+    l1, l2 = nn.Linear(5, 8), nn.Linear(8, 3)
+    if devices:
+      for p in get_parameters([l1, l2]): p.shard_(devices)
+    opt = nn.optim.Adam(get_parameters([l1, l2]), lr=0.05)
+    xr = np.random.default_rng(1).standard_normal((12, 5)).astype(np.float32)
+    yr = np.random.default_rng(2).integers(0, 3, 12).astype(np.int32)
+    X, Y = Tensor(xr), Tensor(yr)
+    if devices: X, Y = X.shard(devices, axis=0), Y.shard(devices, axis=0)
+    with Tensor.train():
+      for _ in range(4):
+        opt.zero_grad()
+        loss = l2(l1(X).relu()).sparse_categorical_crossentropy(Y)
+        loss.backward()
+        opt.step()
+    return [p.numpy() for p in get_parameters([l1, l2])], loss.item()
+  single, lsingle = run(None)
+  multi, lmulti = run(D3)
+  assert abs(lsingle - lmulti) < 1e-5
+  for a, b in zip(single, multi): np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_jit_sharded_step():
+  w = Tensor(rng.standard_normal((4, 4)).astype(np.float32)).shard(D2).realize()
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x @ w).sum(0).realize()
+
+  for i in range(4):
+    xn = rng.standard_normal((6, 4)).astype(np.float32)
+    out = f(Tensor(xn).shard(D2, axis=0))
+    np.testing.assert_allclose(out.numpy(), (xn @ w.numpy()).sum(0), rtol=1e-5, atol=1e-5)
+  assert f.captured is not None and any(ei.prg.name.startswith("copy") for ei in f.captured.jit_cache)
+
+
+def test_creation_on_devices():
+  z = Tensor.zeros(4, 2, device=D2)
+  assert z.device == D2 and z.numpy().tolist() == [[0, 0]] * 4
+  e = Tensor([1.0, 2.0], device=D2)
+  assert e.device == D2 and e.uop.arg == (D2, None) and e.tolist() == [1.0, 2.0]
+  s = Tensor.ones(4, 2).shard(D2, axis=0)
+  zl = s.zeros_like()
+  assert zl.uop.arg == (D2, 0) and zl.numpy().tolist() == [[0, 0]] * 4
+  assert Tensor([3.0, 4.0]).shard_like(s).device == D2
+
+
+def test_to_gathers_and_replicates():
+  x = rng.standard_normal((4, 3)).astype(np.float32)
+  t = Tensor(x).shard(D2, axis=0)
+  g = t.to("CPU:3")
+  assert g.device == "CPU:3"
+  np.testing.assert_allclose(g.numpy(), x)
+  r = Tensor(x).to(D2)
+  assert r.device == D2 and r.uop.arg[1] is None
+  np.testing.assert_allclose(r.numpy(), x)
+
+
+def test_sharding_error_is_runtime_error():
+  assert issubclass(ShardingError, RuntimeError)
+
+
+def test_data_parallel_example_matches_single_device():
+  import importlib.util
+  from pathlib import Path
+  path = Path(__file__).resolve().parent.parent / "examples" / "train_digits_multi.py"
+  spec = importlib.util.spec_from_file_location("train_digits_multi", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  multi, _ = mod.train(D2, 4)
+  single, _ = mod.train(None, 4)
+  from tinyhybrid.nn.state import get_state_dict
+  a, b = get_state_dict(multi), get_state_dict(single)
+  assert a["fc.weight"].device == D2
+  for k in a:
+    if a[k].requires_grad and k not in ("c1.bias", "c2.bias"):  # BatchNorm cancels those biases: Adam walks on rounding noise
+      np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), atol=1e-5, err_msg=k)
+
+
+def test_copy_command_with_patched_offset():
+  from tinyhybrid._core import hcq
+  src, dst = np.arange(16, dtype=np.uint8), np.zeros(4, np.uint8)
+  cb = hcq.CommandBuffer()
+  d, s = cb.add_slot(0), cb.add_slot(0)
+  cb.copy(hcq.Patch(d), hcq.Patch(s, 8), 4)  # one slot per buffer; the offset is the field's addend
+  assert repr(hcq.Patch(s, 8)) == f"Patch({s}, 8)"
+  q = Device["CPU:1"].queue
+  q.submit(cb, [dst.ctypes.data, src.ctypes.data])
+  q.synchronize()
+  assert dst.tolist() == [8, 9, 10, 11]
+  q.submit(cb, [dst.ctypes.data, src.ctypes.data + 4])
+  q.synchronize()
+  assert dst.tolist() == [12, 13, 14, 15]
+
+
+@pytest.mark.parametrize("algo,copies,kernels", [
+  # all2all over 4 devices: each device's chunk of every other device copied to it straight from the shard (12), the
+  # 4 partial sums (one kernel per device), each device's result put together from the 4 reduced chunks (16 copies
+  # into place), and the mul (4). tinygrad's schedule has 24 copies and 22 kernels: it makes every chunk contiguous
+  # with a kernel before copying it and puts the result together with a kernel; here those are copies of ranges
+  ({"ALL2ALL": 2}, 28, 8),
+  # ring: 3 hops for each of 4 chunks (12 copies, each followed by the add on the receiving device), then the same
+  # gather (16) and mul (4)
+  ({"RING": 2}, 28, 16),
+  # naive: each device copies the 3 others' shards and adds them (one kernel with the mul fused in)
+  ({"RING": 0, "ALL2ALL": 0}, 12, 4),
+])
+def test_allreduce_schedule_counts(algo, copies, kernels):
+  N, M = 4, 400
+  x = np.arange(N * M, dtype=np.float32).reshape(N, M)
+  t = Tensor(x * x).shard(D4, axis=0).realize()
+
+  @TinyJit
+  def f(t: Tensor) -> Tensor: return t.sum(0).mul(2.0).contiguous().realize()
+
+  with Context(**algo):
+    for _ in range(3): out = f(t)
+  names = [ei.prg.name for ei in f.captured.jit_cache]
+  assert (sum(n.startswith("copy") for n in names), sum(not n.startswith("copy") for n in names)) == (copies, kernels)
+  expected = 2 * (x * x).sum(0)
+  np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
+  for u, d in zip(out.uop.src, D4): np.testing.assert_allclose(Tensor(u, device=d).numpy(), expected, rtol=1e-6)
+
+
+def test_setitem_with_symbolic_offset_under_jit():
+  from tinyhybrid import Variable
+  t = Tensor.zeros(6, 4).contiguous().shard(D2, axis=1).realize()
+  v = Variable("i", 0, 5)
+
+  @TinyJit
+  def f(x: Tensor, i) -> Tensor:
+    t[i:i + 1] = x
+    return t.realize()
+
+  ref = np.zeros((6, 4), np.float32)
+  for k in (0, 3, 1, 5, 2):
+    x = np.full((1, 4), k + 1.0, np.float32)
+    f(Tensor(x).shard(D2, axis=1), v.bind(k))
+    ref[k:k + 1] = x
+    np.testing.assert_array_equal(t.numpy(), ref)
+  assert f.captured is not None
