@@ -169,6 +169,25 @@ def argfix(*x: Any) -> tuple[Any, ...]:
   return tuple(x[0]) if len(x) == 1 and isinstance(x[0], (tuple, list)) else x
 
 
+def postorder(root: Any, children: Callable[[Any], Iterable[Any]], done: Any = ()) -> list[Any]:
+  """The nodes under root (itself included) that are not in `done`, each after its children: the order a recursive
+  pass would finish them in, walked with an explicit stack so a graph as deep as a 10^5-op chain does not recurse."""
+  out: list[Any] = []
+  seen = {root}
+  stack = [(root, iter(children(root)))]
+  while stack:
+    node, it = stack[-1]
+    for c in it:
+      if c not in seen and c not in done:
+        seen.add(c)
+        stack.append((c, iter(children(c))))
+        break
+    else:
+      stack.pop()
+      out.append(node)
+  return out
+
+
 def ceildiv(num: int, amt: int) -> int: return -(-num // amt)
 def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 from tinyhybrid.codegen.opt import LANES, KernelParts, rkind, rsize, stride
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.helpers import prod
+from tinyhybrid.helpers import postorder, prod
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -126,13 +126,14 @@ class Expander:
   def axes(self, u: UOp) -> tuple[UOp, ...]:
     """The lane axes u's value varies over, in lane order."""
     if (hit := self.axes_memo.get(u)) is not None: return hit
-    if u.op is Ops.RANGE: ret: tuple[UOp, ...] = (u,) if rkind(u) in LANES else ()
-    else:
-      got = set().union(*[self.axes(s) for s in u.src]) if u.src else set()
-      if u.op is Ops.REDUCE: got -= set(u.src[1:])
-      ret = tuple(a for a in self.lane_axes if a in got)
-    self.axes_memo[u] = ret
-    return ret
+    for x in u.toposort(gate=lambda n: n not in self.axes_memo):  # sources first: no recursion on deep graphs
+      if x.op is Ops.RANGE: ret: tuple[UOp, ...] = (x,) if rkind(x) in LANES else ()
+      else:
+        got = set().union(*[self.axes_memo[s] for s in x.src]) if x.src else set()
+        if x.op is Ops.REDUCE: got -= set(x.src[1:])
+        ret = tuple(a for a in self.lane_axes if a in got)
+      self.axes_memo[x] = ret
+    return self.axes_memo[u]
 
   def keys(self, axes: tuple[UOp, ...]) -> list[tuple[int, ...]]:
     return list(itertools.product(*[range(len(self.chunks) if a is self.vaxis else rsize(a)) for a in axes]))
@@ -160,14 +161,22 @@ class Expander:
 
   def ex(self, u: UOp) -> dict[tuple[int, ...], UOp]:
     if (hit := self.memo.get(u)) is not None: return hit
+    # what _ex reads is expanded first, sources before users, so _ex never recurses (deep chains of ops)
+    for x in postorder(u, self._needs, self.memo): self.memo[x] = self._ex(x)
+    return self.memo[u]
+
+  def _needs(self, u: UOp) -> tuple[UOp, ...]:
+    """The nodes whose expansion _ex(u) reads."""
+    if u.op is Ops.REDUCE: return (u.src[0],)
+    return () if u.op in (Ops.RANGE, Ops.LOAD) and self.axes(u) else u.src
+
+  def _ex(self, u: UOp) -> dict[tuple[int, ...], UOp]:
     axes = self.axes(u)
-    if u.op is Ops.REDUCE: ret = self.reduce(u)
-    elif not axes:  # the same for every lane: only a REDUCE below it can change
-      srcs = tuple(self.ex(s)[()] for s in u.src)
-      ret = {(): u if srcs == u.src else UOp(u.op, u.dtype, srcs, u.arg)}
-    else: ret = {key: self.node(u, axes, key) for key in self.keys(axes)}
-    self.memo[u] = ret
-    return ret
+    if u.op is Ops.REDUCE: return self.reduce(u)
+    if not axes:  # the same for every lane: only a REDUCE below it can change
+      srcs = tuple(self.memo[s][()] for s in u.src)
+      return {(): u if srcs == u.src else UOp(u.op, u.dtype, srcs, u.arg)}
+    return {key: self.node(u, axes, key) for key in self.keys(axes)}
 
   def node(self, u: UOp, axes: tuple[UOp, ...], key: tuple[int, ...]) -> UOp:
     w = self.width(axes, key)

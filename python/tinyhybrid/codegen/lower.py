@@ -3,7 +3,7 @@ gated LOADs, a REDUCE over the reduce loops and the STORE. Index expressions are
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from tinyhybrid import viz
 from tinyhybrid.dtype import dtypes
@@ -142,6 +142,7 @@ class LoweredKernel:
   vars: tuple[UOp, ...] = ()  # its DEFINE_VARs, whose values follow the buffer addresses in the kernel's args
   ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
   mem: int = 0   # bytes of the buffers it reads and writes
+  proven: bool = False  # CHECK_OOB proved its accesses in bounds (codegen/validate.py)
   # on a GPU-style device (codegen/gpu.py): (work-groups per dimension, work-items per group per dimension)
   launch: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
@@ -170,55 +171,69 @@ class Lowerer:
     return UOp(Ops.LOAD, buf.dtype, (index,) if valid is None else (index, valid.simplify()))
 
   def value(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-    key = (u, idx, valid)
-    if (hit := self.memo.get(key)) is not None: return hit
-    ret = self._value(u, idx, valid)
-    self.memo[key] = ret
-    return ret
+    """The kernel IR of u at index idx under the gate valid. Walks with an explicit stack, not recursion: a chain of
+    10^5 elementwise ops is as deep as the Tensor program that built it."""
+    root = (u, idx, valid)
+    stack, steps = [root], {}
+    while stack:
+      key = stack[-1]
+      if key in self.memo:
+        stack.pop()
+        continue
+      if (step := steps.get(key)) is None: step = steps[key] = self._step(*key)
+      deps, build = step
+      if missing := [d for d in deps if d not in self.memo]:
+        stack.extend(reversed(missing))
+        continue
+      stack.pop()
+      self.memo[key] = build([self.memo[d] for d in deps])
+    return self.memo[root]
 
-  def _value(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
+  def _step(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[tuple], Callable[[list[UOp]], UOp]]:
+    """What the value of u at idx needs (the (node, index, gate) triples below it) and how it is made from theirs."""
     op = u.op
     if u is not self.item.out and u in self.item.realized:
       # an assign earlier in the schedule: its result is the target's view of the buffer it wrote
-      if u.op is Ops.STORE: return self.value(u.src[0], idx, valid)
-      return self.load(self.item.realized[u], _flat(idx, max_shape(shape_of(u) or ())), valid)
-    if op is Ops.BUFFER: return self.load(u.arg, idx[0], valid)
-    if op is Ops.CONST or op is Ops.DEFINE_VAR: return u
-    if op is Ops.IOTA: return idx[0].cast(u.dtype)
-    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER): return self.value(u.src[0], idx, valid)
-    if op in GroupOp.Movement: return self.movement(u, idx, valid)
-    if op is Ops.REDUCE: return self.fused_reduce(u, idx, valid)
+      if u.op is Ops.STORE: return [(u.src[0], idx, valid)], lambda v: v[0]
+      return [], lambda _: self.load(self.item.realized[u], _flat(idx, max_shape(shape_of(u) or ())), valid)
+    if op is Ops.BUFFER: return [], lambda _: self.load(u.arg, idx[0], valid)
+    if op is Ops.CONST or op is Ops.DEFINE_VAR: return [], lambda _: u
+    if op is Ops.IOTA: return [], lambda _: idx[0].cast(u.dtype)
+    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER): return [(u.src[0], idx, valid)], lambda v: v[0]
+    if op in GroupOp.Movement:
+      base, bidx, cond = through_views(u, idx)
+      # a load masked by the padding is already 0 outside it
+      def masked(v: list[UOp]) -> UOp: return v[0] if cond is None or v[0].op is Ops.LOAD else cond.where(v[0], UOp.const(v[0].dtype, 0))
+      return [(base, bidx, _and(valid, cond))], masked
+    if op is Ops.REDUCE: return [(u.src[0], self.fused_reduce_index(u, idx), valid)], lambda v: self.fused_reduce(u, v[0])
     if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-      return UOp(op, u.dtype, tuple(self.value(s, idx, valid) for s in u.src), u.arg)
+      return [(s, idx, valid) for s in u.src], lambda v: UOp(op, u.dtype, tuple(v), u.arg)
     raise NotImplementedError(f"lowering: {op} inside a kernel")
 
-  def fused_reduce(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-    """A reduce inside an elementwise kernel (schedule/kernelize.py _epilogue_fused): its reduced axes get loops of
-    their own, its other axes are the kernel's index."""
+  def fused_reduce_index(self, u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """The index into the source of a reduce inside an elementwise kernel (schedule/kernelize.py _epilogue_fused): its
+    reduced axes get loops of their own, its other axes are the kernel's index."""
     if self.reduce_ranges: raise NotImplementedError("lowering: two reduces in one kernel")
-    op, axes = u.arg
     full = []
     for i, s in enumerate(shape_of(u.src[0]) or ()):
-      if i not in axes: full.append(idx[i])
+      if i not in u.arg[1]: full.append(idx[i])
       elif s == 1: full.append(_c(0))
       else:
         full.append(r := UOp(Ops.RANGE, IDX, (_c(s),), (self.next_axis, AxisType.REDUCE)))
         self.reduce_ranges.append(r)
         self.reduce_sizes.append(s)
         self.next_axis += 1
-    src = self.value(u.src[0], tuple(full), valid)
+    return tuple(full)
+
+  def fused_reduce(self, u: UOp, src: UOp) -> UOp:
+    """The fused reduce of its source's value (a one-hot sum collapses to the one term, and its loop goes)."""
+    op = u.arg[0]
     if op is Ops.ADD:
       src, kept = collapse_one_hot(src, self.reduce_ranges)
       self.reduce_sizes = [s for r, s in zip(self.reduce_ranges, self.reduce_sizes) if r in kept]
       self.reduce_ranges = kept
     if not self.reduce_ranges: return src if src.dtype == u.dtype else src.cast(u.dtype)
     return UOp(Ops.REDUCE, u.dtype, (src, *self.reduce_ranges), op)
-
-  def movement(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-    base, idx, cond = through_views(u, idx)
-    val = self.value(base, idx, _and(valid, cond))
-    # a load masked by the padding is already 0 outside it
-    return val if cond is None or val.op is Ops.LOAD else cond.where(val, UOp.const(val.dtype, 0))
 
   def lower(self) -> LoweredKernel:
     out = self.item.out

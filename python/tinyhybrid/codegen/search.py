@@ -22,8 +22,9 @@ from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_gri
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, KernelOptError, KernelParts, Opt, OptOps, apply_opts, merge_loops, rkind, rsize
+from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, np_storage
-from tinyhybrid.helpers import BEAM, DEBUG, NOOPT
+from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
 from tinyhybrid.runtime.compiler import CompileError, cache_root, compiler_key
 from tinyhybrid.uop import AxisType, Ops
 
@@ -123,7 +124,9 @@ class _Timer:
   def source(self, plan: tuple[Opt, ...]) -> tuple[LoweredKernel, str] | None:
     try: fk = finalize(self.k, plan, self.dev.renderer)
     except KernelOptError: return None
-    return fk, self.dev.renderer.render(fk)
+    src = self.dev.renderer.render(fk)
+    if CHECK_OOB: check_kernel(fk, src)  # a candidate runs on scratch buffers: it is proven like any kernel
+    return fk, src
 
   def time(self, cands: list[tuple[tuple[Opt, ...], LoweredKernel, str]], limit: float) -> list[float]:
     # one compiler run per core for the whole round; if a candidate breaks it, each is compiled alone to find it

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
+from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
-from tinyhybrid.helpers import BEAM, DEBUG, NOOPT, GlobalCounters
+from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, GlobalCounters
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
@@ -43,6 +44,7 @@ class CompiledSchedule:
   runner: Runner
   vars: tuple[UOp, ...] = ()  # the variables whose values follow the buffers in the runner's arguments, in this order
   contiguous_inside: bool = True  # the graph has a CONTIGUOUS that is not a root (a live tensor there is realized too)
+  proven: bool = False  # every kernel's accesses were proven in bounds (CHECK_OOB)
 
   ops: int = field(init=False)  # the kernels' estimated operations and memory traffic per run (GlobalCounters)
   mem: int = field(init=False)
@@ -93,6 +95,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
     if ck in kernel_cache:
       kernel_cache.move_to_end(ck)  # in use: the last to go
+      if CHECK_OOB: check_kernel(kernel_cache[ck][0], kernel_cache[ck][1].src)  # lowered before CHECK_OOB was set
       continue
     if ck in fresh: continue
     # another device of the same kind (CPU:1 for CPU) lowered it already: only its compiled program is per device
@@ -107,6 +110,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
       t3 = time.perf_counter()
       vg.name, vg.text = k.name, src
     if DEBUG >= 4: print(src)
+    if CHECK_OOB: check_kernel(k, src)  # before it is compiled, so before it ever runs; kept with the kernel
     fresh[ck] = (k, src)
     phase_times["rewrite"] += t2 - t1
     phase_times["render"] += t3 - t2
@@ -135,7 +139,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
   roots = set(key.src)
   inside = any(u.op is Ops.CONTIGUOUS and u not in roots for u in key.toposort())
-  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables, inside)
+  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables, inside, bool(CHECK_OOB))
 
 
 # a variable's value as a kernel argument word (a negative value in two's complement)
@@ -274,7 +278,7 @@ def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:
       roots = [t.uop for t in ts]
       key, inputs, nodes = normalize(roots, var_vals)
       cs = schedule_cache.get((key, device))
-    if cs is None:
+    if cs is None or (CHECK_OOB and not cs.proven):  # a plan made before CHECK_OOB was set is made (and proven) again
       cs = schedule_cache[(key, device)] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
       if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
     else:

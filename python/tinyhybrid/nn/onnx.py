@@ -14,6 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from tinyhybrid.device import np_storage
@@ -95,7 +96,7 @@ class Scope:
     while s is not None:
       if name in s.vals or name in s.host: return s
       s = s.parent
-    raise KeyError(f"ONNX: value {name!r} is used before it is defined")
+    raise ValueError(f"ONNX: value {name!r} is used before it is defined (a malformed model)")
 
   def set(self, name: str, v: Any) -> None:
     if isinstance(v, np.ndarray): self.host[name] = v
@@ -159,8 +160,7 @@ class OnnxRunner:
 
   def __init__(self, model: str | os.PathLike | bytes | Tensor | onnx.ModelProto):
     if isinstance(model, Tensor): model = model.numpy().tobytes()
-    if isinstance(model, (str, os.PathLike)): model = onnx.load(os.fspath(model))
-    elif isinstance(model, (bytes, bytearray)): model = onnx.load_from_string(bytes(model))
+    if isinstance(model, (str, os.PathLike, bytes, bytearray)): model = _parse(model)
     if not isinstance(model, onnx.ModelProto): raise TypeError(f"OnnxRunner: expected a path, bytes or ModelProto, got {type(model).__name__}")
     # model-local functions are expanded into their callers, so the runner only ever sees standard ops
     if len(model.functions): model = onnx.inliner.inline_local_functions(model)
@@ -174,6 +174,16 @@ class OnnxRunner:
     dims: dict[str, int] = {}  # a named (symbolic) dimension takes one size across all inputs
     feeds = {n: _input_value(inputs.get(n), self.inputs[n], n, dims) for n in self.graph.input_names}
     return {n: to_tensor(v) if isinstance(v, np.ndarray) else v for n, v in zip(self.graph.output_names, self.graph.run(feeds))}
+
+
+def _parse(model: str | os.PathLike | bytes | bytearray) -> onnx.ModelProto:
+  """A serialized model parsed; input that is not one raises ValueError naming it (not protobuf's DecodeError)."""
+  what = repr(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else f"the {len(model)} bytes given"
+  try: proto = onnx.load(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else onnx.load_from_string(bytes(model))
+  except DecodeError as e: raise ValueError(f"OnnxRunner: {what} is not an ONNX model: {e}") from None
+  # protobuf reads many byte strings as some message (every field is optional): a model has at least a graph
+  if not proto.HasField("graph") or not proto.opset_import: raise ValueError(f"OnnxRunner: {what} is not an ONNX model: it has no graph or no opset")
+  return proto
 
 
 def _input_value(x: Any, tp: onnx.TypeProto, name: str, dims: dict[str, int]) -> Value:
