@@ -11,13 +11,11 @@ a script run twice in fresh processes over one new cache: programs built from so
 files the compilers added to the cache (ours and PoCL's) in the second."""
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -25,26 +23,15 @@ import numpy as np
 
 from tinyhybrid import Device, Tensor
 
-
-def best_of(fn: Callable[[], object], reps: int = 5, warmup: int = 2) -> float:
-  for _ in range(warmup): fn()
-  gc.collect()
-  gc.disable()
-  try:
-    times = []
-    for _ in range(reps):
-      st = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - st)
-  finally: gc.enable()
-  return min(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import best_of  # noqa: E402
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int = 3, **kw) -> dict[str, float]:
   """best_of of each fn in alternating rounds: a burst of other work on a shared machine slows every contender."""
   best: dict[str, float] = {}
   for _ in range(rounds):
-    for name, fn in fns.items(): best[name] = min(best.get(name, float("inf")), best_of(fn, **kw))
+    for name, fn in fns.items(): best[name] = min(best.get(name, float("inf")), best_of(fn, **{"reps": 5, **kw}))
   return best
 
 

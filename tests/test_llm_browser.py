@@ -10,7 +10,6 @@ message as the form does; #input, #send, #chat and #model are stable ids."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -18,18 +17,14 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-CHROMIUM = next((p for p in (os.getenv("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)
-DRIVER = next((p for p in (os.getenv("CHROMEDRIVER"), shutil.which("chromedriver"), "/usr/lib/chromium/chromedriver") if p and os.path.exists(p)), None)
-IN_CI = bool(os.getenv("CI"))  # .ci/run sets it and installs everything below: there nothing may be skipped
+from browser import CHROME_MISSING, IN_CI, headless_chrome  # noqa: E402
 if not IN_CI:
   pytest.importorskip("selenium", reason="selenium is not installed (it comes with the test extra: pip install '.[test]')")
   pytest.importorskip("tokenizers")
   pytest.importorskip("transformers")
-MISSING = "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)" if CHROMIUM is None or DRIVER is None else ""
+MISSING = CHROME_MISSING
 pytestmark = pytest.mark.skipif(bool(MISSING) and not IN_CI, reason=MISSING + " (.ci/run installs them)")
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
@@ -57,14 +52,7 @@ def url(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
   if MISSING: pytest.fail(MISSING + ": CI must run the browser tests (.ci/run installs them)")
-  opts = webdriver.ChromeOptions()
-  opts.binary_location = CHROMIUM
-  for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1100,800"):
-    opts.add_argument(a)
-  d = webdriver.Chrome(service=Service(DRIVER), options=opts)
-  d.set_page_load_timeout(60)
-  yield d
-  d.quit()
+  yield from headless_chrome(1100, 800)
 
 
 def wait(d, cond: str, timeout: float = 60.0):

@@ -7,7 +7,6 @@ installs them all) a missing one fails them instead."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 
@@ -20,16 +19,12 @@ from tinyhybrid import UOp, dtypes, viz  # noqa: E402
 from tinyhybrid.uop.upat import graph_rewrite  # noqa: E402
 from tinyhybrid.viz import graph as vgraph, serve as vserve  # noqa: E402
 
-CHROMIUM = next((p for p in (os.getenv("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)
-DRIVER = next((p for p in (os.getenv("CHROMEDRIVER"), shutil.which("chromedriver"), "/usr/lib/chromium/chromedriver") if p and os.path.exists(p)), None)
-IN_CI = bool(os.getenv("CI"))  # .ci/run sets it and installs everything below: there nothing may be skipped
+from browser import CHROME_MISSING, IN_CI, headless_chrome  # noqa: E402
 if not IN_CI: pytest.importorskip("selenium", reason="selenium is not installed (it comes with the test extra: pip install '.[test]')")
-MISSING = [why for absent, why in ((CHROMIUM is None or DRIVER is None, "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"),
+MISSING = [why for absent, why in ((bool(CHROME_MISSING), CHROME_MISSING),
                                    (not vgraph.have_graphviz(), "Graphviz's dot is not installed (apt-get install graphviz)")) if absent]
 pytestmark = [pytest.mark.skipif(bool(MISSING) and not IN_CI, reason="; ".join(MISSING) + " (.ci/run installs them)")]
 
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
@@ -39,14 +34,7 @@ ARTIFACTS = os.getenv("VIZ_ARTIFACTS") or os.path.join(os.path.dirname(os.path.d
 @pytest.fixture(scope="module")
 def browser():
   if MISSING: pytest.fail("; ".join(MISSING) + ": CI must run the browser tests (.ci/run installs them)")
-  opts = webdriver.ChromeOptions()
-  opts.binary_location = CHROMIUM
-  for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,850"):
-    opts.add_argument(a)
-  d = webdriver.Chrome(service=Service(DRIVER), options=opts)
-  d.set_page_load_timeout(60)
-  yield d
-  d.quit()
+  yield from headless_chrome(1400, 850)
 
 
 @pytest.fixture(scope="module")
