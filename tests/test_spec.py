@@ -89,13 +89,14 @@ def test_spec_off_checks_nothing():
 
 
 def test_pipeline_catches_a_broken_pass(monkeypatch):
-  """A lowering that leaves a movement op in the kernel is stopped at the pass boundary, naming the pass."""
-  real_lower = realize.lower
-  def broken_lower(item, dev=None):
-    k = real_lower(item, dev)
+  """A lowering (with its optimizer) that leaves a movement op in the kernel is stopped at the pass boundary, naming
+  the pass."""
+  real_optimize = realize.optimize
+  def broken_optimize(k, dev):
+    k = real_optimize(k, dev)
     load = next(u for u in k.ast.toposort() if u.op is Ops.LOAD)
     return dataclasses.replace(k, ast=k.ast.substitute({load: UOp(Ops.RESHAPE, load.dtype, (load,), (1,))}))
-  monkeypatch.setattr(realize, "lower", broken_lower)
+  monkeypatch.setattr(realize, "optimize", broken_optimize)
   for cache in ("schedule_cache", "kernel_cache"): monkeypatch.setattr(realize, cache, type(getattr(realize, cache))())
   a = np.arange(6, dtype=np.float32)
   with Context(SPEC=1), pytest.raises(RuntimeError, match=r"^SPEC: lower \(lowered\): RESHAPE breaks rule 'tensor-graph ops are gone"):

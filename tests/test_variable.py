@@ -159,13 +159,14 @@ def test_symbolic_kernels_compile_once():
 
 def test_symbolic_kernel_source():
   from tinyhybrid.codegen.lower import lower
+  from tinyhybrid.codegen.search import optimize
   from tinyhybrid.schedule.kernelize import create_schedule, normalize
   from tinyhybrid.schedule.localize import localize
   var_vals: dict = {}
   key, inputs, _ = normalize([(Tensor(A_NP)[:, :vi(4)] * 2).contiguous().uop], var_vals)
   assert var_vals == {Variable("i", 1, 10): 4} and not any(u.op is Ops.BIND for u in key.toposort())
   local, _ = localize(create_schedule(key, len(inputs)).items[0])
-  k = lower(local)
+  k = optimize(lower(local), None)
   # the loop of the variable's length is not optimized; the fixed-size loop around it is shared by the cores
   assert k.vars == (Variable("i", 1, 10),) and [o.op.name for o in k.opts] == ["THREAD"] and k.outer == A_NP.shape[0]
   src = Device["CPU"].renderer.render(k)

@@ -15,7 +15,6 @@ from tinyhybrid.uop.shape import max_shape, shape_of
 
 if TYPE_CHECKING:
   from tinyhybrid.codegen.opt import Opt
-  from tinyhybrid.device import Compiled
 
 IDX = dtypes.weakint
 
@@ -312,9 +311,8 @@ def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:
   return f"{kind}_{'_'.join(dims) if shape else 'scalar'}"[:60]
 
 
-def lower(item: KernelItem, dev: Compiled | None = None) -> LoweredKernel:
-  """The kernel of a schedule item, optimized for `dev` (heuristics, or BEAM search on it) and expanded."""
-  from tinyhybrid.codegen.search import optimize  # the optimizer builds on this module
+def lower(item: KernelItem) -> LoweredKernel:
+  """The kernel of a schedule item as loops over its buffers, before any optimization (codegen/search.py optimize)."""
   k = Lowerer(item).lower()
   viz.stage("lower", item.out, k.ast)
-  return optimize(k, dev)
+  return k

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
+from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, GlobalCounters
@@ -103,7 +104,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
       fresh[ck] = (same[0], same[1].src)
       continue
     with viz.group("kernel") as vg:
-      k = lower(local, dev)
+      k = optimize(lower(local), dev)  # heuristics, or BEAM timing candidates on dev
       spec_check(k.ast, "lowered", "lower")
       t2 = time.perf_counter()
       src = dev.renderer.render(k)
