@@ -105,7 +105,8 @@ class Expander:
     self.k = KernelParts.of(ast)
     self.lane_axes = sorted((r for r in self.k.all_ranges() if rkind(r) in LANES), key=lambda r: r.arg[0])
     self.axes_memo: dict[UOp, tuple[UOp, ...]] = {}
-    self.vaxis = self._vector_axis(vec) if vec > 1 else None
+    # a tensor core's fragments are gathered register by register (codegen/tc.py): no vector axis in such a kernel
+    self.vaxis = self._vector_axis(vec) if vec > 1 and not any(u.op is Ops.WMMA for u in ast.toposort()) else None
     self.chunks = chunks(rsize(self.vaxis), vec) if self.vaxis is not None else []
     self.memo: dict[UOp, dict[tuple[int, ...], UOp]] = {}
     self.simplified: dict[UOp, UOp] = {}
@@ -131,6 +132,7 @@ class Expander:
       else:
         got = set().union(*[self.axes_memo[s] for s in x.src]) if x.src else set()
         if x.op is Ops.REDUCE: got -= set(x.src[1:])
+        if x.op is Ops.WMMA: got -= {x.src[3], x.src[4]}  # the fragments' registers are the instruction's
         ret = tuple(a for a in self.lane_axes if a in got)
       self.axes_memo[x] = ret
     return self.axes_memo[u]
@@ -167,7 +169,7 @@ class Expander:
 
   def _needs(self, u: UOp) -> tuple[UOp, ...]:
     """The nodes whose expansion _ex(u) reads."""
-    if u.op is Ops.REDUCE: return (u.src[0],)
+    if u.op is Ops.REDUCE: return u.src[0].src[:2] if u.src[0].op is Ops.WMMA else (u.src[0],)
     return () if u.op in (Ops.RANGE, Ops.LOAD) and self.axes(u) else u.src
 
   def _ex(self, u: UOp) -> dict[tuple[int, ...], UOp]:
@@ -257,7 +259,35 @@ class Expander:
         stores += [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out.src[0], idxs[i])), gep(v, i))) for i in range(n)]
     return stores
 
+  def mma_reduce(self, u: UOp) -> dict[tuple[int, ...], UOp]:
+    """A sum of WMMA(a, b, c_reg, a_reg, b_reg) (codegen/tc.py): per tile, one accumulator vector of the C fragment
+    (c_reg's lanes), updated by the instruction on the A fragment (a at each a_reg) and the B fragment; unrolled
+    reduce steps are more instructions on the same accumulator."""
+    w = u.src[0]
+    a, b, rc, ra, rb = w.src
+    unroll = [r for r in u.src[1:] if rkind(r) is AxisType.UNROLL and r is not ra and r is not rb]
+    loops = tuple(r for r in u.src[1:] if rkind(r) is not AxisType.UNROLL)
+    acc_axes = tuple(x for x in self.axes(w) if x not in unroll and x is not rc)
+    acc_dt = u.dtype.vec(rsize(rc))
+    accs = {}
+    for key in self.keys(acc_axes):
+      terms = []
+      for ckey in itertools.product(*[range(rsize(r)) for r in unroll]):
+        fk = dict(zip(acc_axes, key)) | dict(zip(unroll, ckey))
+        def frag(x: UOp, reg: UOp) -> UOp:
+          xa = self.axes(x)
+          return vectorize([self.get(x, xa, tuple(i if ax is reg else fk[ax] for ax in xa), widen=False) for i in range(rsize(reg))])
+        terms.append(UOp(Ops.WMMA, acc_dt, (frag(a, ra), frag(b, rb)), w.arg))
+      accs[key] = UOp(Ops.REDUCE, acc_dt, (*terms, *loops), (u.arg, len(terms)))
+    raxes = self.axes(u)
+    out = {}
+    for key in self.keys(raxes):
+      kd = dict(zip(raxes, key))
+      out[key] = gep(accs[tuple(kd[x] for x in acc_axes)], kd[rc])
+    return out
+
   def reduce(self, u: UOp) -> dict[tuple[int, ...], UOp]:
+    if u.src[0].op is Ops.WMMA: return self.mma_reduce(u)
     body, op, dt = u.src[0], u.arg, u.dtype
     unroll = [r for r in u.src[1:] if rkind(r) is AxisType.UNROLL]
     loops = tuple(r for r in u.src[1:] if rkind(r) is not AxisType.UNROLL)

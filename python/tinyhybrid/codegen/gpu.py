@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from tinyhybrid.codegen.expand import csize
 from tinyhybrid.codegen.opt import LOCALS, KernelOptError, KernelParts, Opt, OptOps, apply_opt, rkind, rng, rsize, stride
-from tinyhybrid.helpers import prod
+from tinyhybrid.codegen.tc import tc_choices
+from tinyhybrid.helpers import TC, TC_SELECT, prod
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -44,7 +45,7 @@ def to_grid(ast: UOp, ren: Renderer) -> tuple[UOp, Launch]:
     g = rng(rsize(r), r.arg[0], AxisType.GLOBAL)
     k.replace(r, g, g)
   # the work-item's position first: nothing depends on a loop around it
-  order = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1}
+  order = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.WARP: 1}  # a warp's lanes stay innermost: threadIdx.x
   k.loops.sort(key=lambda r: order.get(rkind(r), 2))
   gl, lo = grid(k.loops, k.reduce_ranges)
   if any(rsize(r) > m for r, m in zip(gl, ren.max_global)): raise KernelOptError(f"a grid of {[rsize(r) for r in gl]} is past the device's")
@@ -88,6 +89,19 @@ TILE_VECTORS = 16     # accumulator vectors of a register tile (of the device's 
 LOCAL_ITEMS = 16      # work-items per group the local tiles aim for
 
 
+def tc_optimizations(plan: _Plan) -> list[Opt] | None:
+  """A matmul on the tensor cores (tinygrad's TC path of the heuristics): the TC action, then a register tile of
+  several instruction tiles per warp (a fragment of A serves a row of B's, one of B a column of A's), then a few
+  warps per work-group along what is left. None when the kernel takes no TC action (the plain plan follows)."""
+  if not any(plan.apply(OptOps.TC, i, int(TC_SELECT.value)) for i in range(len(tc_choices(plan.parts)))): return None
+  for r in [r for r in plan.parts.loops if rkind(r) is AxisType.LOOP][::-1]:
+    for amt in (4, 2):
+      if rsize(r) % amt == 0 and rsize(r) // amt >= 2 and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
+  for r in [r for r in plan.parts.loops if rkind(r) is AxisType.LOOP][::-1]:
+    if rsize(r) % 2 == 0 and rsize(r) // 2 >= 2: plan.apply(OptOps.LOCAL, r.arg[0], 2)
+  return plan.opts
+
+
 def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
   """A plan for a GPU-style device (tinygrad's hand_coded_optimizations for GPUs): vectors along the output axis
   contiguous in memory (the device's width), or vector accumulators along such a reduce axis; a register tile along
@@ -97,6 +111,7 @@ def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
   plan = _Plan(k.ast, ren)
   p = plan.parts
   if any(r.src[0].op is not Ops.CONST for r in p.all_ranges()): return []  # a loop of a variable's length: the grid only
+  if TC and ren.tensor_cores and (tc := tc_optimizations(plan)) is not None: return tc
   out_idx, loads, red, vec = p.out.src[1], _loads(p), p.reduce, ren.vec
   streamed = [ld for ld in loads if any(stride(ld, r) != 0 for r in p.reduce_ranges) and any(stride(ld, r) != 0 for r in p.loops)]
   reused = [r for r in p.loops if red is not None and any(stride(ld, r) == 0 for ld in streamed)]

@@ -41,6 +41,9 @@ class OptOps(Enum):
   SWAP = auto()    # exchange two loops of the nest
   LOCAL = auto()   # GPU: split an output axis: its inner part (arg) is work-items of one work-group (local tiling)
   GROUPTOP = auto()  # GPU: GROUP where each of the arg work-items reduces a contiguous part of the loop
+  # GPU: a matmul on the tensor cores (codegen/tc.py); axis numbers the (m, n, k) choices, arg picks the tensor core
+  # (-1: the first that fits). It comes first, on a kernel no other action has touched
+  TC = auto()
 
 
 @dataclass(frozen=True)
@@ -119,16 +122,22 @@ def _split(k: KernelParts, r: UOp, amt: int, inner_kind: AxisType, next_axis: in
     k.replace(r, outer, outer * amt + inner, inner)
 
 
-GPU_ONLY = (OptOps.LOCAL, OptOps.GROUPTOP)
+GPU_ONLY = (OptOps.LOCAL, OptOps.GROUPTOP, OptOps.TC)
 CPU_ONLY = (OptOps.THREAD, OptOps.BLOCK)
-LOCALS = (AxisType.LOCAL, AxisType.GROUP_REDUCE)  # a GPU's ranges over the work-items of a work-group
+# a GPU's ranges over the work-items of a work-group (WARP: the lanes of a tensor core's warp, codegen/tc.py)
+LOCALS = (AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.WARP)
 
 
 def apply_opt(ast: UOp, opt: Opt, ren: Renderer | None = None) -> UOp:
   """ast with opt applied, for the device `ren` renders for (None: the CPU)."""
   k = KernelParts.of(ast)
+  next_axis = max((x.arg[0] for x in k.all_ranges()), default=-1) + 1
+  if opt.op is OptOps.TC:
+    if ren is None or not ren.has_local: raise KernelOptError("TC is not an action for this device")
+    from tinyhybrid.codegen.tc import apply_tc
+    apply_tc(k, opt.axis, opt.arg, ren, next_axis)
+    return k.build()
   r = k.find(opt.axis)
-  next_axis = max(x.arg[0] for x in k.all_ranges()) + 1
   kind = rkind(r)
   if r.src[0].op is not Ops.CONST and opt.op is not OptOps.SWAP: raise KernelOptError(f"axis {opt.axis} has a variable length")
   gpu = ren is not None and ren.has_local
@@ -173,6 +182,7 @@ def _local(k: KernelParts, r: UOp, opt: Opt, next_axis: int) -> None:
     if r not in k.loops or kind is not AxisType.LOOP: raise KernelOptError("LOCAL needs an output loop")
     _split(k, r, amt, AxisType.LOCAL, next_axis)
     return
+  if any(rkind(x) is AxisType.WARP for x in k.loops): raise KernelOptError(f"{opt.op.name}: a tensor core's sum is not split")
   if r not in k.reduce_ranges or kind is not AxisType.REDUCE: raise KernelOptError(f"{opt.op.name} needs a reduce loop")
   if any(rkind(x) is AxisType.GROUP_REDUCE for x in k.reduce_ranges): raise KernelOptError("one grouped reduce axis")
   grp = rng(amt, next_axis, AxisType.GROUP_REDUCE)

@@ -14,7 +14,7 @@ from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
-from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, GlobalCounters
+from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, TC, GlobalCounters
 from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
@@ -93,7 +93,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   for item in spec.items:
     local, slots = localize(item)
     spec_check(local.out, "kernel graph", "kernelize")
-    kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value), slots))
+    kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value, TC.value), slots))
     if ck in kernel_cache:
       kernel_cache.move_to_end(ck)  # in use: the last to go
       if CHECK_OOB: check_kernel(kernel_cache[ck][0], kernel_cache[ck][1].src)  # lowered before CHECK_OOB was set

@@ -3,7 +3,46 @@ name (`device`), which dtypes it can render, and the shape of the machine its ke
 generator plans for (codegen/opt.py, codegen/gpu.py)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tinyhybrid.dtype import DType, dtypes
+
+
+@dataclass(frozen=True)
+class TensorCore:
+  """A warp-wide matrix multiply-accumulate the device has (tinygrad's TensorCore): D (MxN, dtype_out) = A (MxK,
+  dtype_in) @ B (KxN) + C, with `threads` threads each holding `elements` = (A, B, C) values of the fragments.
+  Which thread holds which element is the instruction's layout, given by a_elem, b_elem and c_elem: (thread,
+  register) -> (row, column), written with // and % so that they take ints and index UOps alike (codegen/tc.py)."""
+  name: str                           # the instruction's shape and types, e.g. m16n8k16.f32.f16.f16.f32
+  dims: tuple[int, int, int]          # (N, M, K), tinygrad's order
+  threads: int
+  elements: tuple[int, int, int]      # values per thread of A, B and C
+  dtype_in: DType
+  dtype_out: DType
+  def a_elem(self, lane, reg): raise NotImplementedError
+  def b_elem(self, lane, reg): raise NotImplementedError
+  def c_elem(self, lane, reg): raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MMA16816(TensorCore):
+  """mma.sync.aligned.m16n8k16.row.col (sm_80 and later), the PTX ISA's fragment layouts for 16-bit inputs: lane
+  l is in group l // 4 at place l % 4 of it. A (16x16, 8 per lane): row group + 8 * (r // 2 % 2), column
+  place * 2 + r % 2 + 8 * (r // 4); B (16x8, 4 per lane): row place * 2 + r % 2 + 8 * (r // 2), column group;
+  C and D (16x8, 4 per lane): row group + 8 * (r // 2), column place * 2 + r % 2."""
+  def a_elem(self, lane, reg): return (lane // 4 + reg // 2 % 2 * 8, lane % 4 * 2 + reg % 2 + reg // 4 * 8)
+  def b_elem(self, lane, reg): return (lane % 4 * 2 + reg % 2 + reg // 2 * 8, lane // 4)
+  def c_elem(self, lane, reg): return (lane // 4 + reg // 2 * 8, lane % 4 * 2 + reg % 2)
+
+
+def mma_16816(dtype_in: DType, dtype_out: DType) -> MMA16816:
+  def t(d: DType) -> str: return {"half": "f16", "__bf16": "bf16", "float": "f32"}[d.name]
+  return MMA16816(f"m16n8k16.{t(dtype_out)}.{t(dtype_in)}.{t(dtype_in)}.{t(dtype_out)}", (8, 16, 16), 32, (8, 4, 4), dtype_in, dtype_out)
+
+
+# NVIDIA's, sm_80 and later: fp16 and bf16 inputs, fp32 accumulation, and fp16 accumulation for fp16
+NV_TENSOR_CORES = [mma_16816(dtypes.half, dtypes.float), mma_16816(dtypes.bfloat16, dtypes.float), mma_16816(dtypes.half, dtypes.half)]
 
 
 class Renderer:
@@ -16,6 +55,7 @@ class Renderer:
   max_local: tuple[int, ...] = ()    # work-items per local dimension
   max_work_group: int = 1            # work-items per work-group
   local_mem: int = 0                 # bytes of local memory per work-group
+  tensor_cores: list[TensorCore] = []  # the matrix instructions the TC action can use (codegen/tc.py)
 
   def supported_dtypes(self) -> set[DType]:
     """The dtypes this renderer's kernels can read, write and compute in (tinygrad's Renderer.supported_dtypes)."""

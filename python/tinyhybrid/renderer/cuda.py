@@ -13,7 +13,7 @@ import re
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
-from tinyhybrid.renderer import Renderer
+from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
 from tinyhybrid.renderer.cstyle import MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
@@ -94,6 +94,7 @@ class CUDAWriter(GPUWriter):
     return g
 
   def name(self, u: UOp) -> None:
+    if u.op is Ops.WMMA: return  # a step of its reduce (mma)
     n = u.dtype.count
     if u.op is Ops.GEP:
       self.names[u] = self.lanes(u.src[0])[u.arg[0]]
@@ -108,7 +109,26 @@ class CUDAWriter(GPUWriter):
         out.append(self.names[lu])
       self.lane_names[u] = out
 
+  def mma(self, acc: UOp, term: UOp) -> str:
+    """acc = A @ B + acc on the tensor cores: mma.sync with the fragments packed two 16-bit values to a register
+    (the lower half holds the element of the lower index), in place on the accumulator's lanes."""
+    a, b, c = self.lanes(term.src[0]), self.lanes(term.src[1]), self.lanes(acc)
+    bf = term.src[0].dtype.scalar() is dtypes.bfloat16
+    pack = self.helper("th_pack_bf" if bf else "th_pack_h", "__device__ inline unsigned int th_pack_bf(float lo, float hi) "
+                       "{ return th_bitcast<unsigned int>(__floats2bfloat162_rn(lo, hi)); }" if bf else
+                       "__device__ inline unsigned int th_pack_h(half lo, half hi) { return th_bitcast<unsigned int>(__halves2half2(lo, hi)); }")
+    regs = lambda xs: [f"{pack}({xs[i]}, {xs[i + 1]})" for i in range(0, len(xs), 2)]  # noqa: E731
+    ins = [f'"r"({x})' for x in regs(a) + regs(b)]
+    if acc.dtype.scalar() is dtypes.half:  # two halves to a register, in place
+      outs = [f'"+r"(*(unsigned int*)&{c[i]})' for i in range(0, len(c), 2)]
+    else: outs = [f'"+f"({x})' for x in c]
+    nd, na, nb = len(outs), len(a) // 2, len(b) // 2
+    grp = lambda lo, n: "{" + ", ".join(f"%{i}" for i in range(lo, lo + n)) + "}"  # noqa: E731
+    asm = f"mma.sync.aligned.{term.arg.split('.')[0]}.row.col.{'.'.join(term.arg.split('.')[1:])} {grp(0, nd)}, {grp(nd, na)}, {grp(nd + na, nb)}, {grp(0, nd)};"
+    return f'asm("{asm}" : {", ".join(outs)} : {", ".join(ins)});'
+
   def update(self, acc: UOp, term: UOp) -> str:
+    if term.op is Ops.WMMA: return self.mma(acc, term)
     if acc.dtype.count > 1:  # lane by lane
       out = []
       for i in range(acc.dtype.count):
@@ -214,6 +234,7 @@ class CUDARenderer(Renderer):
   def __init__(self, arch: str = "sm_90", vec: int = 4):
     if not re.fullmatch(r"sm_\d+[a-z]?", arch): raise ValueError(f"CUDA: {arch!r} is not an architecture (sm_80, sm_90, ...)")
     self.arch, self.vec = arch, vec  # vectors of 4: a 16-byte load of floats
+    self.tensor_cores = NV_TENSOR_CORES if int(re.sub(r"\D", "", arch)) >= 80 else []  # mma.sync m16n8k16: sm_80 on
 
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)
 

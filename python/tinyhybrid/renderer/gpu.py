@@ -11,7 +11,7 @@ from tinyhybrid.renderer.cstyle import CStyleWriter, var_name
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 
-_SPECIAL = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE)
+_SPECIAL = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.WARP)
 
 
 class GPUWriter(CStyleWriter):

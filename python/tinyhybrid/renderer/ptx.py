@@ -18,7 +18,7 @@ import struct
 from tinyhybrid.codegen.gpu import grid
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.renderer import Renderer
+from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
 from tinyhybrid.renderer.cstyle import CStyleWriter, _identity, var_name
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -30,7 +30,7 @@ _TYPES = {"bool": ("pred", "p"), "signed char": ("s16", "h"), "unsigned char": (
           "float": ("f32", "r"), "double": ("f64", "rd"), "weakfloat": ("f64", "rd")}
 _MEM = {"bool": "u8", "signed char": "s8", "unsigned char": "u8", "half": "b16", "__bf16": "b16"}  # as held in memory
 _BITS = {"h": 16, "r": 32, "rd": 64}
-_SPECIAL = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE)
+_SPECIAL = (AxisType.GLOBAL, AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.WARP)
 _APPROX = {Ops.EXP2: "ex2.approx.f32", Ops.LOG2: "lg2.approx.f32", Ops.SIN: "sin.approx.f32", Ops.SQRT: "sqrt.rn.f32",
            Ops.TRUNC: "cvt.rzi.f32.f32", Ops.RECIPROCAL: "rcp.rn.f32"}
 _CMP = {Ops.CMPLT: "lt", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}
@@ -163,6 +163,7 @@ class PTXWriter(CStyleWriter):
 
   def name(self, u: UOp) -> None:
     op, dt = u.op, u.dtype
+    if op is Ops.WMMA: return  # a step of its reduce (mma)
     if op is Ops.CONST:
       r = self.const(u.arg, dt.scalar())
       self.v[u] = [r] * dt.count
@@ -440,7 +441,8 @@ class PTXWriter(CStyleWriter):
       for u in self.at.get(n_out + j + 1, ()): self.name(u)
     for acc in self.reduces:
       for term in acc.src[:acc.arg[1]]:
-        if term in self.fused:
+        if term.op is Ops.WMMA: self.mma(acc, term)
+        elif term in self.fused:
           t = self.info(acc.dtype)[0]
           a, b = (self.v[x] * (acc.dtype.count if len(self.v[x]) == 1 else 1) for x in term.src)
           for ai, x, y in zip(self.v[acc], a, b):
@@ -449,6 +451,27 @@ class PTXWriter(CStyleWriter):
         else: self.update_regs(acc, self.v[acc], self.v[term] * (acc.dtype.count if len(self.v[term]) == 1 else 1))
     for r in reversed(self.rloops): self.end_loop(r)
     if self.group is not None: self.combine()
+
+  def pack(self, lo: str, hi: str, dt: DType) -> str:
+    """Two 16-bit values in a 32-bit register, the lower half holding lo (a bf16 value lives in f32: cvt packs it)."""
+    d = self.reg("r")
+    if dt is dtypes.bfloat16: self.ins(f"cvt.rn.bf16x2.f32 {d}, {hi}, {lo}")
+    else: self.ins(f"mov.b32 {d}, {{{lo}, {hi}}}")
+    return d
+
+  def mma(self, acc: UOp, term: UOp) -> None:
+    """acc = A @ B + acc on the tensor cores (mma.sync), the fragments packed two 16-bit values to a register."""
+    dt = term.src[0].dtype.scalar()
+    a, b, c = self.v[term.src[0]], self.v[term.src[1]], self.v[acc]
+    ra = [self.pack(a[i], a[i + 1], dt) for i in range(0, len(a), 2)]
+    rb = [self.pack(b[i], b[i + 1], dt) for i in range(0, len(b), 2)]
+    half = acc.dtype.scalar() is dtypes.half
+    rc = [self.pack(c[i], c[i + 1], dtypes.half) for i in range(0, len(c), 2)] if half else c
+    shape, *types = term.arg.split(".")
+    def grp(xs: list[str]) -> str: return "{" + ", ".join(xs) + "}"
+    self.ins(f"mma.sync.aligned.{shape}.row.col.{'.'.join(types)} {grp(rc)}, {grp(ra)}, {grp(rb)}, {grp(rc)}")
+    if half:
+      for i, r in enumerate(rc): self.ins(f"mov.b32 {{{c[2 * i]}, {c[2 * i + 1]}}}, {r}")
 
   def combine(self) -> None:
     """As GPUWriter.combine: every work-item leaves its accumulators in shared memory at its place; the first of the
@@ -534,6 +557,7 @@ class PTXRenderer(Renderer):
   def __init__(self, arch: str = "sm_90"):
     if not re.fullmatch(r"sm_\d+[a-z]?", arch): raise ValueError(f"PTX: {arch!r} is not an architecture (sm_80, sm_90, ...)")
     self.arch = arch
+    self.tensor_cores = NV_TENSOR_CORES if int(re.sub(r"\D", "", arch)) >= 80 else []  # mma.sync m16n8k16: sm_80 on
 
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)
 
