@@ -4,7 +4,9 @@
 # 1. builds tinyhybrid there (no network: the machine's python3 must have scikit-build-core, pybind11, cmake, ninja,
 #    numpy, torch and nvidia-cuda-nvrtc; missing wheels carried in .whl/ are installed first, cffi among them);
 # 2. the torch-comparison suite (the modules tests/conftest.py runs on a device) on DEV=CUDA, then DEV=CUDA:PTX;
-# 3. bench/cuda.py on both: 8192^3 fp16 matmul, 1 GiB add, jitted launch overhead, each against torch.
+#    (tests/test_cuda_tc.py among them: fp16/bf16 matmuls on the tensor cores checked against NumPy on the device);
+# 3. bench/cuda.py on both: 8192^3 fp16 matmul (tensor cores, and TC=0 for comparison), 1 GiB add, jitted launch
+#    overhead, each against torch.
 # Writes OUT_DIR/gpu_check.log (everything) and OUT_DIR/gpu_check.json (one object: the suite's summaries and the
 # benchmark lines). Each step has its own time limit, so a hang in one still leaves the others' results.
 set -uo pipefail
@@ -28,7 +30,7 @@ timeout 100 python3 -m pip install -q --no-build-isolation --no-deps -Cbuild-dir
 suite() {  # $1: the device
   say "suite on DEV=$1"
   DEV="$1" timeout 125 python3 -m pytest -q -p no:cacheprovider tests/test_tensor_ops.py tests/test_tensor_nn.py tests/test_tensor_movement.py \
-    tests/test_tensor_indexing.py tests/test_tensor_extra.py tests/test_nn.py tests/test_jit.py >"$out/suite_$1.txt" 2>&1
+    tests/test_tensor_indexing.py tests/test_tensor_extra.py tests/test_nn.py tests/test_jit.py tests/test_cuda_tc.py >"$out/suite_$1.txt" 2>&1
   local rc=$?
   tail -n 40 "$out/suite_$1.txt" >>"$log"
   say "suite on DEV=$1: rc=$rc, $(tail -n 1 "$out/suite_$1.txt")"
@@ -39,7 +41,7 @@ suite CUDA:PTX
 : >"$out/bench.jsonl"
 for dev in CUDA CUDA:PTX; do
   say "bench/cuda.py on DEV=$dev"
-  DEV="$dev" timeout 60 python3 bench/cuda.py 2>>"$log" | tee -a "$out/bench.jsonl" "$log"
+  DEV="$dev" timeout 90 python3 bench/cuda.py 2>>"$log" | tee -a "$out/bench.jsonl" "$log"
 done
 
 python3 - "$out" <<'EOF'

@@ -7,6 +7,7 @@ apart from the code's), multiplied, and scattered back through the store's index
 the matmul, every output written exactly once."""
 from __future__ import annotations
 
+import ctypes.util
 import itertools
 from collections import OrderedDict
 
@@ -202,3 +203,18 @@ def test_emulator_catches_a_wrong_layout(monkeypatch):
   rng = np.random.default_rng(1)
   a, b = rng.integers(-4, 5, (32, 16)).astype(np.float64), rng.integers(-4, 5, (16, 16)).astype(np.float64)
   with pytest.raises(AssertionError, match="not equal"): np.testing.assert_array_equal(_emulate(lk, [np.zeros(32 * 16), a.ravel(), b.ravel()]).reshape(32, 16), a @ b)
+
+
+# ** on a GPU (bench/gpu_check.sh runs this file there) **
+
+@pytest.mark.parametrize("dev", ["CUDA", "CUDA:PTX"])
+@pytest.mark.parametrize("dt, acc", [(dtypes.half, dtypes.float), (dtypes.bfloat16, dtypes.float), (dtypes.half, dtypes.half)])
+def test_tc_matmul_on_the_device(dev, dt, acc):
+  if ctypes.util.find_library("cuda") is None: pytest.skip("no CUDA driver here: the emulator above stands in for the device")
+  rng = np.random.default_rng(0)
+  a, b = rng.integers(-4, 5, (96, 64)).astype(np.float32), rng.integers(-4, 5, (64, 48)).astype(np.float32)  # exact in every dtype
+  got: dict[str, np.ndarray] = {}
+  def run() -> None: got["c"] = Tensor(a, device=dev).cast(dt).matmul(Tensor(b, device=dev).cast(dt), dtype=acc).float().numpy()
+  ks = _kernels(run)
+  assert any("mma.sync" in prg.src for _, prg in ks)
+  np.testing.assert_array_equal(got["c"], a @ b)
