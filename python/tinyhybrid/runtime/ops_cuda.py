@@ -2,8 +2,9 @@
 libcuda.so.1 through cffi in ABI mode, loaded on first use, so the package imports on a machine without a driver.
 The device's compute capability decides the architecture (sm_XY). CUDA C++ is compiled by NVRTC to a cubin; PTX is
 handed to the driver, which assembles it at load. Buffers are device allocations (a kernel argument is the
-address), host copies are synchronous, kernels are launched on the default stream in order (a launch returns at
-once; a read, synchronize() or a timed run waits), and timed runs are measured with events. Without a driver or a
+address), host copies are synchronous (from 1 MiB on through a pinned staging buffer), kernels are launched on the
+default stream in order (a launch returns at once; a read, synchronize() or a timed run waits), timed runs are
+measured with events, and a TinyJit replay is one CUDA graph launch (runtime/graph_cuda.py). Without a driver or a
 GPU, asking for the device raises a RuntimeError that says so; compile-only mode (DEV=NULL:CUDA:sm_90,
 runtime/ops_null.py) needs neither."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Target
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner, Target
+from tinyhybrid.helpers import JIT
 from tinyhybrid.runtime.cuda_compiler import CUDACompiler, PTXCompiler, build_kernels
 
 _CDEF = """
@@ -40,6 +42,22 @@ CUresult cuEventRecord(CUevent, CUstream);
 CUresult cuEventSynchronize(CUevent);
 CUresult cuEventElapsedTime(float*, CUevent, CUevent);
 CUresult cuEventDestroy_v2(CUevent);
+CUresult cuMemHostAlloc(void**, size_t, unsigned int);
+CUresult cuMemFreeHost(void*);
+typedef struct CUgraph_st* CUgraph; typedef struct CUgraphNode_st* CUgraphNode; typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct {
+  CUfunction func;
+  unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  void** kernelParams;
+  void** extra;
+} CUDA_KERNEL_NODE_PARAMS;
+CUresult cuGraphCreate(CUgraph*, unsigned int);
+CUresult cuGraphAddKernelNode(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_KERNEL_NODE_PARAMS*);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long);
+CUresult cuGraphExecKernelNodeSetParams(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphDestroy(CUgraph);
 """
 _NO_DEVICE, _OUT_OF_MEMORY, _NO_DRIVER = 100, 2, 35
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
@@ -51,10 +69,17 @@ class CUDAError(RuntimeError):
 
 
 @functools.cache
-def _api() -> tuple[Any, Any]:
+def ffi_() -> Any:
+  """The driver API's declarations (no library: tests drive the runtime through a fake driver on them)."""
   import cffi
   ffi = cffi.FFI()
   ffi.cdef(_CDEF)
+  return ffi
+
+
+@functools.cache
+def _api() -> tuple[Any, Any]:
+  ffi = ffi_()
   try: lib = ffi.dlopen("libcuda.so.1")
   except OSError as e:
     raise RuntimeError(f"DEV=CUDA: the NVIDIA driver library libcuda.so.1 is not installed ({e}); install the NVIDIA driver; "
@@ -82,10 +107,21 @@ class DeviceMemory:
   def __del__(self) -> None: _api()[1].cuMemFree_v2(self.ptr)
 
 
+class PinnedMemory:
+  """A page-locked host allocation (cuMemHostAlloc), freed with the object."""
+  def __init__(self, ptr: Any, nbytes: int): self.ptr, self.nbytes = ptr, nbytes
+  def __del__(self) -> None: _api()[1].cuMemFreeHost(self.ptr)
+
+
+STAGING_BYTES = 64 << 20  # the pinned staging buffer; a larger copy goes through it in pieces of this size
+PINNED_FROM = 1 << 20     # copies from this size on are staged
+
+
 class CUDAAllocator(Allocator):
   def __init__(self, dev: CUDADevice):
     super().__init__()
     self.dev = dev
+    self._staging: PinnedMemory | None = None
 
   def free(self, mem: Any) -> None: pass  # released when the last reference to its handle goes
 
@@ -100,13 +136,41 @@ class CUDAAllocator(Allocator):
   def address(self, mem: Any) -> int: return mem.ptr
   def wrap(self, ptr: int, nbytes: int) -> Any: raise NotImplementedError(f"{self.dev.name}: host memory can't be a device buffer")
 
+  def staging(self) -> Any:
+    """The pinned (page-locked) host buffer copies go through: the DMA engine reads and writes it directly, where
+    a copy from pageable memory is staged by the driver in small pieces. Allocated on the first copy, kept."""
+    if self._staging is None:
+      ffi, lib = _api()
+      p = ffi.new("void**")
+      check(lib.cuMemHostAlloc(p, STAGING_BYTES, 0), f"cuMemHostAlloc of {STAGING_BYTES} bytes for {self.dev.name}")
+      self._staging = PinnedMemory(p[0], STAGING_BYTES)
+    return self._staging
+
   def copyin(self, dest: Any, src: memoryview) -> None:
     ffi, lib = _api()
-    if len(src): check(lib.cuMemcpyHtoD_v2(dest.ptr, ffi.from_buffer(src), len(src)), f"copy to {self.dev.name}")
+    src = src.cast("B")
+    if len(src) < PINNED_FROM:  # small: one direct copy costs less than the extra host copy
+      if len(src): check(lib.cuMemcpyHtoD_v2(dest.ptr, ffi.from_buffer(src), len(src)), f"copy to {self.dev.name}")
+      return
+    st = self.staging()
+    view = ffi.buffer(st.ptr, st.nbytes)
+    for off in range(0, len(src), st.nbytes):
+      n = min(st.nbytes, len(src) - off)
+      view[0:n] = src[off:off + n]
+      check(lib.cuMemcpyHtoD_v2(dest.ptr + off, st.ptr, n), f"copy to {self.dev.name}")
 
   def copyout(self, dest: memoryview, src: Any) -> None:
     ffi, lib = _api()
-    if len(dest): check(lib.cuMemcpyDtoH_v2(ffi.from_buffer(dest), src.ptr, len(dest)), f"copy from {self.dev.name}")
+    dest = dest.cast("B")
+    if len(dest) < PINNED_FROM:
+      if len(dest): check(lib.cuMemcpyDtoH_v2(ffi.from_buffer(dest), src.ptr, len(dest)), f"copy from {self.dev.name}")
+      return
+    st = self.staging()
+    view = ffi.buffer(st.ptr, st.nbytes)
+    for off in range(0, len(dest), st.nbytes):
+      n = min(st.nbytes, len(dest) - off)
+      check(lib.cuMemcpyDtoH_v2(st.ptr, src.ptr + off, n), f"copy from {self.dev.name}")
+      dest[off:off + n] = view[0:n]
 
 
 class CUDAProgram:
@@ -188,6 +252,12 @@ class CUDADevice(Compiled):
       prg = CUDAProgram(self, self._module(image), name)
       out.append(CompiledProgram(name, src, 0, prg.call, keepalive=prg, timed=prg.timed))
     return out
+
+  def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner:
+    """A TinyJit replay: one CUDA graph launch (runtime/graph_cuda.py); JIT=2 launches kernel by kernel."""
+    if int(JIT.value) >= 2: return Runner(items, nslots, self.name)
+    from tinyhybrid.runtime.graph_cuda import CUDAGraphRunner
+    return CUDAGraphRunner(items, nslots, self)
 
   def synchronize(self) -> None: check(_api()[1].cuCtxSynchronize(), f"synchronize {self.name}")
 
