@@ -66,6 +66,22 @@ def test_tc_0_and_odd_shapes_fall_back(dev):
   assert len(ks) == 1 and "mma" not in ks[0][1].src
 
 
+def test_beam_searches_the_tc_action(monkeypatch):
+  from tinyhybrid import Device
+  from tinyhybrid.codegen import search
+  from tinyhybrid.codegen.opt import Opt, OptOps, apply_opts
+  seen = []
+  monkeypatch.setattr(realize, "optimize", lambda k, dev: seen.append(k) or search.optimize(k, dev))
+  _matmul(CUDA, 32, 32, 32, dtypes.bfloat16, dtypes.float).realize()
+  ren = Device[CUDA].renderer
+  acts = search.actions(seen[0].ast, ren)
+  assert Opt(OptOps.TC, 0, -1) in acts
+  # after TC: the tile's loops take UPCAST and LOCAL, the tensor core's own ranges nothing, and no second TC
+  after = search.actions(apply_opts(seen[0].ast, [Opt(OptOps.TC, 0, -1)], ren), ren)
+  assert after and not any(o.op is OptOps.TC for o in after) and {o.op for o in after} <= {OptOps.UPCAST, OptOps.LOCAL, OptOps.SWAP, OptOps.UNROLL}
+  with Context(TC=0): assert not any(o.op is OptOps.TC for o in search.actions(seen[0].ast, ren))
+
+
 def test_old_architectures_have_no_tensor_cores():
   from tinyhybrid.renderer.cuda import CUDARenderer
   from tinyhybrid.renderer.ptx import PTXRenderer

@@ -167,6 +167,7 @@ def apply_opt(ast: UOp, opt: Opt, ren: Renderer | None = None) -> UOp:
   elif opt.op is OptOps.SWAP:
     o = k.find(opt.arg)
     if r not in k.loops or o not in k.loops or r is o: raise KernelOptError("SWAP needs two loops")
+    if AxisType.WARP in (kind, rkind(o)): raise KernelOptError("SWAP: a warp's lanes stay innermost")
     i, j = k.loops.index(r), k.loops.index(o)
     k.loops[i], k.loops[j] = o, r
   if prod(rsize(x) for x in k.loops if rkind(x) is AxisType.UPCAST) > MAX_UPCAST: raise KernelOptError("too many upcast lanes")

@@ -22,9 +22,10 @@ from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_gri
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, KernelOptError, KernelParts, Opt, OptOps, apply_opts, merge_loops, rkind, rsize
+from tinyhybrid.codegen.tc import has_tc, tc_choices
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, np_storage
-from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT
+from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, TC, TC_SELECT
 from tinyhybrid.runtime.compiler import CompileError, cache_root, compiler_key
 from tinyhybrid.uop import AxisType, Ops
 
@@ -100,7 +101,9 @@ def actions(ast, ren: Renderer | None = None) -> list[Opt]:
     else:
       out += [Opt(OptOps.BLOCK, r.arg[0], a) for a in AMOUNTS[OptOps.BLOCK] if rsize(r) % a == 0 and a < rsize(r)]
       out.append(Opt(OptOps.GROUP, r.arg[0]))
-  return [o for o in out if o.op not in (CPU_ONLY if gpu else GPU_ONLY)]
+  if gpu and TC and ren.tensor_cores and not has_tc(ast):  # the tensor cores, as the first action (tinygrad's BEAM too)
+    out += [Opt(OptOps.TC, i, int(TC_SELECT.value)) for i in range(len(tc_choices(k)))]
+  return [o for o in out if o.op is OptOps.TC or o.op not in (CPU_ONLY if gpu else GPU_ONLY)]
 
 
 def neighbours(k: LoweredKernel, plan: tuple[Opt, ...], ren: Renderer | None = None) -> list[tuple[Opt, ...]]:
