@@ -58,11 +58,11 @@ def test_matmul_renders_mma_and_compiles(dev, dt, acc, types):
 
 @pytest.mark.parametrize("dev", [CUDA, PTX])
 def test_tc_0_and_odd_shapes_fall_back(dev):
-  with Context(TC=0): ks = _kernels(lambda: _matmul(dev, 64, 64, 64, dtypes.half, dtypes.float).realize())
+  with Context(TC=0): ks = _kernels(lambda: _matmul(dev, 32, 16, 32, dtypes.half, dtypes.float).realize())  # TC would fit it
   assert len(ks) == 1 and "mma" not in ks[0][1].src and not any(o.op.name == "TC" for o in ks[0][0].opts)
   ks = _kernels(lambda: _matmul(dev, 17, 40, 24, dtypes.half, dtypes.float).realize())  # no 16x8x16 tiling
   assert len(ks) == 1 and "mma" not in ks[0][1].src
-  ks = _kernels(lambda: (Tensor.empty(64, 64, device=dev) @ Tensor.empty(64, 64, device=dev)).realize())  # fp32: no tensor core
+  ks = _kernels(lambda: (Tensor.empty(32, 32, device=dev) @ Tensor.empty(32, 32, device=dev)).realize())  # fp32: no tensor core
   assert len(ks) == 1 and "mma" not in ks[0][1].src
 
 
@@ -208,6 +208,22 @@ def test_emulated_warp_computes_the_matmul(dev, m, n, k, dt, acc):
   assert [b.size for b in lk.buffers] == [m * n, m * k, k * n]  # PARAM 1 is A, PARAM 2 is B
   bufs = [np.zeros(m * n), a.ravel(), b.ravel()]
   np.testing.assert_array_equal(_emulate(lk, bufs).reshape(m, n), a @ b)
+
+
+@pytest.mark.parametrize("dev", [CUDA, PTX])
+def test_emulated_batched_matmul_with_a_transposed_operand(dev):
+  bs, m, n, k = 2, 32, 24, 32
+  def run() -> None:
+    a, b = Tensor.empty(bs, m, k, dtype=dtypes.half, device=dev), Tensor.empty(bs, n, k, dtype=dtypes.half, device=dev)
+    a.matmul(b.transpose(1, 2), dtype=dtypes.float).realize()
+  ks = _kernels(run)
+  assert len(ks) == 1 and ks[0][0].opts[0].op.name == "TC" and "mma.sync" in ks[0][1].src
+  lk = ks[0][0]
+  rng = np.random.default_rng(3)
+  a, b = rng.integers(-4, 5, (bs, m, k)).astype(np.float64), rng.integers(-4, 5, (bs, n, k)).astype(np.float64)
+  assert [x.size for x in lk.buffers] == [bs * m * n, bs * m * k, bs * n * k]
+  got = _emulate(lk, [np.zeros(bs * m * n), a.ravel(), b.ravel()]).reshape(bs, m, n)
+  np.testing.assert_array_equal(got, a @ b.transpose(0, 2, 1))
 
 
 def test_emulator_catches_a_wrong_layout(monkeypatch):
