@@ -183,9 +183,11 @@ def _emulate(lk, bufs: list[np.ndarray]) -> np.ndarray:
             for vec in term.src:
               cols = []
               for ld in vec.src:
+                lane_of = 0
+                if ld.op is Ops.GEP: ld, lane_of = ld.src[0], ld.arg[0]  # a lane of a vector load
                 assert ld.op is Ops.LOAD and len(ld.src) == 1, "a fragment's element is one ungated load"
                 buf, idx = ld.src[0].src
-                cols.append(bufs[buf.arg][np.broadcast_to(_eval(idx, env, m), (32,))])
+                cols.append(bufs[buf.arg][np.broadcast_to(_eval(idx, env, m) + lane_of, (32,))])
               frags.append(np.stack(cols, axis=1))
             acc = _mma(frags[0], frags[1], acc)
         accs[red] = acc

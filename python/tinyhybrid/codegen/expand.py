@@ -276,7 +276,7 @@ class Expander:
         fk = dict(zip(acc_axes, key)) | dict(zip(unroll, ckey))
         def frag(x: UOp, reg: UOp) -> UOp:
           xa = self.axes(x)
-          return vectorize([self.get(x, xa, tuple(i if ax is reg else fk[ax] for ax in xa), widen=False) for i in range(rsize(reg))])
+          return vectorize(self.pairs([self.get(x, xa, tuple(i if ax is reg else fk[ax] for ax in xa), widen=False) for i in range(rsize(reg))]))
         terms.append(UOp(Ops.WMMA, acc_dt, (frag(a, ra), frag(b, rb)), w.arg))
       accs[key] = UOp(Ops.REDUCE, acc_dt, (*terms, *loops), (u.arg, len(terms)))
     raxes = self.axes(u)
@@ -284,6 +284,20 @@ class Expander:
     for key in self.keys(raxes):
       kd = dict(zip(raxes, key))
       out[key] = gep(accs[tuple(kd[x] for x in acc_axes)], kd[rc])
+    return out
+
+  def pairs(self, vals: list[UOp]) -> list[UOp]:
+    """A fragment's values, each pair the instruction takes in one register loaded as one 32-bit load where the two
+    fp16 values are neighbours in memory at an even index (an A row, or a B column of a transposed B)."""
+    out = []
+    for a, b in zip(vals[::2], vals[1::2]):
+      if a.op is Ops.LOAD and b.op is Ops.LOAD and len(a.src) == len(b.src) == 1 and a.dtype is dtypes.half and a.src[0].src[0] is b.src[0].src[0]:
+        (buf, ia), ib = a.src[0].src, b.src[0].src[1]
+        if (d := self.simplify(ib - ia)).op is Ops.CONST and d.arg == 1 and _aligned(ia, 2, a.dtype, self.simplify):
+          v = UOp(Ops.LOAD, a.dtype.vec(2), (UOp(Ops.INDEX, a.dtype.vec(2), (buf, ia), True),))
+          out += [gep(v, 0), gep(v, 1)]
+          continue
+      out += [a, b]
     return out
 
   def reduce(self, u: UOp) -> dict[tuple[int, ...], UOp]:
