@@ -41,7 +41,7 @@ suite CUDA:PTX
 : >"$out/bench.jsonl"
 for dev in CUDA CUDA:PTX; do
   say "bench/cuda.py on DEV=$dev"
-  DEV="$dev" timeout 90 python3 bench/cuda.py 2>>"$log" | tee -a "$out/bench.jsonl" "$log"
+  DEV="$dev" timeout 60 python3 bench/cuda.py 2>>"$log" | tee -a "$out/bench.jsonl" "$log"
 done
 
 python3 - "$out" <<'EOF'
