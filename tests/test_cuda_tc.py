@@ -228,6 +228,30 @@ def test_emulated_batched_matmul_with_a_transposed_operand(dev):
   np.testing.assert_array_equal(got, a @ b.transpose(0, 2, 1))
 
 
+@pytest.mark.parametrize("dev", [CUDA, PTX])
+def test_emulated_tc_with_unrolled_k_and_more_warps(dev, monkeypatch):
+  """What BEAM may add after TC: several instructions per accumulator per step (UNROLL of k), warps side by side
+  (LOCAL), more tiles per warp (UPCAST)."""
+  from tinyhybrid import Device
+  from tinyhybrid.codegen import search
+  from tinyhybrid.codegen.opt import KernelParts, Opt, OptOps
+  seen = []
+  monkeypatch.setattr(realize, "optimize", lambda k, d: seen.append(k) or search.optimize(k, d))
+  m, n, k = 64, 32, 64
+  _matmul(dev, m, n, k, dtypes.half, dtypes.float).realize()
+  p = KernelParts.of(seen[0].ast)
+  (rm, rn), (rk,) = p.loops, p.reduce_ranges
+  opts = [Opt(OptOps.TC, 0, -1), Opt(OptOps.UNROLL, rk.arg[0], 2), Opt(OptOps.LOCAL, rm.arg[0], 2), Opt(OptOps.UPCAST, rn.arg[0], 2)]
+  lk = search.finalize(seen[0], opts, Device[dev].renderer)
+  assert lk.launch[1] == (32, 2, 1)
+  rng = np.random.default_rng(5)
+  a, b = rng.integers(-4, 5, (m, k)).astype(np.float64), rng.integers(-4, 5, (k, n)).astype(np.float64)
+  np.testing.assert_array_equal(_emulate(lk, [np.zeros(m * n), a.ravel(), b.ravel()]).reshape(m, n), a @ b)
+  src = Device[dev].renderer.render(lk)
+  Device[dev].compiler.compile(src)
+  assert src.count("mma.sync") == 4  # 2 tiles per warp, 2 steps of k per loop
+
+
 def test_emulator_catches_a_wrong_layout(monkeypatch):
   """The emulator is not a tautology: a lowering with A's registers in the wrong places gives a wrong product."""
   from tinyhybrid.renderer import MMA16816
