@@ -292,7 +292,7 @@ def test_correct_programs_pass(fresh):
 def test_proof_kept_with_kernel(fresh, monkeypatch, tmp_path):
   calls = []
   real = validate.prove
-  monkeypatch.setattr(validate, "prove", lambda name, ast: calls.append(name) or real(name, ast))
+  monkeypatch.setattr(validate, "prove", lambda name, ast, sizes=None: calls.append(name) or real(name, ast, sizes))
   x = Tensor(np.arange(41, dtype=np.float32)).realize()
   with Context(CHECK_OOB=1):
     (x[1:] + 1).realize()
@@ -311,7 +311,7 @@ def test_cached_before_check_oob_is_proven(fresh, monkeypatch):
   # kernels lowered and planned while CHECK_OOB was off are proven once it is on, before they run again
   calls = []
   real = validate.prove
-  monkeypatch.setattr(validate, "prove", lambda name, ast: calls.append(name) or real(name, ast))
+  monkeypatch.setattr(validate, "prove", lambda name, ast, sizes=None: calls.append(name) or real(name, ast, sizes))
   x = Tensor(np.arange(31, dtype=np.float32)).realize()
   (x.flip(0) * 2).realize()
   assert calls == []
