@@ -193,7 +193,7 @@ class CapturedJit(Generic[ReturnType]):
     for var, val in var_vals.items():
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK
     for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
-      buf.copyin(base_buffer(redraw().uop).arg.numpy())
+      buf.copyin(base_buffer(redraw()).arg.numpy())
     first = len(profile_events)
     for runner in self.runners: runner(args)
     if PROFILE and (ran := profile_events[first:]):
