@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tinyhybrid import _core
 
@@ -14,7 +14,8 @@ class _NativeEnum(IntEnum):
 
 
 def _native_enum(name: str, kind: int) -> type[_NativeEnum]:
-  cls = _NativeEnum(name, [(n, i) for i, n in enumerate(_core.enum_names(kind))])  # type: ignore[call-overload]
+  # the functional API, on a subclass: typeshed reads _NativeEnum(...) as a member lookup
+  cls = cast("type[_NativeEnum]", _NativeEnum(name, [(n, i) for i, n in enumerate(_core.enum_names(kind))]))  # type: ignore[call-arg, arg-type]
   cls.__module__ = __name__
   _core.register_enum(kind, cls)
   return cls
