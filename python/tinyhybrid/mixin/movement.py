@@ -79,7 +79,7 @@ class MovementMixin:
       raise RuntimeError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mop(Ops.PERMUTE, order)
 
-  def expand(self: Tensor, shape: int | Sequence[int], *args: int) -> Tensor:
+  def expand(self: Tensor, shape: sint | Sequence[sint], *args: sint) -> Tensor:
     """Broadcasts dimensions of size 1 (and prepends new ones); -1 keeps a dimension."""
     new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
     if len(new) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {new}")
