@@ -105,13 +105,13 @@ class Tensor(TensorAPI):
     def __enter__(self) -> None: self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
     def __exit__(self, *exc: Any) -> None: Tensor.no_grad = self.prev
 
-  def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
-    self.uop = self._init_uop(data, device, dtype)
+  def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
+    self.uop: UOp = self._init_uop(data, device, dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     _all_tensors.add(self)  # only once it is whole: a failed construction leaves no half-made tensor behind
 
-  def _init_uop(self, data: Any, device: str | None, dtype: DTypeLike | None) -> UOp:
+  def _init_uop(self, data: Any, device: str | tuple[str, ...] | None, dtype: DTypeLike | None) -> UOp:
     self.device = Device.canonicalize(device)
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
@@ -152,7 +152,7 @@ class Tensor(TensorAPI):
       arr = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     else:
       arr = np.ascontiguousarray(arr, dtype=np_storage(dt))
-    buf = Buffer(device, arr.size, dt, arr)
+    buf = Buffer(device, arr.size, dt, arr)  # type: ignore[arg-type]  # a str: tuples returned above
     return buffer_uop(buf, shape)
 
   # ** basic properties **
@@ -458,7 +458,7 @@ class Tensor(TensorAPI):
       if self.uop is u: self.uop = UOp(Ops.AFTER, self.dtype, (c.uop, u))
       return contiguous_buffer(c.uop)  # type: ignore[return-value]
     if (buf := contiguous_buffer(self.uop)) is None: buf = contiguous_buffer(self.contiguous().realize().uop)
-    return buf
+    return buf  # type: ignore[return-value]
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (a copy)."""
@@ -478,8 +478,8 @@ class Tensor(TensorAPI):
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
     arr = np.ascontiguousarray(self.numpy())
-    if not self.shape or 0 in self.shape: return memoryview(arr)
-    return memoryview(arr.reshape(-1).view(np.uint8)).cast(arr.dtype.char, self.shape)  # bytes to items: one cast
+    if not self.shape or 0 in self.shape: return memoryview(arr)  # type: ignore[arg-type]  # an ndarray is a buffer
+    return memoryview(arr.reshape(-1).view(np.uint8)).cast(arr.dtype.char, self.shape)  # type: ignore[arg-type, return-value]  # bytes to items
 
   def tolist(self) -> Any: return self.numpy().tolist()
 

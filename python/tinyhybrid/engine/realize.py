@@ -133,7 +133,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     k, prg = kernel_cache[ck]
     # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
     threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
-    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
+    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))  # type: ignore[arg-type]
   # past the limit the least recently used kernels go, once this schedule has taken its own
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
@@ -279,7 +279,7 @@ def run_step(st: Step) -> None:
     cs.runner(args)
   count_runs(len(cs.items), cs.ops, cs.mem)
   if capturing:
-    bound = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
+    bound: list[Buffer | UOp] = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
     for ei in cs.items: capturing[-1].runs.append((st.device, ei.prg, [bound[s] for s in ei.slots], ei.threads))
   if not st.done:
     st.done = True
