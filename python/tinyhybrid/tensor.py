@@ -572,7 +572,7 @@ def _point_at_results(tensors: list[Tensor], consts: set[UOp], scalars: list[Ten
   for t in tensors:
     if id(t) in own: t.uop = own[id(t)]
   for t in scalars:
-    if (buf := contiguous_buffer(t.uop)) is not None: engine.scalar_buffers.add(buf)
+    if (buf := contiguous_buffer(t.uop)) is not None: engine.scalar_buffers.add(buf)  # type: ignore[arg-type]
 
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
