@@ -92,7 +92,7 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
 def resolve_copies(graphs: list[UOp]) -> list[UOp]:
   """The graphs with every COPY node replaced by a buffer on its destination holding the source's value, and every
   UNSHARD (flat pieces from any devices put together on one) by a buffer the pieces were copied into."""
-  from tinyhybrid.tensor import Tensor
+  from tinyhybrid.tensor import Tensor, _realize
   moves = (Ops.COPY, Ops.UNSHARD)
   while True:
     nodes = list(UOp.sink(*graphs).toposort())
@@ -110,7 +110,7 @@ def resolve_copies(graphs: list[UOp]) -> list[UOp]:
         continue
       for src in m.src:
         if _source_range(src) is None and src not in todo: todo[src] = Tensor(src, device=src.device).contiguous()
-    if todo: engine.realize_tensors(list(todo.values()))
+    if todo: _realize(list(todo.values()))
     wave: list[tuple[Buffer, Buffer, CopySpec]] = []
     for m in ready:
       if m in subs: continue
@@ -132,7 +132,7 @@ def realize_multi(tensors: list[Tensor]) -> None:
   """Realizes sharded tensors: each is lowered to one graph per device, the copies between devices run, then every
   device's graphs are realized as any tensor is. The tensors (and every live tensor whose graph holds them) then read
   the MSTACK of their realized shards."""
-  from tinyhybrid.tensor import Tensor
+  from tinyhybrid.tensor import Tensor, _apply_becomes, _realize
   by_devices: dict[tuple[str, ...], list[Tensor]] = {}
   for t in tensors:
     if is_realized_multi(t.uop): continue
@@ -142,9 +142,9 @@ def realize_multi(tensors: list[Tensor]) -> None:
     flat = resolve_copies([g for s in lowered for g in s.shards])
     n = len(devices)
     shard_ts = [Tensor(g, device=devices[i % n]) for i, g in enumerate(flat)]
-    engine.realize_tensors([s for s in shard_ts if not buffer_view(s.uop)])
+    _realize([s for s in shard_ts if not buffer_view(s.uop)])
     becomes = {}
     for k, (t, s) in enumerate(zip(ts, lowered)):
       new = UOp(Ops.MSTACK, t.dtype, tuple(st.uop for st in shard_ts[k * n:(k + 1) * n]), (devices, s.axis))
       becomes[t.uop] = new
-    engine._apply_becomes(becomes)
+    _apply_becomes(becomes)
