@@ -102,7 +102,7 @@ def actions(ast, ren: Renderer | None = None) -> list[Opt]:
     else:
       out += [Opt(OptOps.BLOCK, r.arg[0], a) for a in AMOUNTS[OptOps.BLOCK] if rsize(r) % a == 0 and a < rsize(r)]
       out.append(Opt(OptOps.GROUP, r.arg[0]))
-  if gpu and TC and ren.tensor_cores and not has_tc(ast):  # the tensor cores, as the first action (tinygrad's BEAM too)
+  if ren is not None and gpu and TC and ren.tensor_cores and not has_tc(ast):  # the tensor cores, as the first action (tinygrad's BEAM too)
     out += [Opt(OptOps.TC, i, int(TC_SELECT.value)) for i in range(len(tc_choices(k)))]
   return [o for o in out if o.op is OptOps.TC or o.op not in (CPU_ONLY if gpu else GPU_ONLY)]
 

@@ -42,7 +42,7 @@ def mma_16816(dtype_in: DType, dtype_out: DType) -> MMA16816:
 
 
 # NVIDIA's, sm_80 and later: fp16 and bf16 inputs, fp32 accumulation, and fp16 accumulation for fp16
-NV_TENSOR_CORES = [mma_16816(dtypes.half, dtypes.float), mma_16816(dtypes.bfloat16, dtypes.float), mma_16816(dtypes.half, dtypes.half)]
+NV_TENSOR_CORES: list[TensorCore] = [mma_16816(dtypes.half, dtypes.float), mma_16816(dtypes.bfloat16, dtypes.float), mma_16816(dtypes.half, dtypes.half)]
 
 
 class Renderer:
