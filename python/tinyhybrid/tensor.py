@@ -22,7 +22,7 @@ from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
-from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, shard_bounds
+from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, shard_bounds
 
 ConstType = int | float | bool
 
@@ -65,6 +65,28 @@ def _new_memory(u: UOp) -> UOp:
   way from constants (Tensor.zeros(3).contiguous(), twice) are then two buffers, and assigning to one leaves the other
   alone, as in tinygrad. The scheduler numbers UNIQUEs by position, so schedules still repeat."""
   return UOp(Ops.CONTIGUOUS, u.dtype, (u, UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))))
+
+
+def realize_sharded(tensors: Sequence[Tensor]) -> None:
+  """Realizes tensors sharded across devices (engine/multi.py, which works on graphs): every tensor whose graph holds
+  them then reads the MSTACK of their realized shards. Realizing each device's graphs is handed to it from here."""
+  from tinyhybrid.engine import realize as engine
+  from tinyhybrid.engine.multi import realize_multi
+
+  def realize(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:
+    ts = [Tensor(g, device=d) for g, d in zip(graphs, devices)]
+    if contiguous: ts = [t.contiguous() for t in ts]
+    engine.realize_tensors([t for t in ts if not buffer_view(t.uop)])
+    return [t.uop for t in ts]
+
+  groups: dict[tuple[str, ...], list[Tensor]] = {}
+  for t in tensors:
+    if not is_realized_multi(t.uop): groups.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
+  for devices, ts in groups.items():
+    roots = [t.uop for t in ts]
+    new = realize_multi(roots, devices, realize)
+    # realizing the shards may have rewritten these tensors' graphs (a realized node inside them): both forms become it
+    engine._apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
 
 
 class _LiveTensors:

@@ -210,11 +210,11 @@ class Linear:
 
 
 def realize_tensors(tensors: list[Tensor]) -> None:
-  """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py, which
-  realizes their shards here."""
+  """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py (by
+  way of the Tensor layer, which hands it this function), which realizes their shards here."""
   if any(type(t.device) is tuple for t in tensors):
-    from tinyhybrid.engine.multi import realize_multi
-    realize_multi([t for t in tensors if type(t.device) is tuple])
+    from tinyhybrid.tensor import realize_sharded
+    realize_sharded([t for t in tensors if type(t.device) is tuple])
     tensors = [t for t in tensors if type(t.device) is not tuple]
   for st in _plan(tensors): _run_step(st)
 
