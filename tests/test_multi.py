@@ -275,3 +275,45 @@ def test_setitem_with_symbolic_offset_under_jit():
     ref[k:k + 1] = x
     np.testing.assert_array_equal(t.numpy(), ref)
   assert f.captured is not None
+
+
+@pytest.mark.parametrize("zerocopy", [0, 1])
+@pytest.mark.parametrize("algo", [{"RING": 0, "ALL2ALL": 0}, {"RING": 2}, {"ALL2ALL": 2}])
+def test_allreduce_into_its_own_input(zerocopy, algo):
+  # each device's result overwrites its shard, which the other devices' kernels read: those reads are copies taken
+  # before any write, never reads in place
+  x = rng.standard_normal((4, 37)).astype(np.float32)
+  t = Tensor(x).shard(D4, axis=0).realize()
+  with Context(ZEROCOPY=zerocopy, **algo):
+    t.assign(t.sum(0, keepdim=True).expand(4, 37)).realize()
+  np.testing.assert_allclose(t.numpy(), np.broadcast_to(x.sum(0, keepdims=True), (4, 37)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("zerocopy", [0, 1])
+def test_copies_kept_are_their_own_memory(zerocopy):
+  # a copy whose value is kept (a result, a shard) has memory of its own even where kernels could read in place
+  x = rng.standard_normal((3, 5)).astype(np.float32)
+  with Context(ZEROCOPY=zerocopy):
+    a = Tensor(x, device="CPU:1").realize()
+    r = a.to(D3)
+    s = (r + 1).realize()
+  bufs = {id(u.base.arg) for u in r.uop.src} | {id(a.uop.base.arg)}
+  assert len(bufs) == 4
+  r.assign(Tensor.zeros(3, 5, device=D3)).realize()
+  np.testing.assert_array_equal(a.numpy(), x)
+  np.testing.assert_allclose(s.numpy(), x + 1)
+
+
+def test_jit_sharded_replay_chains_devices():
+  # a replay of kernels and copies on several CPU devices is one runner (a submit per device, ordered by signals),
+  # and its values follow the inputs on every replay
+  w = rng.standard_normal((5, 3)).astype(np.float32)
+  W = Tensor(w).shard(D3).realize()
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return ((x @ W).relu().sum(0) * 2).realize()
+
+  for _ in range(6):
+    xn = rng.standard_normal((6, 5)).astype(np.float32)
+    np.testing.assert_allclose(f(Tensor(xn).shard(D3, axis=0)).numpy(), (np.maximum(xn @ w, 0).sum(0)) * 2, rtol=1e-5, atol=1e-5)
+  assert f.captured is not None and len(f.captured.runners) == 1 and len(set(f.captured.devices)) == 3
