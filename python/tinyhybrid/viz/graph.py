@@ -194,10 +194,12 @@ def source_line(location: str) -> str:
   import os
   path, _, line = location.rpartition(":")
   if not line.isdigit(): return ""
-  if not os.path.isabs(path):  # a native rule: src/cpp/... from the source tree, when this runs from one
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    path = os.path.join(root, path)
-  return linecache.getline(path, int(line)).strip()
+  if os.path.isabs(path): return linecache.getline(path, int(line)).strip()
+  # a native rule, src/cpp/...: the copy a wheel carries, else the source tree this runs from
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for root in (os.path.join(package, "native_rules"), os.path.dirname(os.path.dirname(package))):
+    if text := linecache.getline(os.path.join(root, path), int(line)).strip(): return text
+  return ""
 
 
 def _short(arg: str, n: int = 60) -> str: return arg if len(arg) <= n else arg[:n - 3] + "..."
