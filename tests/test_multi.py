@@ -317,3 +317,12 @@ def test_jit_sharded_replay_chains_devices():
     xn = rng.standard_normal((6, 5)).astype(np.float32)
     np.testing.assert_allclose(f(Tensor(xn).shard(D3, axis=0)).numpy(), (np.maximum(xn @ w, 0).sum(0)) * 2, rtol=1e-5, atol=1e-5)
   assert f.captured is not None and len(f.captured.runners) == 1 and len(set(f.captured.devices)) == 3
+
+
+def test_group_by_device_keeps_dependencies():
+  from tinyhybrid.engine.multi import group_by_device
+  # (device, [written slot, read slots...]): 2 reads 0 (written by 0), 3 overwrites 1 which 1 read (after 1), 4 is free
+  items = [("A", [0]), ("B", [1, 5]), ("A", [2, 0]), ("B", [5, 6]), ("A", [7])]
+  order = group_by_device([d for d, _ in items], [(None, s, 1) for _, s in items])
+  assert sorted(order) == list(range(5)) and order.index(0) < order.index(2) and order.index(1) < order.index(3)
+  assert [items[j][0] for j in order] == ["A", "A", "A", "B", "B"]

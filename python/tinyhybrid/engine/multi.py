@@ -12,6 +12,8 @@ kept (a result, a gathered piece) stays a copy, so no two devices' tensors ever 
 This layer works on UOps and never imports Tensor: realizing graphs on devices is handed in (tensor.py)."""
 from __future__ import annotations
 
+import heapq
+
 from typing import Any, Callable
 
 from tinyhybrid._core import hcq
@@ -183,6 +185,8 @@ def resolve_copies(graphs: list[UOp], realize: Realize) -> list[UOp]:
         at += nbytes
       subs[m] = buffer_uop(dst, shape_of(m) or ())
     copy_buffers(wave)
+    # a source computed for a move is that value wherever else the graphs use it (not computed again there)
+    for src, view in realized.items(): subs.setdefault(src, view)
     graphs = [g.substitute(subs) for g in graphs]
 
 
@@ -197,17 +201,59 @@ def realize_multi(roots: list[UOp], devices: tuple[str, ...], realize: Realize) 
   return [UOp(Ops.MSTACK, r.dtype, tuple(done[k * n:(k + 1) * n]), (devices, s.axis)) for k, (r, s) in enumerate(zip(roots, lowered))]
 
 
-def batch_runners(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> list[Runner]:
-  """Runners for kernels and copies on several devices that run in the given order (a TinyJit replay): one per run
-  of consecutive items on one device, or, when every device is a CPU queue, one for all of them that orders the runs
-  with signals between the queues (no Python per kernel, one submit per device)."""
+def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:
   segments: list[tuple[str, list]] = []
   for d, it in zip(devices, items):
     if not segments or segments[-1][0] != d: segments.append((d, []))
     segments[-1][1].append(it)
+  return segments
+
+
+def group_by_device(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]]) -> list[int]:
+  """An order of the items (kernels and copies over argument slots; the first slot is what one writes, the others
+  what it reads) with runs on one device as long as the dependencies allow: an item moves ahead of another only when
+  neither writes a slot the other uses. Fewer runs are fewer hand-offs between queues."""
+  deps: list[set[int]] = []
+  writer: dict[int, int] = {}
+  readers: dict[int, list[int]] = {}
+  for j, (_, slots, _) in enumerate(items):
+    d: set[int] = set()
+    for k, sl in enumerate(slots):
+      if sl in writer: d.add(writer[sl])
+      if k == 0: d.update(readers.pop(sl, ()))
+    for sl in slots[1:]: readers.setdefault(sl, []).append(j)
+    if slots: writer[slots[0]] = j
+    d.discard(j)
+    deps.append(d)
+  users: list[list[int]] = [[] for _ in items]
+  left = [len(d) for d in deps]
+  for j, d in enumerate(deps):
+    for i in d: users[i].append(j)
+  ready: dict[str, list[int]] = {}
+  for j in range(len(items)):
+    if not left[j]: heapq.heappush(ready.setdefault(devices[j], []), j)
+  order: list[int] = []
+  cur = devices[0] if items else ""
+  while len(order) < len(items):
+    if not ready.get(cur): cur = min((h[0], dev) for dev, h in ready.items() if h)[1]
+    j = heapq.heappop(ready[cur])
+    order.append(j)
+    for u in users[j]:
+      left[u] -= 1
+      if not left[u]: heapq.heappush(ready.setdefault(devices[u], []), u)
+  return order
+
+
+def batch_runners(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> list[Runner]:
+  """Runners for kernels and copies on several devices that run in the given order (a TinyJit replay): one per run
+  of consecutive items on one device, or, when every device is a CPU queue, one for all of them that runs each
+  device's items from one command buffer and orders the runs with signals between the queues (no Python per kernel,
+  one submit per device), with the items regrouped by device as far as their dependencies allow."""
+  segments = _segments(devices, items)
   if len(segments) > 1 and not PROFILE:
     from tinyhybrid.runtime.ops_cpu import CPUChainRunner, CPUDevice
-    devs = [Device[d] for d, _ in segments]
-    if all(type(x) is CPUDevice for x in devs) and all(len(a) <= hcq.MAX_EXEC_ARGS for _, a, _ in items):
-      return [CPUChainRunner([(x, seg) for x, (_, seg) in zip(devs, segments)], nslots)]
+    if all(type(Device[d]) is CPUDevice for d, _ in segments) and all(len(a) <= hcq.MAX_EXEC_ARGS for _, a, _ in items):
+      order = group_by_device(devices, items)
+      segments = _segments([devices[j] for j in order], [items[j] for j in order])
+      return [CPUChainRunner([(Device[d], seg) for d, seg in segments], nslots)]
   return [Device[d].runner(seg, nslots) for d, seg in segments]
