@@ -116,7 +116,8 @@ class Buffer:
   def address(self) -> int: return self._address or self.ensure_allocated()._address
 
   def copyin(self, data: bytes | memoryview | np.ndarray) -> Buffer:
-    raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")
+    # (the ignores on memoryview(ndarray): numpy's stubs give ndarray the buffer protocol for Python 3.12+ only)
+    raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")  # type: ignore[arg-type]
     if len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
     Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)
     return self
@@ -124,10 +125,10 @@ class Buffer:
   def numpy(self) -> np.ndarray:
     """A copy of the contents as a flat numpy array (raw bits for dtypes numpy lacks)."""
     out = np.empty(self.size, dtype=np_storage(self.dtype))
-    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)
+    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)  # type: ignore[arg-type]
     return out
 
-  def as_buffer(self) -> memoryview: return memoryview(self.numpy().view(np.uint8).reshape(-1))
+  def as_buffer(self) -> memoryview: return memoryview(self.numpy().view(np.uint8).reshape(-1))  # type: ignore[arg-type]
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}{'' if self.is_allocated() else ' (unallocated)'}>"
   # Buffers are compared by identity: two buffers with the same contents are still different memory
   __hash__ = object.__hash__

@@ -3,7 +3,7 @@ namespace, the promotion lattice and conversions to NumPy."""
 from __future__ import annotations
 
 import functools
-from typing import Final
+from typing import Final, TypeAlias
 
 from tinyhybrid import _core
 from tinyhybrid.helpers import DEFAULT_FLOAT, DEFAULT_INT
@@ -97,7 +97,7 @@ DTYPES_DICT: dict[str, DType] = {k: v for k, v in DTypes.__dict__.items()
 _FINFO = {"half": (5, 10), "__bf16": (8, 7), "float": (8, 23), "double": (11, 52), "float8_e4m3": (4, 3),
           "float8_e5m2": (5, 2), "float8_e4m3fnuz": (4, 3), "float8_e5m2fnuz": (5, 2)}
 
-DTypeLike = str | DType
+DTypeLike: TypeAlias = str | DType
 
 
 def to_dtype(dtype: DTypeLike) -> DType:

@@ -47,6 +47,7 @@ def with_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Rule, *params: 
 
 def _paths(root: UOp, inputs: list[UOp]) -> tuple[tuple[int, ...], ...] | None:
   """For each input, the src indices leading from root down to it (breadth first: the shortest), or None."""
+  found: dict[UOp, tuple[int, ...]]
   want, found = set(inputs), {}
   level: list[tuple[UOp, tuple[int, ...]]] = [(root, ())]
   seen = {root}
@@ -168,6 +169,7 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
   on_path: dict[UOp, bool] = {}
   for u in nodes: on_path[u] = u in target_set or any(on_path[s] for s in u.src)
   grads: dict[UOp, Tensor] = {root.uop: root_grad}
+  rule: Rule | None
   for u in reversed(nodes):
     if u not in grads or not on_path[u]: continue
     custom = _custom(u) if u.tag is not None else None
@@ -183,7 +185,7 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
     for s, g in zip(src, rule(grads[u], out, [root._wrap(x) for x in src], *params)):
       if g is None or not on_path[s]: continue
       if g.dtype is not s.dtype and s.dtype._is_float and not s.dtype._is_weak: g = g.cast(s.dtype)
-      if shape_of(s) != g.shape: g = g.reshape(shape_of(s))
+      if shape_of(s) != g.shape: g = g.reshape(shape_of(s))  # type: ignore[arg-type]  # a node with a gradient has a shape
       grads[s] = grads[s] + g if s in grads else g
   for t in targets:
     if t not in grads and t in on_path: grads[t] = root._wrap(t).zeros_like()

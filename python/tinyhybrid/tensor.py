@@ -8,11 +8,12 @@ import functools
 import itertools
 import math
 import weakref
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
+from tinyhybrid.engine import realize as engine
 from tinyhybrid.dtype import DType, DTypeLike, dtypes, strong_dtype, to_dtype
 # names tinygrad's programs and tests import from tinygrad.tensor
 from tinyhybrid.dtype import _to_np_dtype, least_upper_dtype, least_upper_float, sum_acc_dtype  # noqa: F401
@@ -67,28 +68,6 @@ def _new_memory(u: UOp) -> UOp:
   return UOp(Ops.CONTIGUOUS, u.dtype, (u, UOp(Ops.UNIQUE, dtypes.void, (), next(_unique_ids))))
 
 
-def realize_sharded(tensors: Sequence[Tensor]) -> None:
-  """Realizes tensors sharded across devices (engine/multi.py, which works on graphs): every tensor whose graph holds
-  them then reads the MSTACK of their realized shards. Realizing each device's graphs is handed to it from here."""
-  from tinyhybrid.engine import realize as engine
-  from tinyhybrid.engine.multi import realize_multi
-
-  def realize(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:
-    ts = [Tensor(g, device=d) for g, d in zip(graphs, devices)]
-    if contiguous: ts = [t.contiguous() for t in ts]
-    engine.realize_tensors([t for t in ts if not buffer_view(t.uop)])
-    return [t.uop for t in ts]
-
-  groups: dict[tuple[str, ...], list[Tensor]] = {}
-  for t in tensors:
-    if not is_realized_multi(t.uop): groups.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
-  for devices, ts in groups.items():
-    roots = [t.uop for t in ts]
-    new = realize_multi(roots, devices, realize)
-    # realizing the shards may have rewritten these tensors' graphs (a realized node inside them): both forms become it
-    engine._apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
-
-
 class _LiveTensors:
   """Every live tensor, so a realize can point all of them at the buffers it filled. Iteration is in creation order:
   the same program then realizes the same tensors in the same order on every run, which keeps its schedules (and so
@@ -126,13 +105,13 @@ class Tensor(TensorAPI):
     def __enter__(self) -> None: self.prev, Tensor.no_grad = Tensor.no_grad, self.mode
     def __exit__(self, *exc: Any) -> None: Tensor.no_grad = self.prev
 
-  def __init__(self, data: Any, device: str | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
-    self.uop = self._init_uop(data, device, dtype)
+  def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
+    self.uop: UOp = self._init_uop(data, device, dtype)
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     _all_tensors.add(self)  # only once it is whole: a failed construction leaves no half-made tensor behind
 
-  def _init_uop(self, data: Any, device: str | None, dtype: DTypeLike | None) -> UOp:
+  def _init_uop(self, data: Any, device: str | tuple[str, ...] | None, dtype: DTypeLike | None) -> UOp:
     self.device = Device.canonicalize(device)
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
@@ -173,7 +152,7 @@ class Tensor(TensorAPI):
       arr = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     else:
       arr = np.ascontiguousarray(arr, dtype=np_storage(dt))
-    buf = Buffer(device, arr.size, dt, arr)
+    buf = Buffer(device, arr.size, dt, arr)  # type: ignore[arg-type]  # a str: tuples returned above
     return buffer_uop(buf, shape)
 
   # ** basic properties **
@@ -306,8 +285,7 @@ class Tensor(TensorAPI):
   # ** realize and read **
   def realize(self, *lst: Tensor) -> Tensor:
     """Compute this tensor (and lst) now."""
-    from tinyhybrid.engine.realize import realize_tensors
-    realize_tensors([t for t in (self, *lst) if t.device is not None])  # a deviceless const is its own value
+    _realize([t for t in (self, *lst) if t.device is not None])  # a deviceless const is its own value
     return self
 
   # ** autograd **
@@ -480,15 +458,14 @@ class Tensor(TensorAPI):
       if self.uop is u: self.uop = UOp(Ops.AFTER, self.dtype, (c.uop, u))
       return contiguous_buffer(c.uop)  # type: ignore[return-value]
     if (buf := contiguous_buffer(self.uop)) is None: buf = contiguous_buffer(self.contiguous().realize().uop)
-    return buf
+    return buf  # type: ignore[return-value]
 
   def numpy(self) -> np.ndarray:
     """The values as a numpy array (a copy)."""
     if any(type(d) is not int for d in self.shape):
       raise ValueError(f"numpy: shape {self.shape} is symbolic; shrink or reshape it to ints first (t[:n], t.reshape(n))")
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_out_dtype(self.dtype))
-    from tinyhybrid.engine.realize import check_not_capturing
-    check_not_capturing("numpy")  # .item(), .tolist() and .data() read through here too
+    engine.check_not_capturing("numpy")  # .item(), .tolist() and .data() read through here too
     if type(self.device) is tuple:  # sharded: the shards gathered (one replica's, for a replicated tensor)
       self.realize()
       devs, axis = self.uop.arg
@@ -501,8 +478,8 @@ class Tensor(TensorAPI):
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
     arr = np.ascontiguousarray(self.numpy())
-    if not self.shape or 0 in self.shape: return memoryview(arr)
-    return memoryview(arr.reshape(-1).view(np.uint8)).cast(arr.dtype.char, self.shape)  # bytes to items: one cast
+    if not self.shape or 0 in self.shape: return memoryview(arr)  # type: ignore[arg-type]  # an ndarray is a buffer
+    return memoryview(arr.reshape(-1).view(np.uint8)).cast(arr.dtype.char, self.shape)  # type: ignore[arg-type, return-value]  # bytes to items
 
   def tolist(self) -> Any: return self.numpy().tolist()
 
@@ -517,13 +494,16 @@ class Tensor(TensorAPI):
     return dim + total if dim < 0 else dim
 
   # ** the schedule API (engine/realize.py): planning apart from running **
-  def linear_with_vars(self, *lst: Tensor) -> tuple[Any, dict[str, int]]:
-    """The plan that realizes these tensors (its .src: one item per kernel) and its bound Variables' values by name;
-    engine.realize.run_linear runs it."""
-    from tinyhybrid.engine.realize import linear_with_vars
-    return linear_with_vars([self, *lst])
+  def linear_with_vars(self, *lst: Tensor) -> tuple[engine.Linear, dict[str, int]]:
+    """The plan that realizes these tensors (its .src: one item per kernel) and its bound Variables' values by name
+    (tinygrad's Tensor.linear_with_vars); engine.realize.run_linear runs it, and the tensors then read their results."""
+    tensors = [self, *lst]
+    if any(type(t.device) is tuple for t in tensors):
+      raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
+    linear = engine.Linear(_plan(tensors))
+    return linear, {v.arg[0]: val for st in linear.steps for v, val in st.var_vals.items()}
 
-  def schedule_linear(self, *lst: Tensor) -> Any:
+  def schedule_linear(self, *lst: Tensor) -> engine.Linear:
     """linear_with_vars for tensors without bound Variables: the plan alone."""
     linear, var_vals = self.linear_with_vars(*lst)
     if var_vals: raise AssertionError(f"schedule_linear: the graph has bound Variables {sorted(var_vals)}; use linear_with_vars")
@@ -531,7 +511,140 @@ class Tensor(TensorAPI):
 
 
 def _computes_from_memory(u: UOp) -> bool:
-  return any(n.op is Ops.BUFFER for n in u.toposort())
+  return any(n.op is Ops.BUFFER for n in u.toposort())  # BUFFERs are leaves: a graph that has one meets it early
+
+
+# ** realize: engine/realize.py plans and runs UOp graphs and hands back what they became; the live tensors follow here **
+
+def _realize(tensors: list[Tensor]) -> None:
+  """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py, which
+  realizes their shards here."""
+  if any(type(t.device) is tuple for t in tensors):
+    realize_sharded([t for t in tensors if type(t.device) is tuple])
+    tensors = [t for t in tensors if type(t.device) is not tuple]
+  for st in _plan(tensors): engine.run_step(st)
+
+
+def realize_sharded(tensors: Sequence[Tensor]) -> None:
+  """Realizes tensors sharded across devices (engine/multi.py, which works on graphs): every tensor whose graph holds
+  them then reads the MSTACK of their realized shards. Realizing each device's graphs is handed to it from here."""
+  from tinyhybrid.engine.multi import realize_multi
+
+  def realize(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:
+    ts = [Tensor(g, device=d) for g, d in zip(graphs, devices)]
+    if contiguous: ts = [t.contiguous() for t in ts]
+    _realize([t for t in ts if not buffer_view(t.uop)])
+    return [t.uop for t in ts]
+
+  groups: dict[tuple[str, ...], list[Tensor]] = {}
+  for t in tensors:
+    if not is_realized_multi(t.uop): groups.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
+  for devices, ts in groups.items():
+    roots = [t.uop for t in ts]
+    new = realize_multi(roots, devices, realize)
+    # realizing the shards may have rewritten these tensors' graphs (a realized node inside them): both forms become it
+    _apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
+
+
+def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[engine.Step]:
+  """Each device's step that realizes these tensors (engine.prepare, then engine.bind); its first run points them at
+  their results. Pending writes the graphs read (unless view_writes is off: running one of them), and lazy tensors
+  that must see a buffer before this plan writes it, are run first."""
+  if view_writes: _run_view_writes(tensors)
+  by_device: dict[str, list[Tensor]] = {}
+  for t in tensors:
+    if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
+  steps: list[engine.Step] = []
+  for device, ts in by_device.items():
+    # a constant (a graph that reads no buffer) is computed per tensor, as in tinygrad: two Tensor.zeros(2) realized
+    # are two buffers, and a lazy tensor built the same way is handed neither (an assign to one would change it)
+    consts = {u for u in {t.uop for t in ts} if not _computes_from_memory(u)}
+    scalars = [t for t in ts if t.uop.op is Ops.CONST and not t.uop.src] if consts else []
+    seen: set[UOp] = set()
+    for t in ts:
+      if t.uop in consts and t.uop in seen: t.uop = _new_memory(t.uop)
+      seen.add(t.uop)
+    p = engine.prepare(device, [t.uop for t in ts])
+    # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first (a write
+    # through a view is seen by every tensor on its memory instead, as in tinygrad)
+    if written := p.written():
+      mine = set(map(id, ts))
+      if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
+        _realize(readers)
+        p = engine.prepare(device, [t.uop for t in ts], p.var_vals)
+    # a live tensor made .contiguous() that this graph computes gets its memory here anyway: it is realized with the
+    # rest, as in tinygrad (a later graph over it reads that memory instead of computing it again). A cached plan
+    # knows whether its graph has such a node at all
+    if p.contiguous_inside and (inner := _live_contiguous(p.nodes, p.roots, _all_tensors)):
+      ts = ts + inner
+      p = engine.prepare(device, [t.uop for t in ts], p.var_vals)
+    steps.append(engine.bind(p, functools.partial(_point_at_results, ts, consts, scalars)))
+  return steps
+
+
+def _point_at_results(tensors: list[Tensor], consts: set[UOp], scalars: list[Tensor], st: engine.Step) -> None:
+  """After a step's first run: the tensors it realized (and every live tensor whose graph holds them) read its
+  buffers; a realized graph that a tensor wanting gradients is computed from stays reachable under them (AFTER)."""
+  wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
+  becomes = engine.results(st, history=bool(wants_grad) and any(u in wants_grad for u in st.nodes))
+  own = {id(t): becomes.pop(t.uop) for t in tensors if t.uop in consts and t.uop in becomes}
+  _apply_becomes(becomes)
+  for t in tensors:
+    if id(t) in own: t.uop = own[id(t)]
+  for t in scalars:
+    if (buf := contiguous_buffer(t.uop)) is not None: engine.scalar_buffers.add(buf)  # type: ignore[arg-type]
+
+
+def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
+  """Points every live tensor whose graph holds a realized node at that node's buffer instead."""
+  if not becomes: return
+  for t in list(_all_tensors):
+    if t.uop in becomes: t.uop = becomes[t.uop]
+    elif not buffer_view(t.uop): t.uop = t.uop.substitute(becomes)
+
+
+def _run_view_writes(tensors: list[Tensor]) -> None:
+  """Runs the pending assigns through views (_view_writes) into buffers these tensors read, oldest first. A view
+  write has no readers to compute first (every tensor on its memory sees it), so running one runs nothing else."""
+  if not _view_writes: return
+  _view_writes[:] = [w for w in _view_writes if w.uop.op is Ops.STORE]  # the ones realized since are done
+  pending = [w for w in _view_writes if all(w is not t for t in tensors)]
+  if not pending: return
+  reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
+  for w in pending:
+    if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads:
+      for st in _plan([w], view_writes=False): engine.run_step(st)  # (one may be listed twice)
+
+
+def _live_contiguous(nodes: list[UOp], roots: list[UOp], live: Iterable[Tensor]) -> list[Tensor]:
+  """One live tensor per CONTIGUOUS node the roots compute (not one only in a realized tensor's autograd history)."""
+  conts = {u for u in nodes if u.op is Ops.CONTIGUOUS}.difference(roots)
+  if not conts: return []
+  found: dict[UOp, Tensor] = {}
+  for t in live:
+    if t.uop in conts: found.setdefault(t.uop, t)
+  if not found: return []
+  computed: set[UOp] = set()
+  stack, seen = list(roots), set(roots)
+  while stack:
+    u = stack.pop()
+    if u in found: computed.add(u)
+    if u.op is Ops.AFTER or u.op is Ops.BUFFER: continue  # realized: its sources are history
+    for s in u.src:
+      if s not in seen:
+        seen.add(s)
+        stack.append(s)
+  return [t for u, t in found.items() if u in computed]
+
+
+def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:
+  """The candidates whose lazy graph reads one of the written buffers (not through an assign of its own), found in
+  one walk over all their graphs."""
+  if not candidates: return []
+  reads: set[UOp] = set()
+  for u in UOp.sink(*[t.uop for t in candidates]).toposort():
+    if (u.op is Ops.BUFFER and id(u.arg) in written) or (u.op is not Ops.STORE and any(s in reads for s in u.src)): reads.add(u)
+  return [t for t in candidates if t.uop in reads]
 
 
 def _reads_buffer_differently(value: UOp, target: UOp) -> bool:

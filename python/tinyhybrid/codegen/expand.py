@@ -193,7 +193,7 @@ class Expander:
 
   def lanes_of(self, x: UOp, axes: tuple[UOp, ...], key: tuple[int, ...], w: int) -> Lanes:
     subs = self.subs(axes, key)
-    if w > 1: subs[self.vaxis] = subs[self.vaxis] + _lane(w)
+    if w > 1: subs[self.vaxis] = subs[self.vaxis] + _lane(w)  # type: ignore[index]  # w > 1: there is a vector axis
     return Lanes(self.simplify(x.substitute(subs)), w, self.simplify)
 
   def simplify(self, x: UOp) -> UOp:
@@ -215,23 +215,23 @@ class Expander:
       dead = () if n == w else (UOp.const(dtypes.uint, (1 << n) - 1),)  # dead lanes may lie past the buffer
       return UOp(Ops.LOAD, dt.vec(w), (index,) + ((gate,) if gate is not None else ()) + dead)
     idxs = ix.each()
-    gates = gx.each() if gx is not None else [None] * w
+    gates: list[UOp | None] = gx.each() if gx is not None else [None] * w  # type: ignore[assignment]
     gates = [None if g is None or (g.op is Ops.CONST and g.arg is True) else g for g in gates]
     live = [i for i, g in enumerate(gates[:n]) if not (g is not None and g.op is Ops.CONST and g.arg is False)]
 
     def scalar(i: int) -> UOp:
       if i not in live: return UOp.const(dt, 0)
-      return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, idxs[i])),) + ((gates[i],) if gates[i] is not None else ()))
+      return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, idxs[i])),) + ((gates[i],) if gates[i] is not None else ()))  # type: ignore[operator]
     if not live: return bcast(UOp.const(dt, 0), w)
     if ix.uniform and all(g is gates[0] for g in gates): return bcast(scalar(0), w)
     if dt in VEC_DTYPES and ix.contiguous:
-      gate: UOp | None = None
+      gate = None
       if all(gates[i] is gates[live[0]] for i in live):
         gate, mask = gates[live[0]], UOp.const(dtypes.uint, sum(1 << i for i in live))
       else:
         bits = [UOp.const(dtypes.uint, 1 << i) for i in range(w)]
         mask = UOp.const(dtypes.uint, 0)
-        for i in live: mask = mask | (bits[i] if gates[i] is None else gates[i].where(bits[i], UOp.const(dtypes.uint, 0)))
+        for i in live: mask = mask | (bits[i] if gates[i] is None else gates[i].where(bits[i], UOp.const(dtypes.uint, 0)))  # type: ignore[union-attr]
         mask = mask.simplify()
       full = mask.op is Ops.CONST and mask.arg == (1 << w) - 1
       index = UOp(Ops.INDEX, dt.vec(w), (buf, idxs[0]), _aligned(idxs[0], w, dt, self.simplify))

@@ -65,7 +65,8 @@ def check_local_memory(expanded: UOp, launch: Launch, ren: Renderer) -> None:
 
 class _Plan:
   def __init__(self, ast: UOp, ren: Renderer):
-    self.ast, self.ren, self.opts = ast, ren, []
+    self.opts: list[Opt] = []
+    self.ast, self.ren = ast, ren
     self.parts = KernelParts.of(ast)
 
   def apply(self, op: OptOps, axis: int, arg: int = 0) -> bool:

@@ -15,7 +15,8 @@ BLOCK_K = 128       # reduce steps per cache block
 
 class _Plan:
   def __init__(self, ast: UOp):
-    self.ast, self.opts = ast, []
+    self.opts: list[Opt] = []
+    self.ast = ast
     self.parts = KernelParts.of(ast)
 
   def apply(self, op: OptOps, axis: int, arg: int = 0) -> bool:

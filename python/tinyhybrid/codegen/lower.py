@@ -29,7 +29,8 @@ def _c(v: sint) -> UOp:
 # as unequal to any int, so the code below takes a symbolic size or offset as "not 0, not 1" and keeps it.
 
 def _strides(shape: tuple[sint, ...]) -> list[sint]:
-  out, acc = [], 1
+  out: list[sint] = []
+  acc: sint = 1
   for s in reversed(shape):
     out.append(acc if s != 1 else 0)
     acc *= s
@@ -117,10 +118,10 @@ def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], U
     elif op is Ops.FLIP: idx = tuple((s - 1) - i if f else i for i, s, f in zip(idx, ss, arg))
     elif op is Ops.PAD:
       inner = []
-      for i, s, (b, a) in zip(idx, ss, arg):
-        inner.append(i - b if b else i)
-        if b: cond = _and(cond, (i < b).logical_not())
-        if a: cond = _and(cond, i < b + s)
+      for ix, s, (b, a) in zip(idx, ss, arg):
+        inner.append(ix - b if b else ix)
+        if b: cond = _and(cond, (ix < b).logical_not())
+        if a: cond = _and(cond, ix < b + s)
       idx = tuple(x.simplify() for x in inner)
     else: raise NotImplementedError(f"lowering: movement op {op}")
     u = src
@@ -173,6 +174,7 @@ class Lowerer:
     """The kernel IR of u at index idx under the gate valid. Walks with an explicit stack, not recursion: a chain of
     10^5 elementwise ops is as deep as the Tensor program that built it."""
     root = (u, idx, valid)
+    steps: dict[tuple, tuple[list[tuple], Callable[[list[UOp]], UOp]]]
     stack, steps = [root], {}
     while stack:
       key = stack[-1]
@@ -237,8 +239,10 @@ class Lowerer:
   def lower(self) -> LoweredKernel:
     out = self.item.out
     out_shape = shape_of(out) or ()
-    full_shape = shape_of(out.src[0]) if out.op is Ops.REDUCE else out_shape
+    full_shape: tuple[sint, ...] = shape_of(out.src[0]) if out.op is Ops.REDUCE else out_shape  # type: ignore[assignment]
     axes = set(out.arg[1]) if out.op is Ops.REDUCE else set()
+    ranges: list[UOp]
+    reduce_ranges: list[UOp]
     rng, ranges, reduce_ranges = [], [], []
     collapsed = 1  # the trip count of the reduce loops a gather's one-hot no longer needs
     for i, s in enumerate(full_shape):
@@ -307,7 +311,7 @@ def collapse_one_hot(v: UOp, ranges: list[UOp]) -> tuple[UOp, list[UOp]]:
 
 def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:
   kind = "r" if reduces else "E"
-  dims = [str(s) if type(s) is int else "".join(c for c in s.render() if c.isalnum()) for s in shape]
+  dims = [str(s) if type(s) is int else "".join(c for c in s.render() if c.isalnum()) for s in shape]  # type: ignore[union-attr]
   return f"{kind}_{'_'.join(dims) if shape else 'scalar'}"[:60]
 
 

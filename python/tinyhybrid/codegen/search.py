@@ -40,17 +40,18 @@ SPLIT = (AxisType.THREAD, AxisType.GROUP_REDUCE)
 def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | int) -> LoweredKernel:
   """k with `opts` applied for the device `ren` renders for (an int: the CPU's, with vectors of that many lanes),
   mapped to its grid on a GPU-style device, and its lanes expanded: what the renderer takes."""
-  if isinstance(ren, int): ren, vec = None, ren
-  else: vec = ren.vec
-  ast = apply_opts(k.ast, opts, ren)
+  rdr: Renderer | None
+  if isinstance(ren, int): rdr, vec = None, ren
+  else: rdr, vec = ren, ren.vec
+  ast = apply_opts(k.ast, opts, rdr)
   if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
-  if ren is not None and ren.has_local:
+  if rdr is not None and rdr.has_local:
     opted = ast
-    ast, launch = to_grid(opted, ren)
+    ast, launch = to_grid(opted, rdr)
     viz.stage("map to the grid", opted, ast)
     ex = expand(ast, vec)
     viz.stage("expand", ast, ex)
-    check_local_memory(ex, launch, ren)
+    check_local_memory(ex, launch, rdr)
     return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
   expanded = expand(ast, vec)
@@ -71,7 +72,7 @@ def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
     k = replace(k, ast=merged)
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
   elif BEAM >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
-  elif gpu: opts = gpu_optimizations(k, ren)
+  elif gpu: opts = gpu_optimizations(k, ren)  # type: ignore[arg-type]  # gpu: there is a renderer
   else: opts = hand_coded_optimizations(k)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
   return finalize(k, opts, ren if ren is not None else vec)
@@ -158,7 +159,7 @@ def _compile_or_none(dev: Compiled, name: str, src: str):
 
 def _cache_path(k: LoweredKernel, dev: Compiled, width: int):
   src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
-  parts = (src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))
+  parts: tuple[str, ...] = (src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))
   if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver
   key = hashlib.sha256("\0".join(parts).encode())
   d = cache_root() / "beam"

@@ -89,7 +89,7 @@ class _Z3:
     lo, _ = _range(dt)
     return (x - lo) % (2 ** _bits(dt)) + lo
 
-  def to_bv(self, x, n: int = 64): return self.z3.Int2BV(x, n)
+  def to_bv(self, x, n: int = 64): return self.z3.Int2BV(x, n)  # type: ignore[valid-type]  # (int: the method above)
   def from_bv(self, x, signed: bool = True): return self.z3.BV2Int(x, is_signed=signed)
 
   def of(self, root: UOp) -> tuple:

@@ -92,7 +92,7 @@ def _add_input(name: int | str | None, v: Tensor, bufs: list[Buffer], sig: list[
   if not buffer_view(v.uop): v.replace(v.contiguous().realize())
   u = v.uop.src[0] if v.uop.op is Ops.AFTER else v.uop  # realized, with its history kept for autograd
   if (buf := contiguous_buffer(u)) is not None and len(u.src) <= 1:
-    bufs.append(buf)
+    bufs.append(buf)  # type: ignore[arg-type]  # a realized tensor's buffer is a Buffer (slots are the scheduler's)
     sig.append((name, v.shape, u.dtype, v.device))
     return
   chain = _view_chain(u)
@@ -115,9 +115,9 @@ def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buf
       u = v.uop
       # _add_input, inlined for the common case: a whole buffer, with no variable in its view
       if (buf := contiguous_buffer(u)) is not None and len(u.src) <= 1:
-        bufs.append(buf)
+        bufs.append(buf)  # type: ignore[arg-type]
         sig.append((name, v.shape, u.dtype, v.device))
-      else: _add_input(name, v, bufs, sig, var_vals)
+      else: _add_input(name, v, bufs, sig, var_vals)  # type: ignore[arg-type]  # an int or a str
     elif isinstance(v, UOp):
       _add_binds(var_vals, binds_of(v))
       sig.append((name, "var", unbind_all(v)))
@@ -188,9 +188,9 @@ class CapturedJit(Generic[ReturnType]):
         inputs[inputs.index(b)] = b = Buffer(b.device, b.size, b.dtype, b.numpy())
       args[slot] = b.address
     for var, val in var_vals.items():
-      if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK
+      if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK  # type: ignore[assignment]
     for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
-      buf.copyin(base_buffer(redraw().uop).arg.numpy())
+      buf.copyin(base_buffer(redraw()).arg.numpy())
     first = len(profile_events)
     for runner in self.runners: runner(args)
     if PROFILE and (ran := profile_events[first:]):

@@ -1,13 +1,17 @@
-"""Realizing tensors is planning, then running. Planning normalizes the graph, gets its compiled schedule (from the
-schedule cache, or by scheduling, lowering, rendering and compiling) and binds memory; the plan is a Linear (tinygrad's
-LINEAR: Tensor.linear_with_vars gives one), which run_linear runs, pointing the tensors at their results."""
+"""Realizing a UOp graph is planning, then running. Planning normalizes one device's roots (prepare), gets their
+compiled schedule (from the schedule cache, or by scheduling, lowering, rendering and compiling) and binds memory
+(bind); a plan is a Linear of such Steps (tinygrad's LINEAR: Tensor.linear_with_vars gives one), which run_linear runs.
+A realize hands buffers back and Tensor applies them: this module never sees a Tensor. After a step's first run it
+hands the step to its on_done, and results() says what each realized node became (the becomes map); tensor.py points
+the live tensors at those buffers, and decides what else a realize must see to first (pending writes, readers of a
+buffer about to be overwritten, live CONTIGUOUS tensors inside the graph)."""
 from __future__ import annotations
 
 import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.lower import LoweredKernel, lower
@@ -15,16 +19,13 @@ from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, GlobalCounters
-from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, buffer_view, contiguous_buffer, create_schedule, normalize
+from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, create_schedule, normalize
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
 from tinyhybrid.uop.spec import spec_check
-
-if TYPE_CHECKING:
-  from tinyhybrid.tensor import Tensor
 
 
 @dataclass
@@ -132,7 +133,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     k, prg = kernel_cache[ck]
     # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
     threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
-    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
+    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))  # type: ignore[arg-type]
   # past the limit the least recently used kernels go, once this schedule has taken its own
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
@@ -161,16 +162,17 @@ class Capture:
   arguments its buffers, then its variables, each bound to the value it ran with; and the random calls made
   (mixin/random.py), which a replay makes again."""
   runs: list[tuple[str, CompiledProgram, list[Buffer | UOp], int]] = field(default_factory=list)
-  rng: list[tuple[Buffer, Callable[[], Tensor]]] = field(default_factory=list)
+  rng: list[tuple[Buffer, Callable[[], UOp]]] = field(default_factory=list)
 
 
 capturing: list[Capture] = []
 
 
-def capture_random(words: Tensor, redraw: Callable[[], Tensor]) -> None:
-  """While TinyJit captures: notes the buffer a random call reads its key from (mixin/random.py), with the function
-  that makes the same call again (advancing the generator), whose words a replay copies into that buffer."""
-  if capturing: capturing[-1].rng.append((base_buffer(words.uop).arg, redraw))
+def capture_random(words: UOp, redraw: Callable[[], UOp]) -> None:
+  """While TinyJit captures: notes the buffer a random call reads its key from (words, a view of it: mixin/random.py),
+  with the function that makes the same call again (advancing the generator), whose words a replay copies into that
+  buffer."""
+  if capturing: capturing[-1].rng.append((base_buffer(words).arg, redraw))
 
 
 def check_not_capturing(what: str) -> None:
@@ -184,118 +186,81 @@ scalar_buffers: weakref.WeakSet[Buffer] = weakref.WeakSet()
 
 
 @dataclass(slots=True)
-class _Step:
+class Step:
   """One device's share of a Linear: the compiled schedule, the memory bound to its slots (inputs, then the memory
-  plan's buffers), the variables' values, and what its run makes of the tensors it realizes."""
+  plan's buffers), the variables' values, and the roots it realizes with their graph's nodes. After its first run,
+  run_step hands it to on_done (tensor.py's: it reads results() and points the live tensors at them)."""
   device: str
   cs: CompiledSchedule
   bufs: list[Buffer]
   var_vals: dict[UOp, int]
-  tensors: list[Tensor]
   roots: list[UOp]
   nodes: list[UOp]
-  consts: set[UOp]
-  scalars: list[Tensor]  # those that were a Python scalar (see scalar_buffers)
-  done: bool = False  # the tensors point at the results (after the first run)
+  on_done: Callable[[Step], None] | None = None
+  done: bool = False  # it ran once (on_done was called)
 
 
 @dataclass
 class Linear:
   """A planned realize (tinygrad's LINEAR): everything scheduled, compiled and bound to memory; run_linear runs it.
   src holds one ExecItem per kernel, in the order they run."""
-  steps: list[_Step]
+  steps: list[Step]
 
   @property
   def src(self) -> tuple[ExecItem, ...]: return tuple(ei for st in self.steps for ei in st.cs.items)
 
 
-def realize_tensors(tensors: list[Tensor]) -> None:
-  """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py (by
-  way of the Tensor layer, which hands it this function), which realizes their shards here."""
-  if any(type(t.device) is tuple for t in tensors):
-    from tinyhybrid.tensor import realize_sharded
-    realize_sharded([t for t in tensors if type(t.device) is tuple])
-    tensors = [t for t in tensors if type(t.device) is not tuple]
-  for st in _plan(tensors): _run_step(st)
+@dataclass(slots=True)
+class Prepared:
+  """One device's roots normalized for planning: the schedule cache's key, the input buffers in slot order, the
+  graph's nodes, the bound variables' values, and the plan the cache holds for the key (None: not compiled yet). The
+  caller may look at it (what it writes, whether it computes a CONTIGUOUS inside) before bind() commits to it."""
+  device: str
+  roots: list[UOp]
+  key: UOp
+  inputs: list[Buffer]
+  nodes: list[UOp]
+  var_vals: dict[UOp, int]
+  cs: CompiledSchedule | None
+
+  def written(self) -> set[int]:
+    """The ids of the buffers the graph assigns to as a whole (a write through a view of one is not listed)."""
+    return {id(base_buffer(u.src[0]).arg) for u in self.nodes if u.op is Ops.STORE and contiguous_buffer(u.src[0]) is not None}
+
+  @property
+  def contiguous_inside(self) -> bool:
+    """Whether the graph may compute a CONTIGUOUS that is not a root (a cached plan knows; an uncompiled one may)."""
+    return self.cs is None or self.cs.contiguous_inside
 
 
-def linear_with_vars(tensors: list[Tensor]) -> tuple[Linear, dict[str, int]]:
-  """The plan that realizes these tensors and the values of the bound Variables it runs with, by name (tinygrad's
-  Tensor.linear_with_vars): the tensors become their results when run_linear runs it."""
-  linear = plan(tensors)
-  return linear, {v.arg[0]: val for st in linear.steps for v, val in st.var_vals.items()}
+def prepare(device: str, roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> Prepared:
+  """Normalizes one device's roots and looks their plan up in the schedule cache; var_vals (if given) receives the
+  bound variables' values."""
+  if var_vals is None: var_vals = {}
+  key, inputs, nodes = normalize(roots, var_vals)
+  return Prepared(device, roots, key, inputs, nodes, var_vals, schedule_cache.get((key, device)))
 
 
-def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
-  """Runs a plan from linear_with_vars; var_vals (by name) may give its variables other values."""
-  if var_vals:
-    for st in linear.steps: st.var_vals = {v: var_vals.get(v.arg[0], val) for v, val in st.var_vals.items()}
-  for st in linear.steps: _run_step(st)
+def bind(p: Prepared, on_done: Callable[[Step], None] | None = None) -> Step:
+  """The compiled schedule of p (from the cache, or by scheduling, lowering and compiling) with memory bound to its
+  slots: the inputs, then the memory plan's physical buffers."""
+  cs, device = p.cs, p.device
+  if cs is None or (CHECK_OOB and not cs.proven):  # a plan made before CHECK_OOB was set is made (and proven) again
+    cs = schedule_cache[(p.key, device)] = _compile_schedule(p.key, len(p.inputs), device, tuple(sorted(p.var_vals, key=lambda v: v.arg)))
+    if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
+  else:
+    schedule_cache.move_to_end((p.key, device))
+    if DEBUG >= 3: print(f"schedule cache hit: {len(cs.items)} kernels")
+  phys: dict[int, Buffer] = {}
+  bufs: list[Buffer] = list(p.inputs)
+  for slot, n in zip(cs.new_slots, cs.physical):
+    if n not in phys: phys[n] = Buffer(device, slot.size, slot.dtype)
+    bufs.append(phys[n] if phys[n].size == slot.size and phys[n].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
+  return Step(device, cs, bufs, p.var_vals, p.roots, p.nodes, on_done)
 
 
-def plan(tensors: list[Tensor]) -> Linear:
-  if any(type(t.device) is tuple for t in tensors):
-    raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
-  return Linear(_plan(tensors))
-
-
-def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[_Step]:
-  """Normalizes the tensors' graphs, gets each device's compiled schedule (from the cache, or by scheduling, lowering
-  and compiling) and binds memory to its slots. Pending writes the graphs read (unless view_writes is off: running
-  one of them), and lazy tensors that must see a buffer before this plan writes it, are run first."""
-  from tinyhybrid.tensor import _all_tensors, _new_memory
-  if view_writes: _run_view_writes(tensors)
-  by_device: dict[str, list[Tensor]] = {}
-  for t in tensors:
-    if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
-  steps: list[_Step] = []
-  for device, ts in by_device.items():
-    # a constant (a graph that reads no buffer) is computed per tensor, as in tinygrad: two Tensor.zeros(2) realized
-    # are two buffers, and a lazy tensor built the same way is handed neither (an assign to one would change it)
-    consts = {u for u in {t.uop for t in ts} if not _reads_buffer(u)}
-    scalars = [t for t in ts if t.uop.op is Ops.CONST and not t.uop.src] if consts else []
-    seen: set[UOp] = set()
-    for t in ts:
-      if t.uop in consts and t.uop in seen: t.uop = _new_memory(t.uop)
-      seen.add(t.uop)
-    roots = [t.uop for t in ts]
-    var_vals: dict[UOp, int] = {}
-    key, inputs, nodes = normalize(roots, var_vals)
-    # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first (a write
-    # through a view is seen by every tensor on its memory instead, as in tinygrad)
-    written = {id(base_buffer(u.src[0]).arg) for u in nodes if u.op is Ops.STORE and contiguous_buffer(u.src[0]) is not None}
-    if written:
-      mine = set(map(id, ts))
-      if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
-        realize_tensors(readers)
-        roots = [t.uop for t in ts]
-        key, inputs, nodes = normalize(roots, var_vals)
-    # a live tensor made .contiguous() that this graph computes gets its memory here anyway: it is realized with the
-    # rest, as in tinygrad (a later graph over it reads that memory instead of computing it again). A cached plan
-    # knows whether its graph has such a node at all
-    cs = schedule_cache.get((key, device))
-    if (cs is None or cs.contiguous_inside) and (inner := _live_contiguous(nodes, roots, _all_tensors)):
-      ts = ts + inner
-      roots = [t.uop for t in ts]
-      key, inputs, nodes = normalize(roots, var_vals)
-      cs = schedule_cache.get((key, device))
-    if cs is None or (CHECK_OOB and not cs.proven):  # a plan made before CHECK_OOB was set is made (and proven) again
-      cs = schedule_cache[(key, device)] = _compile_schedule(key, len(inputs), device, tuple(sorted(var_vals, key=lambda v: v.arg)))
-      if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
-    else:
-      schedule_cache.move_to_end((key, device))
-      if DEBUG >= 3: print(f"schedule cache hit: {len(cs.items)} kernels")
-    # bind memory: inputs, then the plan's physical buffers
-    phys: dict[int, Buffer] = {}
-    bufs: list[Buffer] = list(inputs)
-    for slot, p in zip(cs.new_slots, cs.physical):
-      if p not in phys: phys[p] = Buffer(device, slot.size, slot.dtype)
-      bufs.append(phys[p] if phys[p].size == slot.size and phys[p].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
-    steps.append(_Step(device, cs, bufs, var_vals, ts, roots, nodes, consts, scalars))
-  return steps
-
-
-def _run_step(st: _Step) -> None:
+def run_step(st: Step) -> None:
+  """Runs a step's kernels; after its first run, hands the step to its on_done."""
   cs, bufs = st.cs, st.bufs
   args = [b.address for b in bufs]
   if cs.vars: args += [st.var_vals[v] & U64_MASK for v in cs.vars]
@@ -314,18 +279,17 @@ def _run_step(st: _Step) -> None:
     cs.runner(args)
   count_runs(len(cs.items), cs.ops, cs.mem)
   if capturing:
-    bound = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
+    bound: list[Buffer | UOp] = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
     for ei in cs.items: capturing[-1].runs.append((st.device, ei.prg, [bound[s] for s in ei.slots], ei.threads))
   if not st.done:
     st.done = True
-    _point_at_results(st)
+    if st.on_done is not None: st.on_done(st)
 
 
-def _point_at_results(st: _Step) -> None:
-  """After a step's first run: the tensors it realized (and every live tensor whose graph holds them) read its buffers."""
-  from tinyhybrid.tensor import _all_tensors
-  wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
-  history = bool(wants_grad) and any(u in wants_grad for u in st.nodes)
+def results(st: Step, history: bool = False) -> dict[UOp, UOp]:
+  """What a step's graph became once it ran (the becomes map): each root it computed -> the view of its buffer (with
+  history: AFTER(view, root), so the graph stays reachable for backward), an assign -> its target, and every assign
+  inside the graph -> its target."""
   becomes: dict[UOp, UOp] = {}
   for r, (kind, slot) in zip(st.roots, st.cs.outputs):
     if kind == "store":
@@ -337,67 +301,19 @@ def _point_at_results(st: _Step) -> None:
       becomes[r] = UOp(Ops.AFTER, r.dtype, (view, r)) if history else view
   for u in st.nodes:
     if u.op is Ops.STORE and u not in becomes: becomes[u] = u.src[0]
-  own = {id(t): becomes.pop(t.uop) for t in st.tensors if t.uop in st.consts and t.uop in becomes}
-  _apply_becomes(becomes)
-  for t in st.tensors:
-    if id(t) in own: t.uop = own[id(t)]
-  for t in st.scalars:
-    if (buf := contiguous_buffer(t.uop)) is not None: scalar_buffers.add(buf)
+  return becomes
 
 
-def _run_view_writes(tensors: list[Tensor]) -> None:
-  """Runs the pending assigns through views (tensor.py _view_writes) into buffers these tensors read, oldest first.
-  A view write has no readers to compute first (every tensor on its memory sees it), so running one runs nothing else."""
-  from tinyhybrid.tensor import _view_writes
-  if not _view_writes: return
-  _view_writes[:] = [w for w in _view_writes if w.uop.op is Ops.STORE]  # the ones realized since are done
-  pending = [w for w in _view_writes if all(w is not t for t in tensors)]
-  if not pending: return
-  reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
-  for w in pending:
-    if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads:
-      for st in _plan([w], view_writes=False): _run_step(st)  # (one may be listed twice)
+def realize_uops(device: str, roots: list[UOp]) -> dict[UOp, UOp]:
+  """Plans and runs one device's roots, and returns what they became (see results()). No tensor follows: the caller
+  applies the map (tensor.py does it for the live tensors, with what else a realize must see to, first)."""
+  st = bind(prepare(device, roots))
+  run_step(st)
+  return results(st)
 
 
-def _live_contiguous(nodes: list[UOp], roots: list[UOp], live: Iterable[Tensor]) -> list[Tensor]:
-  """One live tensor per CONTIGUOUS node the roots compute (not one only in a realized tensor's autograd history)."""
-  conts = {u for u in nodes if u.op is Ops.CONTIGUOUS}.difference(roots)
-  if not conts: return []
-  found: dict[UOp, Tensor] = {}
-  for t in live:
-    if t.uop in conts: found.setdefault(t.uop, t)
-  if not found: return []
-  computed: set[UOp] = set()
-  stack, seen = list(roots), set(roots)
-  while stack:
-    u = stack.pop()
-    if u in found: computed.add(u)
-    if u.op is Ops.AFTER or u.op is Ops.BUFFER: continue  # realized: its sources are history
-    for s in u.src:
-      if s not in seen:
-        seen.add(s)
-        stack.append(s)
-  return [t for u, t in found.items() if u in computed]
-
-
-def _reads_buffer(u: UOp) -> bool:
-  return any(n.op is Ops.BUFFER for n in u.toposort())  # BUFFERs are leaves: a graph that has one meets it early
-
-
-def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:
-  """The candidates whose lazy graph reads one of the written buffers (not through an assign of its own), found in
-  one walk over all their graphs."""
-  if not candidates: return []
-  reads: set[UOp] = set()
-  for u in UOp.sink(*[t.uop for t in candidates]).toposort():
-    if (u.op is Ops.BUFFER and id(u.arg) in written) or (u.op is not Ops.STORE and any(s in reads for s in u.src)): reads.add(u)
-  return [t for t in candidates if t.uop in reads]
-
-
-def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
-  """Points every live tensor whose graph holds a realized node at that node's buffer instead."""
-  from tinyhybrid.tensor import _all_tensors
-  if not becomes: return
-  for t in list(_all_tensors):
-    if t.uop in becomes: t.uop = becomes[t.uop]
-    elif not buffer_view(t.uop): t.uop = t.uop.substitute(becomes)
+def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
+  """Runs a plan from Tensor.linear_with_vars; var_vals (by name) may give its variables other values."""
+  if var_vals:
+    for st in linear.steps: st.var_vals = {v: var_vals.get(v.arg[0], val) for v, val in st.var_vals.items()}
+  for st in linear.steps: run_step(st)

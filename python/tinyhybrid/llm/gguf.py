@@ -52,9 +52,9 @@ def gguf_read(fn: FileLike, progress: bool = False) -> tuple[dict[str, Any], dic
   kernels for raises ValueError naming it and the tensor; a truncated or corrupt file raises ValueError naming the
   file. progress: a progress bar over the bytes copied to the device."""
   if isinstance(fn, Tensor):  # the reader maps a file: give the bytes one
-    data, _ = _read_bytes(fn)
+    blob, _ = _read_bytes(fn)
     with tempfile.TemporaryDirectory() as d:
-      (path := pathlib.Path(d) / "tensor.gguf").write_bytes(data)
+      (path := pathlib.Path(d) / "tensor.gguf").write_bytes(blob)
       return gguf_read(path, progress)
   if not os.path.isfile(fn): raise FileNotFoundError(f"gguf: no such file {str(fn)!r}")
   kv, infos = _gguf_infos(fn)

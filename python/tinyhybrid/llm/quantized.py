@@ -12,6 +12,7 @@ from tinyhybrid.dtype import dtypes
 from tinyhybrid.llm.gguf import GGUFTensor
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
 from tinyhybrid.tensor import Tensor
+from tinyhybrid.uop.ops import sint
 
 Q8_0 = 8
 
@@ -53,7 +54,7 @@ class QuantizedWeight:
     if self.ggml_type == Q8_0: return self.qs.nbytes() + self.scale.nbytes()
     return self.blocks.nbytes()
 
-  def _unpack(self, sel: Tensor | tuple[int, int] | None = None) -> Tensor:
+  def _unpack(self, sel: Tensor | tuple[sint, sint] | None = None) -> Tensor:
     """float32 rows of the weight: all, a (start, stop) slice (bounds may be bound Variables), or those an index
     tensor picks (a gather of the packed rows first, so only they are unpacked)."""
     def pick(t: Tensor) -> Tensor:
@@ -69,7 +70,7 @@ class QuantizedWeight:
     n = b.shape[0]
     return dequantize(b.reshape(n * (self.cols // self.block), self.block_bytes), self.ggml_type).reshape(n, self.cols)
 
-  def rows(self, sel: Tensor | tuple[int, int]) -> Tensor: return self._unpack(sel)
+  def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 
   def matmul(self, x: Tensor) -> Tensor:
     """x @ W.T, W unpacked inside the kernel that reads it."""

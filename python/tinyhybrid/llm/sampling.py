@@ -33,7 +33,7 @@ class Sampler:
 
   def __call__(self, logits: np.ndarray, ids: list[int]) -> int:
     p = self.params
-    x = np.asarray(logits, dtype=np.float32).reshape(-1)
+    x: np.ndarray = np.asarray(logits, dtype=np.float32).reshape(-1)
     if p.repetition_penalty != 1.0 and ids:
       x = x.copy()
       seen = np.unique(np.asarray(ids, dtype=np.int64))

@@ -106,7 +106,7 @@ class Tokenizer:
     except ImportError: raise ImportError("byte-level BPE vocabularies need the tokenizers package: pip install 'tinyhybrid[llm]'") from None
     vocab = {t: i for i, t in enumerate(self.tokens)}  # special ones too: an added token already in it keeps its id
     pairs = [tuple(m.split(" ", 1)) for m in merges]
-    hf = HFTokenizer(models.BPE(vocab, pairs, ignore_merges=preset in IGNORE_MERGES))
+    hf = HFTokenizer(models.BPE(vocab, pairs, ignore_merges=preset in IGNORE_MERGES))  # type: ignore[arg-type]  # (a, b) pairs
     hf.pre_tokenizer = pre_tokenizers.Sequence([*[pre_tokenizers.Split(Regex(p), behavior="isolated") for p in PRESETS[preset]],
                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     hf.decoder = decoders.ByteLevel()

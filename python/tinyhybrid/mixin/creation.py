@@ -9,6 +9,7 @@ from tinyhybrid.uop import Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
+  from tinyhybrid.uop.ops import UOp
 
 
 class CreationMixin:
@@ -34,14 +35,14 @@ class CreationMixin:
     return cls.empty(*shape, device=device, dtype=dtype)  # type: ignore[attr-defined]
 
   @classmethod
-  def arange(cls, start: float, stop: float | None = None, step: float = 1, **kwargs) -> Tensor:
+  def arange(cls, start: float | UOp, stop: float | UOp | None = None, step: float = 1, **kwargs) -> Tensor:
     """start, start+step, ... below stop; ints give default_int, floats default_float."""
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange: step must not be zero")
     if sym := not all(isinstance(v, (int, float)) for v in (start, stop, step)):
       # bound Variables (sints) in start/stop: a symbolic length, an iota of its largest value shrunk to it
       if not isinstance(step, int): raise TypeError(f"arange: a symbolic range needs an int step, got {step!r}")
-      n = ((stop - start + step - (1 if step > 0 else -1)) // step).ssimplify()
+      n = ((stop - start + step - (1 if step > 0 else -1)) // step).ssimplify()  # type: ignore[union-attr]  # a UOp: sym
       if not isinstance(n, int) and n.vmin < 0: n = n.maximum(0).ssimplify()
     else: n = max(0, math.ceil((stop - start) / step))
     if unknown := kwargs.keys() - {"dtype", "device", "requires_grad"}: raise TypeError(f"arange: unexpected keyword(s) {sorted(unknown)}")

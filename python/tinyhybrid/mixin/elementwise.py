@@ -1,6 +1,7 @@
 """Elementwise math: broadcasting and dtype promotion, then ALU ops; transcendental functions from exp2/log2/sin."""
 from __future__ import annotations
 
+import builtins  # builtins.float in annotations: in ElementwiseMixin's body `float` is the method
 import functools
 import math
 import operator
@@ -110,7 +111,7 @@ def _clip_grad(g: Tensor, out: Tensor, x: list[Tensor], lo: Any, hi: Any) -> tup
   hi_t = next(it) if hi == "t" else hi
   keep = (x[0] >= lo_t) if lo_t is not None else None
   if hi_t is not None: keep = (x[0] <= hi_t) if keep is None else keep & (x[0] <= hi_t)
-  grads: list[Tensor] = [keep.where(g, 0)]
+  grads: list[Tensor] = [keep.where(g, 0)]  # type: ignore[union-attr]  # clip has a bound: keep is set
   if lo == "t": grads.append(((x[0] < lo_t) & (lo_t < hi_t) if hi_t is not None else x[0] < lo_t).where(g, 0))
   if hi == "t": grads.append(((x[0] > hi_t) | (hi_t < lo_t) if lo_t is not None else x[0] > hi_t).where(g, 0))
   return tuple(grads)
@@ -500,7 +501,7 @@ class ElementwiseMixin:
     x = self
     return with_gradient((1 + (x * (-1 / math.log(2))).exp2()).reciprocal(), (x,), _sigmoid_grad)
   @_in_float32
-  def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+  def hardsigmoid(self: Tensor, alpha: builtins.float = 1 / 6, beta: builtins.float = 0.5) -> Tensor:
     x = self
     return with_gradient((alpha * x + beta).clip(0, 1), (x,), _hardsigmoid_grad, float(alpha), float(beta))
   @_in_float32
@@ -558,19 +559,19 @@ class ElementwiseMixin:
   def hardswish(self: Tensor) -> Tensor:
     x = self
     return with_gradient(x * (x + 3).clip(0, 6) * (1 / 6), (x,), _hardswish_grad)
-  def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, neg_slope * self)
+  def leaky_relu(self: Tensor, neg_slope: builtins.float = 0.01) -> Tensor: return (self > 0).where(self, neg_slope * self)
   # the exponential branch is taken for x <= 0 (NaN takes the linear one, as in torch) and only sees those inputs
   def _neg_part(self: Tensor) -> Tensor: return (self <= 0).where(self, 0)
   @_in_float32
-  def elu(self: Tensor, alpha: float = 1.0) -> Tensor: return (self <= 0).where(alpha * (self._neg_part().exp() - 1), self)
+  def elu(self: Tensor, alpha: builtins.float = 1.0) -> Tensor: return (self <= 0).where(alpha * (self._neg_part().exp() - 1), self)
   @_in_float32
-  def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+  def celu(self: Tensor, alpha: builtins.float = 1.0) -> Tensor:
     return (self <= 0).where(alpha * ((self._neg_part() / alpha).exp() - 1), self)
   @_in_float32
-  def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+  def selu(self: Tensor, alpha: builtins.float = 1.67326, gamma: builtins.float = 1.0507) -> Tensor:
     return gamma * (self <= 0).where(alpha * (self._neg_part().exp() - 1), self)
   @_in_float32
-  def softplus(self: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+  def softplus(self: Tensor, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's); log1p-accurate for very
     negative x."""
     x = self
@@ -581,7 +582,7 @@ class ElementwiseMixin:
   @_in_float32
   def mish(self: Tensor) -> Tensor: return self * self.softplus().tanh()
   def softsign(self: Tensor) -> Tensor: return self / (1 + self.abs())
-  def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
+  def hardtanh(self: Tensor, min_val: builtins.float = -1, max_val: builtins.float = 1) -> Tensor:
     x = self._float()
     return with_gradient(x.clip(min_val, max_val), (x,), _hardtanh_grad, float(min_val), float(max_val))
   @_in_float32

@@ -510,12 +510,12 @@ class IndexingMixin:
     return x
 
   def shrink_to(self: Tensor, shape: Sequence[int | None], *args: int | None) -> Tensor:
-    shp = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[misc]
+    shp: tuple[int | None, ...] = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[arg-type]
     return self.shrink(tuple(None if s is None else (0, s) for s in shp))
 
   def pad_to(self: Tensor, shape: Sequence[int | None], *args: int | None, value: float = 0.0) -> Tensor:
     """Pads at the end of each dimension up to shape (None keeps a dimension), with value."""
-    shp = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[misc]
+    shp: tuple[int | None, ...] = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[arg-type]
     if len(shp) != self.ndim: raise ValueError(f"pad_to: {shp} has {len(shp)} dimensions, the tensor {self.ndim}")
     return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, shp)), value=value)
 

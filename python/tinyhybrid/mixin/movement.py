@@ -30,9 +30,9 @@ class MovementMixin:
 
   def max_numel(self: Tensor) -> int: return prod(self.max_shape)
 
-  def reshape(self: Tensor, shape: int | Sequence[int | None], *args: int) -> Tensor:
+  def reshape(self: Tensor, shape: int | Sequence[int | None], *args: int | None) -> Tensor:
     """A view with another shape of the same number of elements; one dimension may be -1 (inferred), None keeps it."""
-    new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
+    new: tuple[Any, ...] = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
     # a sint in either shape makes a product a UOp: then the sizes are compared at the variables' bound values
     numel = self.numel()
@@ -79,7 +79,7 @@ class MovementMixin:
       raise RuntimeError(f"permute: {order} is not a permutation of the {self.ndim} dimensions of {self.shape}")
     return self if order == tuple(range(self.ndim)) else self._mop(Ops.PERMUTE, order)
 
-  def expand(self: Tensor, shape: int | Sequence[int], *args: int) -> Tensor:
+  def expand(self: Tensor, shape: sint | Sequence[sint], *args: sint) -> Tensor:
     """Broadcasts dimensions of size 1 (and prepends new ones); -1 keeps a dimension."""
     new = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
     if len(new) < self.ndim: raise ValueError(f"expand: cannot expand {self.shape} to fewer dimensions {new}")
@@ -96,13 +96,14 @@ class MovementMixin:
     """Pads with `value` (mode constant) or by reflect, replicate or circular. padding is per dimension (before, after),
     or flat in torch's order (last dimension first)."""
     if mode not in ("constant", "reflect", "replicate", "circular"): raise NotImplementedError(f"pad mode {mode!r}")
+    pads: list[Any]  # (before, after) per dimension: as given, then ints or sints
     if not any(isinstance(p, (tuple, list)) or p is None for p in padding):  # flat, torch's order (ints or sints)
       flat = list(padding)
       if len(flat) % 2 or len(flat) // 2 > self.ndim: raise ValueError(f"pad: bad padding {padding} for shape {self.shape}")
       pads = [(0, 0)] * (self.ndim - len(flat) // 2) + [(flat[i], flat[i + 1]) for i in range(len(flat) - 2, -1, -2)]
     else:
       if len(padding) != self.ndim: raise ValueError(f"pad: {len(padding)} pads for {self.ndim} dimensions")
-      pads = [(0, 0) if p is None else tuple(p) for p in padding]  # type: ignore[misc]
+      pads = [(0, 0) if p is None else tuple(p) for p in padding]  # type: ignore[arg-type]
     if any(len(p) != 2 for p in pads): raise ValueError(f"pad: each dimension takes (before, after), got {padding} for shape {self.shape}")
     pads = [tuple(v if isinstance(v, UOp) else operator.index(v) for v in p) for p in pads]  # numpy ints too
     if mode != "constant": return self._pad_mode(pads, mode)
@@ -253,6 +254,7 @@ class MovementMixin:
       if t.ndim != first.ndim or any(not sint_eq(a, b) for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
         raise RuntimeError(f"cat: shapes {[x.shape for x in tensors]} differ outside dimension {d}")
     if len(tensors) == 1: return first
+    off: sint
     total, off, out = ssimplify(sum(t.shape[d] for t in tensors)), 0, None
     for t in tensors:
       p = t.pad(tuple((off, ssimplify(total - off - t.shape[d])) if i == d else None for i in range(t.ndim)))

@@ -23,7 +23,7 @@ Pads = tuple[tuple[int, int], ...]
 
 def _tuple(v: int | Sequence[int], n: int, what: str, op: str) -> tuple[int, ...]:
   if isinstance(v, int) and not isinstance(v, bool): return (v,) * n
-  t = tuple(v)
+  t = tuple(v)  # type: ignore[arg-type]  # a bool is no int here: tuple() raises its TypeError
   if len(t) != n or any(not isinstance(x, int) for x in t): raise ValueError(f"{op}: {what} must be an int or {n} ints, got {v!r}")
   return t
 
@@ -43,7 +43,7 @@ def _grouped_pads(padding: int | Sequence[int] | str, nd: int, op: str, kernel: 
     tot = [d * (k - 1) for k, d in zip(kernel, dilation)]
     return tuple((t // 2, t - t // 2) for t in tot)
   if isinstance(padding, int) and not isinstance(padding, bool): return ((padding, padding),) * nd
-  p = tuple(padding)
+  p = tuple(padding)  # type: ignore[arg-type]  # a bool: tuple() raises its TypeError
   if any(not isinstance(x, int) for x in p): raise ValueError(f"{op}: padding must be ints, got {padding!r}")
   if len(p) == nd: return tuple((x, x) for x in p)
   if len(p) == 2 * nd: return tuple((p[2 * i], p[2 * i + 1]) for i in range(nd))[::-1]
@@ -239,7 +239,8 @@ class NNMixin:
   def einsum(cls, formula: str, *operands: Tensor | Sequence[Tensor], dtype: Any = None) -> Tensor:
     """Einstein summation: 'ij,jk->ik', implicit output (letters used once, sorted), repeated letters within one
     operand (diagonals and traces), and '...' for broadcast batch dimensions."""
-    xs = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    xs: list[Tensor] = (list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple))
+                        else list(operands))  # type: ignore[arg-type]
     f = formula.replace(" ", "")
     lhs, arrow, rhs = f.partition("->")
     ins = lhs.split(",")

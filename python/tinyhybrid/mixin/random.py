@@ -134,7 +134,7 @@ class RandomMixin:
     # a TinyJit replay draws anew: it refills this buffer with the words of the same call made again
     from tinyhybrid.schedule.kernelize import buffer_uop
     t = Tensor(buffer_uop(_WordsBuffer(dev, words), (len(words),)), device=dev)
-    capture_random(t, lambda: R._next_rng_words(device, num))
+    capture_random(t.uop, lambda: R._next_rng_words(device, num).uop)
     return t
 
   @staticmethod

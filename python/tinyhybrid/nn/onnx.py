@@ -9,7 +9,7 @@ and SequenceMap run their subgraphs from Python, reading their conditions back w
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -89,7 +89,9 @@ class Scope:
   """The values of one graph run; names not found here are looked up in the enclosing graph's scope."""
 
   def __init__(self, parent: Scope | None = None):
-    self.parent, self.vals, self.host = parent, {}, {}
+    self.vals: dict[str, Any] = {}
+    self.host: dict[str, np.ndarray] = {}
+    self.parent = parent
 
   def _find(self, name: str) -> Scope:
     s: Scope | None = self
@@ -163,7 +165,7 @@ class OnnxRunner:
     if isinstance(model, (str, os.PathLike, bytes, bytearray)): model = _parse(model)
     if not isinstance(model, onnx.ModelProto): raise TypeError(f"OnnxRunner: expected a path, bytes or ModelProto, got {type(model).__name__}")
     # model-local functions are expanded into their callers, so the runner only ever sees standard ops
-    if len(model.functions): model = onnx.inliner.inline_local_functions(model)
+    if len(model.functions): model = cast(onnx.ModelProto, onnx.inliner.inline_local_functions(model))  # type: ignore[attr-defined]
     self.opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
     self.graph = Graph(model.graph, self.opsets)
     self.inputs: dict[str, onnx.TypeProto] = {n: self.graph.input_types[n] for n in self.graph.input_names}

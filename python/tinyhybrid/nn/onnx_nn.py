@@ -355,7 +355,7 @@ def _resize_weights(n: int, m: int, scale: float, mode: str, ctm: str, nearest_m
   if mode == "nearest":
     rnd = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5), "floor": np.floor,
            "ceil": np.ceil}[nearest_mode]
-    W[np.arange(m), np.clip(rnd(x), 0, n - 1).astype(np.int64)] = 1
+    W[np.arange(m), np.clip(rnd(x), 0, n - 1).astype(np.int64)] = 1  # type: ignore[operator]
   else:
     # every input index within the kernel's support; antialias widens the kernel by 1/scale when downsampling
     ks = min(scale, 1.0) if antialias else 1.0
@@ -591,7 +591,7 @@ def _rnn(kind: str, X: Tensor, W: Tensor, R: Tensor, B: Tensor | None, sequence_
         live = t < lens
         h, c, out[t] = live.where(hn, h), live.where(cn, c), live.where(hn, 0)
       else: h, c, out[t] = hn, cn, hn
-    ys.append(out[0].stack(*out[1:], dim=0))  # type: ignore[union-attr]
+    ys.append(out[0].stack(*out[1:], dim=0))  # type: ignore[union-attr, arg-type]
     hs.append(h)
     cs.append(c)
   Y = ys[0].stack(*ys[1:], dim=1)  # (T, ndir, bs, H)

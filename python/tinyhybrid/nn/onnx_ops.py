@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 
@@ -158,7 +158,7 @@ def _host_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 for _name, _fn in {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _host_div, "Equal": np.equal, "Less": np.less,
                    "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal, "And": np.logical_and,
                    "Or": np.logical_or}.items():
-  host(_name)(_binary(_fn))
+  host(_name)(_binary(_fn))  # type: ignore[arg-type]
 host("Mod")(lambda a, b, fmod=0: np.fmod(a, b) if fmod else np.mod(a, b))
 host("Neg")(np.negative)
 host("Abs")(np.abs)
@@ -383,7 +383,7 @@ def GatherND(x: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
   return xr[tuple(idx)].reshape(*x.shape[:b], *indices.shape[b:-1], *x.shape[b + m:])
 
 
-_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+_SCATTER_REDUCE: dict[str, Literal["sum", "prod", "amax", "amin"]] = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
 @op("ScatterElements", "Scatter")

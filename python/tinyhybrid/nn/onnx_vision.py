@@ -44,6 +44,7 @@ def GridSample(x: Tensor, grid: Tensor, align_corners: int = 0, mode: str = "lin
     if mode == "nearest": v = v.round()
     if padding_mode == "border": v = ((v < lo) | (v > hi)).where(v.clip(0, d - 1), v)
     elif padding_mode == "reflection": v = _reflect(v, lo, hi)
+    taps: list[tuple[Tensor, Tensor | None]]
     if mode == "nearest": taps = [(v, None)]
     else:
       x0 = v.floor()
@@ -63,7 +64,7 @@ def GridSample(x: Tensor, grid: Tensor, align_corners: int = 0, mode: str = "lin
   # contract the input's spatial dimensions with the weights, innermost first
   y = x.cast(dt).reshape(N, C, *[1] * len(O), *D)
   for i in range(nd - 1, -1, -1):
-    y = (y * weights[i].reshape(N, 1, *O, *[1] * i, D[i])).sum(-1)
+    y = (y * weights[i].reshape(N, 1, *O, *[1] * i, D[i])).sum(-1)  # type: ignore[union-attr]  # every dimension has taps
   return y.cast(x.dtype)
 
 

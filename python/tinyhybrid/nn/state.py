@@ -51,7 +51,7 @@ def _raw_bytes(t: Tensor) -> np.ndarray:
 
 # ** state dict **
 
-def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type[Tensor] = Tensor) -> dict[str, Tensor]:
   """Every tensor reachable from obj through attributes, lists, tuples and dicts, keyed by its dotted path
   (`{"l1.weight": ..., "layers.0.bias": ...}`)."""
   if isinstance(obj, tensor_type): return {prefix.strip("."): obj}
@@ -236,7 +236,7 @@ def _torch_unpickler(f: io.BytesIO, storage: Callable[[tuple], _Storage] | None 
       if storage is None or not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType):
         raise pickle.UnpicklingError(f"unexpected persistent id {pid!r}")
       return storage(pid)
-  return TorchUnpickler(f)
+  return TorchUnpickler(f)  # type: ignore[return-value]  # a pickle.Unpickler in pure Python
 
 
 def _rebuild_from(raw: Callable[[str], bytes]) -> Rebuild:

@@ -86,7 +86,7 @@ class CUDAWriter(GPUWriter):
     if (hit := self.lane_names.get(u)) is not None: return hit
     return [f"{self.names[u]}.s[{i}]" for i in range(u.dtype.count)]
 
-  def lane(self, u: UOp, i: int) -> UOp:
+  def lane(self, u: UOp, i: int) -> UOp:  # type: ignore[override]
     """Lane i of u as a scalar node named after it (a scalar u is the same in every lane)."""
     if u.dtype.count == 1: return u
     g = UOp(Ops.GEP, u.dtype.scalar(), (u,), (i,))
@@ -119,7 +119,7 @@ class CUDAWriter(GPUWriter):
         else: out.append(self.update(a, self.lane(term, i)))
       return " ".join(out)
     if acc.dtype is dtypes.half and acc.arg[0] is Ops.MAX:
-      a, v = self.names[acc], self.names[term]
+      a, v = self.names[acc], self.names[term]  # type: ignore[assignment]
       return f"{a} = (__hgt({v}, {a}) || __hisnan({v})) ? {v} : {a};"
     return super().update(acc, term)
 

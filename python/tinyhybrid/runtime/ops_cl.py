@@ -329,7 +329,7 @@ class CLDevice(Compiled):
       check(lib.clGetEventProfilingInfo(ev[0], _PROFILING_QUEUED, 8, queued, ffi.NULL), "clGetEventProfilingInfo")
       lib.clReleaseEvent(ev[0])
       best = max(best if best is not None else t0 - queued[0], t0 - queued[0])
-    return best
+    return best  # type: ignore[return-value]  # set by the loop
 
   def profiled(self, k: CLKernel, args: list[int], launch: Any) -> None:
     """Runs k and waits for it, its span (the device's own timestamps) recorded in profile_events."""

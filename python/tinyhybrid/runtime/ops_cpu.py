@@ -132,7 +132,7 @@ class CPUDevice(Compiled):
       sizes[g] += len(kernels[i][1])
     with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g]), groups))
     libs: dict[int, tuple[Path, str]] = {}
-    for g, b in zip(groups, built): libs.update(zip(g, b))
+    for grp, b in zip(groups, built): libs.update(zip(grp, b))
     return [self._load(name, src, *libs[i]) for i, (name, src) in enumerate(kernels)]
 
   def _load(self, name: str, src: str, path: Path, symbol: str) -> CompiledProgram:

@@ -102,7 +102,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
     if u not in ends_kernel: continue
     # contiguous() of what is already a whole buffer is that buffer, unless it asked for memory of its own (UNIQUE)
     if u.op is Ops.CONTIGUOUS and len(u.src) == 1 and (buf := contiguous_buffer(u.src[0])) is not None:
-      realized[u] = buf
+      realized[u] = buf  # type: ignore[assignment]  # a normalized graph's buffers are slots
       continue
     if u.op is Ops.STORE: slot = base_buffer(u.src[0]).arg  # an assign writes into the buffer under its target
     else:
@@ -129,8 +129,10 @@ def split_reduces(key: UOp) -> UOp:
   results per output, each over a contiguous block of one reduce axis, then those. A GPU spreads work over its
   work-groups by the outputs of a kernel: a sum of 16M floats into one value would otherwise run on one of them."""
   subs: dict[UOp, UOp] = {}
+  shape: tuple[int, ...]
+  out: tuple[int, ...]
   for u in key.toposort():
-    if u.op is not Ops.REDUCE or not _concrete(shape := shape_of(u.src[0])) or not _concrete(out := shape_of(u)): continue
+    if u.op is not Ops.REDUCE or not _concrete(shape := shape_of(u.src[0])) or not _concrete(out := shape_of(u)): continue  # type: ignore[assignment]
     if prod(shape) // max(prod(out), 1) < SPLIT_RATIO: continue
     op, axes = u.arg
     for split in range(min(256, SPLIT_OUTPUTS // max(prod(out), 1)), 7, -1):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING, cast
 
 from tinyhybrid import _core
 
@@ -13,15 +14,36 @@ class _NativeEnum(IntEnum):
 
 
 def _native_enum(name: str, kind: int) -> type[_NativeEnum]:
-  cls = _NativeEnum(name, [(n, i) for i, n in enumerate(_core.enum_names(kind))])  # type: ignore[call-overload]
+  # the functional API, on a subclass: typeshed reads _NativeEnum(...) as a member lookup
+  cls = cast("type[_NativeEnum]", _NativeEnum(name, [(n, i) for i, n in enumerate(_core.enum_names(kind))]))  # type: ignore[call-arg, arg-type]
   cls.__module__ = __name__
   _core.register_enum(kind, cls)
   return cls
 
 
-Ops = _native_enum("Ops", 0)
-AxisType = _native_enum("AxisType", 1)
-AddrSpace = _native_enum("AddrSpace", 2)
+if TYPE_CHECKING:
+  # the members as type checkers see them: the classes are made from the C++ enums at import, so a checker could not
+  # know Ops.ADD. tests/test_lint.py checks these names and values against _core.enum_names.
+  class Ops(_NativeEnum):
+    SPECIAL = 0; BUFFER = 1; DEFINE_VAR = 2; UNIQUE = 3; DEVICE = 4; NOOP = 5; REWRITE_ERROR = 6; PARAM = 7
+    FUNCTION = 8; CALL = 9; BIND = 10; PROGRAM = 11; LINEAR = 12; SOURCE = 13; BINARY = 14; SINK = 15; AFTER = 16
+    GROUP = 17; STACK = 18; VECTORIZE = 19; GEP = 20; TUPLE = 21; GETTUPLE = 22; GETADDR = 23; INDEX = 24
+    SHRINK = 25; LOAD = 26; STORE = 27; WMMA = 28; CAST = 29; BITCAST = 30; EXP2 = 31; LOG2 = 32; SIN = 33
+    SQRT = 34; RECIPROCAL = 35; NEG = 36; TRUNC = 37; ADD = 38; MUL = 39; SHL = 40; SHR = 41; CDIV = 42; MAX = 43
+    CMOD = 44; CMPLT = 45; CMPNE = 46; CMPEQ = 47; XOR = 48; OR = 49; AND = 50; THREEFRY = 51; SUB = 52; FDIV = 53
+    POW = 54; FLOORDIV = 55; FLOORMOD = 56; WHERE = 57; MULACC = 58; BARRIER = 59; RANGE = 60; IF = 61; END = 62
+    ENDIF = 63; CONST = 64; CUSTOM = 65; CUSTOMI = 66; INS = 67; CONTIGUOUS = 68; CONTIGUOUS_BACKWARD = 69
+    DETACH = 70; STAGE = 71; COPY = 72; MSELECT = 73; MSTACK = 74; CUSTOM_FUNCTION = 75; RESHAPE = 76; PERMUTE = 77
+    EXPAND = 78; PAD = 79; FLIP = 80; UNSHARD = 81; REDUCE = 82; ALLREDUCE = 83; IOTA = 84; PYLITERAL = 85
+  class AxisType(_NativeEnum):
+    DEVICE = 0; GLOBAL = 1; WARP = 2; LOCAL = 3; WEAK = 4; GROUP_REDUCE = 5; REDUCE = 6; UPCAST = 7; UNROLL = 8
+    THREAD = 9; PLACEHOLDER = 10; LOOP = 11
+  class AddrSpace(_NativeEnum):
+    GLOBAL = 0; LOCAL = 1; REG = 2; ALU = 3
+else:
+  Ops = _native_enum("Ops", 0)
+  AxisType = _native_enum("AxisType", 1)
+  AddrSpace = _native_enum("AddrSpace", 2)
 
 
 class GroupOp:

@@ -71,7 +71,7 @@ class UOp(_core.UOp):
     for b in binds_of(self):
       var, v = b.unbind()
       if vals.setdefault(var, v) != v: raise ValueError(f"unbind_all: Variable {var.arg[0]!r} is bound to both {vals[var]} and {v}")
-    return unbind_all(self), vals
+    return unbind_all(self), vals  # type: ignore[return-value]  # a UOp's is a UOp
 
   def render(self, simplify: bool = False, pm: Any = None) -> str:  # type: ignore[override]
     """The expression as a string; simplify=True simplifies it first (tinygrad's default; ours prints the graph as built,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Callable, Iterable, Sequence
+import types
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tinyhybrid import _core
 from tinyhybrid.dtype import DType, dtypes
@@ -23,6 +24,7 @@ class UPat:
   matches any ordering of them, a single UPat matches every source, None ignores them. arg None matches any arg.
   name captures the node for the callback (a repeated name must be the same node)."""
   __slots__ = ("op", "match_dtype", "arg", "name", "src", "src_mode", "allow_any_len", "is_any", "location")
+  src: tuple[UPat, ...]
 
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
                src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
@@ -137,7 +139,7 @@ class UPat:
 def _caller_location() -> str:
   """"path:line" of the code that built a UPat: the first frame outside this file (the builders call UPat too). VIZ
   shows it for each rule that fired."""
-  f = sys._getframe(2)
+  f: types.FrameType | None = sys._getframe(2)
   while f is not None and f.f_code.co_filename == __file__: f = f.f_back
   return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
 
@@ -156,6 +158,7 @@ def _captures(p: UPat, out: list[str]) -> list[str]:
 
 def _compile_rule(p: UPat, fn: Callable) -> tuple:
   names = _captures(p, [])
+  params: Mapping[str, inspect.Parameter]
   try: params = inspect.signature(fn).parameters
   except (TypeError, ValueError): params = {}  # builtins: pass every capture
   takes_all = not params or any(v.kind is inspect.Parameter.VAR_KEYWORD for v in params.values())

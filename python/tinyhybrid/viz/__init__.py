@@ -56,14 +56,14 @@ def _at_exit() -> None:
   if PROFILE or VIZ:
     from tinyhybrid.viz import profile
     profile.write_at_exit()
-  if sess is None or not (VIZ or TRACK_MATCH_STATS.value >= 2): return
+  if sess is None or not (VIZ or TRACK_MATCH_STATS >= 2): return
   path = getenv("VIZ_PATH", "") or os.path.join(_tempdir(), f"tinyhybrid_viz_{os.getpid()}.pkl")
   try:
     vsession.save(sess, path)
     print(f"VIZ: session saved to {path} (`python -m tinyhybrid.viz {path}` serves it)", file=sys.stderr)
   except OSError as e: print(f"VIZ: could not save the session to {path}: {e}", file=sys.stderr)
   # as in tinygrad, only VIZ>0 in a terminal serves at exit: a script whose output is piped (CI, a log) must end
-  if VIZ.value <= 0 or not sys.stdout.isatty(): return
+  if VIZ <= 0 or not sys.stdout.isatty(): return
   from tinyhybrid.viz import serve
   serve.serve(sess, block=True)
 
@@ -77,6 +77,6 @@ def _setup() -> None:
   """Called once when tinyhybrid is imported: switches tracking on for VIZ and TRACK_MATCH_STATS."""
   if VIZ or TRACK_MATCH_STATS: _core.track_enable(True)
   atexit.register(_at_exit)
-  if VIZ.value < 0:  # serve at once, while the script runs: the page reads what has been recorded so far on every load
+  if VIZ < 0:  # serve at once, while the script runs: the page reads what has been recorded so far on every load
     from tinyhybrid.viz import serve, session as vsession
     serve.serve(vsession.live(), block=False)

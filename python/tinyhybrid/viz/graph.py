@@ -59,6 +59,7 @@ class Graphs:
     if k >= len(call.steps) and call.result is not None: return call.result
     repl: dict[int, int] = {}
     for st in call.steps[:k]: repl[st.before] = st.after
+    memo: dict[int, int]
     nodes, memo, active = self.s.nodes, {}, set()
     # frames: (node, state, the replacement being mapped); state 0: map the sources, 1: rebuild and replace, 2: done
     stack: list[tuple[int, int, int]] = [(call.root, 0, -1)]
@@ -156,8 +157,8 @@ class Graphs:
       lines.append(f'n{n} [id="n{n}", label="{_esc(label)}", fillcolor="{color(x.op)}"{extra}];')
     for n in ids:
       src = nodes[n].src
-      for i, x in enumerate(src):
-        if x in drawn: lines.append(f'n{x} -> n{n}' + (f' [label="{i}", fontsize=8]' if len(src) > 1 and src.count(x) > 1 else "") + ";")
+      for i, s in enumerate(src):
+        if s in drawn: lines.append(f'n{s} -> n{n}' + (f' [label="{i}", fontsize=8]' if len(src) > 1 and src.count(s) > 1 else "") + ";")
     lines.append("}")
     return "\n".join(lines)
 

@@ -99,6 +99,7 @@ class Builder:
     w.frombytes(words)
     node = [self.node_id(u) for u in nodes]
     calls: dict[int, Call] = {}  # this trace's call ids
+    c: Call | None
     i, n = 0, len(w)
     while i < n:
       kind = w[i]
