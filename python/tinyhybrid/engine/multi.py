@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from tinyhybrid._core import hcq
 
@@ -254,6 +254,6 @@ def batch_runners(devices: list[str], items: list[tuple[CompiledProgram, list[in
     from tinyhybrid.runtime.ops_cpu import CPUChainRunner, CPUDevice
     if all(type(Device[d]) is CPUDevice for d, _ in segments) and all(len(a) <= hcq.MAX_EXEC_ARGS for _, a, _ in items):
       order = group_by_device(devices, items)
-      segments = _segments([devices[j] for j in order], [items[j] for j in order])
-      return [CPUChainRunner([(Device[d], seg) for d, seg in segments], nslots)]
+      chain = [(cast(CPUDevice, Device[d]), seg) for d, seg in _segments([devices[j] for j in order], [items[j] for j in order])]
+      return [CPUChainRunner(chain, nslots)]
   return [Device[d].runner(seg, nslots) for d, seg in segments]
