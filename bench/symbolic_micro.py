@@ -111,6 +111,23 @@ def simplify_divmod() -> dict:
   return _simplify_case("simplify_divmod", build, 50, batch=200, reps=7)
 
 
+def simplify_divmod_repeat(batch: int = 500, reps: int = 7) -> dict:
+  """((x*4+y*8)//(z*2)).simplify() on one expression again and again, x, y and z in [0, 10]: the fixed cost of a call
+  (issue 19). Neither side keeps answers per expression; ours does not walk under a node marked as a fixed point of
+  the native rules (a property of the node), so a call costs the rewrite of what is not simplified yet."""
+  per: dict[str, list[float]] = {s.name: [] for s in _sides()}
+  exprs = {}
+  for s in _sides():
+    x, y, z = (s.var(n, 0, 10) for n in ("x_rep", "y_rep", "z_rep"))
+    exprs[s.name] = e = (x * 4 + y * 8) // (z * 2)
+    for _ in range(3): e.simplify()
+  for _ in range(reps):
+    for s in _sides(): per[s.name].append(_time_batch(lambda e: e.simplify(), [exprs[s.name]] * batch) / batch * 1e6)
+  ours = statistics.median(per["ours"])
+  theirs = statistics.median(per["tinygrad"]) if "tinygrad" in per else None
+  return _result("simplify_divmod_repeat", "us/simplify", ours, theirs, 50, batch=batch, reps=reps)
+
+
 def corpus_trees(n: int = 200, depth: int = 5, seed: int = 1234) -> list[tuple]:
   """n random index expressions as trees: +, and * // % by constants 2..9, over 3 variables bounded by 3..255."""
   rng = random.Random(seed)
@@ -233,7 +250,7 @@ def rewrite_python_callbacks(reps: int = 7) -> dict:
 
 def cases() -> list[Callable[[], dict]]:
   """The benchmark cases, each a function returning its result dict."""
-  return [simplify_a_plus_a, simplify_like_terms, simplify_divmod, simplify_corpus, rewrite_python_callbacks]
+  return [simplify_a_plus_a, simplify_like_terms, simplify_divmod, simplify_divmod_repeat, simplify_corpus, rewrite_python_callbacks]
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from tinyhybrid import Tensor
+from tinyhybrid import Tensor, TinyJit, Variable
 from tinyhybrid.codegen import lower as lower_mod
 from tinyhybrid.codegen import validate
 from tinyhybrid.codegen.validate import OutOfBoundsError, prove
@@ -292,7 +292,7 @@ def test_correct_programs_pass(fresh):
 def test_proof_kept_with_kernel(fresh, monkeypatch, tmp_path):
   calls = []
   real = validate.prove
-  monkeypatch.setattr(validate, "prove", lambda name, ast: calls.append(name) or real(name, ast))
+  monkeypatch.setattr(validate, "prove", lambda name, ast, sizes=None: calls.append(name) or real(name, ast, sizes))
   x = Tensor(np.arange(41, dtype=np.float32)).realize()
   with Context(CHECK_OOB=1):
     (x[1:] + 1).realize()
@@ -311,9 +311,62 @@ def test_cached_before_check_oob_is_proven(fresh, monkeypatch):
   # kernels lowered and planned while CHECK_OOB was off are proven once it is on, before they run again
   calls = []
   real = validate.prove
-  monkeypatch.setattr(validate, "prove", lambda name, ast: calls.append(name) or real(name, ast))
+  monkeypatch.setattr(validate, "prove", lambda name, ast, sizes=None: calls.append(name) or real(name, ast, sizes))
   x = Tensor(np.arange(31, dtype=np.float32)).realize()
   (x.flip(0) * 2).realize()
   assert calls == []
   with Context(CHECK_OOB=1): np.testing.assert_equal((x.flip(0) * 2).numpy(), np.arange(31, dtype=np.float32)[::-1] * 2)
   assert len(calls) >= 1
+
+
+# ** Variable-sized buffers: a whole buffer reshaped to a symbolic shape is n*3 elements for every n **
+
+def test_symbolic_buffer_size():
+  n = var("n", 1, 10)
+  r, j = rng(n, 0), rng(c(3), 1)
+  value = load(buf(12, slot=1), r * 3 + j)
+  # the PARAM's size is that of the buffer the kernel was lowered for (n=4): n=5 would read past it
+  with pytest.raises(OutOfBoundsError, match=r"\(int, 12 elements\) may be out of bounds: at n=\d+"): prove("k", kernel(value, r, j))
+  prove("k", kernel(value, r, j), {1: (n * 3,)})  # the size as an expression of n: in bounds for every n
+  prove("k", kernel(value, r, j), {1: (n * 3, (n * 3 // 3) * 3)})  # two reshapes of the buffer: both are its size
+  # one row too many: caught, with the size at the counterexample
+  r1 = rng(n + 1, 0)
+  with pytest.raises(OutOfBoundsError) as e: prove("k", kernel(load(buf(12, slot=1), r1 * 3 + j), r1, j), {1: (n * 3,)})
+  msg = str(e.value)
+  at_n = int(msg.split("n=")[1].split(",")[0])
+  assert f"(int, (n*3) elements, {3 * at_n} there) may be out of bounds" in msg and f"r0={at_n}" in msg, msg
+
+
+def _variable_rows(jf, rows, check) -> None:
+  vn = Variable("n", 1, 10)
+  for n in rows:
+    x = np.arange(n * 3, dtype=np.float32).reshape(n, 3) - 7
+    check(n, x, jf(Tensor(x).reshape(vn.bind(n), 3)))
+
+
+def test_symbolic_buffer_proves_under_jit(fresh, monkeypatch):
+  calls = []
+  real = validate.prove
+  monkeypatch.setattr(validate, "prove", lambda name, ast, sizes=None: calls.append(sizes) or real(name, ast, sizes))
+  jf = TinyJit(lambda a: a.sum(1).realize())
+  with Context(CHECK_OOB=1):
+    _variable_rows(jf, [4, 5, 7, 3, 10, 1], lambda n, x, out: np.testing.assert_allclose(out.reshape(n).numpy(), x.sum(1)))
+  assert calls and any(s for s in calls)  # proven against the symbolic size
+  jg = TinyJit(lambda a: (a * 2 + 1).realize())
+  with Context(CHECK_OOB=1):
+    _variable_rows(jg, [2, 6, 9, 3], lambda n, x, out: np.testing.assert_allclose(out.reshape(n, 3).numpy(), x * 2 + 1))
+
+
+def test_planted_symbolic_overread(fresh, monkeypatch):
+  # a reshape of the Variable-sized buffer that reads one element past its row: caught for some n, with the size there
+  orig = lower_mod.through_views
+  def one_past(u, idx):
+    base, bidx, cond = orig(u, idx)
+    return (base, (bidx[0] + 1,) + bidx[1:], cond) if u.op is Ops.RESHAPE and base.op is Ops.BUFFER else (base, bidx, cond)
+  monkeypatch.setattr(lower_mod, "through_views", one_past)
+  x = Tensor(np.arange(12, dtype=np.float32)).reshape(Variable("n", 1, 10).bind(4), 3)
+  with Context(CHECK_OOB=1), pytest.raises(OutOfBoundsError) as e: x.sum(1).realize()
+  msg = str(e.value)
+  at_n = int(msg.split("n=")[1].split(",")[0].split(" ")[0])
+  assert f"(float, (n*3) elements, {3 * at_n} there) may be out of bounds" in msg, msg
+  assert f"{3 * at_n}" in msg.split("the index is")[1], msg

@@ -610,3 +610,26 @@ def test_fixed_width_wraparound_sweep(dname):
                    f"ranges {(e.vmin, e.vmax)} / {(s.vmin, s.vmax)}")
         break
   assert not bad, f"{len(bad)} wrong:\n" + "\n".join(sorted(bad, key=len)[:5])
+
+
+# ---- fixed points: simplify() marks the nodes it leaves unchanged, and a later simplify() does not walk under them
+
+def test_simplified_node_is_a_fixed_point():
+  x, y, z = V("fx", 0, 10), V("fy", 0, 10), V("fz", 0, 10)
+  e = (x * 4 + y * 8) // (z * 2)
+  s = e.simplify()
+  assert s.render() == "(((fx+(fy*2))*2)//fz)"
+  assert s.simplify() is s and e.simplify() is s  # again and again: the same node
+  assert graph_rewrite(s, sym) is s  # the same native rule set through graph_rewrite
+
+
+def test_fixed_point_mark_belongs_to_the_native_rule_set():
+  from tinyhybrid.uop.upat import PatternMatcher, UPat
+  x = V("mx", 0, 10)
+  s = (x * 3 + 1).simplify()
+  assert s.simplify() is s
+  # a rule set of its own, or the native one extended, still rewrites under a node simplify() marked
+  to_two = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda v: UOp.const(v.dtype, 2))])
+  assert graph_rewrite(s, to_two).render() == "((2*3)+1)"
+  assert graph_rewrite(s, sym + to_two).op is Ops.CONST and graph_rewrite(s, sym + to_two).arg == 7
+  assert graph_rewrite(s, to_two + sym).arg == 7

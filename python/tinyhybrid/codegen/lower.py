@@ -2,7 +2,7 @@
 gated LOADs, a REDUCE over the reduce loops and the STORE. Index expressions are simplified by the native engine."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from tinyhybrid import viz
@@ -131,6 +131,22 @@ def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], U
   return u, idx, cond
 
 
+def symbolic_numel(u: UOp) -> UOp | None:
+  """The size of the buffer under the movement ops u, as an expression of the kernel's variables, when a reshape to a
+  symbolic shape sits directly on it (a Variable-sized buffer: Tensor(x).reshape(n.bind(4), 3)). A reshape keeps the
+  element count, so the buffer holds prod(shape) elements for every value the variables take: what CHECK_OOB proves
+  the accesses against (the kernel is replayed with other values, on buffers of other sizes). None otherwise."""
+  run: list[UOp] = []  # the reshapes (and AFTERs) since the last other movement op
+  while u.op in GroupOp.Movement or u.op is Ops.AFTER:
+    run = run + [u] if u.op in (Ops.RESHAPE, Ops.AFTER) else []
+    u = u.src[0]
+  if u.op is not Ops.BUFFER: return None
+  for v in run:
+    shape = shape_of(v) or ()
+    if not all(isinstance(s, int) for s in shape): return _c(prod(shape)).simplify()
+  return None
+
+
 @dataclass
 class LoweredKernel:
   name: str
@@ -143,6 +159,8 @@ class LoweredKernel:
   ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
   mem: int = 0   # bytes of the buffers it reads and writes
   proven: bool = False  # CHECK_OOB proved its accesses in bounds (codegen/validate.py)
+  # PARAM i -> its buffer's size as expressions of the variables (symbolic_numel), for a Variable-sized buffer
+  sizes: dict[int, tuple[UOp, ...]] = field(default_factory=dict)
   # on a GPU-style device (codegen/gpu.py): (work-groups per dimension, work-items per group per dimension)
   launch: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
@@ -156,6 +174,12 @@ class Lowerer:
     self.reduce_ranges: list[UOp] = []  # the loops of a reduce fused into an elementwise kernel (its epilogue)
     self.reduce_sizes: list[sint] = []
     self.next_axis = 0
+    self.sizes: dict[BufferSlot, tuple[UOp, ...]] = {}  # symbolic_numel of the Variable-sized buffers
+
+  def symbolic_size(self, view: UOp, base: UOp) -> None:
+    if base.op is not Ops.BUFFER or (n := symbolic_numel(view)) is None: return
+    have = self.sizes.get(base.arg, ())
+    if not any(n is h for h in have): self.sizes[base.arg] = have + (n,)
 
   def param(self, buf: BufferSlot) -> UOp:
     for i, b in enumerate(self.buffers):
@@ -203,6 +227,7 @@ class Lowerer:
     if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER): return [(u.src[0], idx, valid)], lambda v: v[0]
     if op in GroupOp.Movement:
       base, bidx, cond = through_views(u, idx)
+      self.symbolic_size(u, base)
       # a load masked by the padding is already 0 outside it
       def masked(v: list[UOp]) -> UOp: return v[0] if cond is None or v[0].op is Ops.LOAD else cond.where(v[0], UOp.const(v[0].dtype, 0))
       return [(base, bidx, _and(valid, cond))], masked
@@ -264,6 +289,7 @@ class Lowerer:
     elif out.op is Ops.STORE:
       # assign: the value goes through the target's view into the target's own buffer
       base, bidx, cond = through_views(out.src[0], tuple(rng))
+      self.symbolic_size(out.src[0], base)
       if base.op is not Ops.BUFFER or cond is not None: raise ValueError("assign: the target must be a view of a buffer without padding")
       val = self.value(out.src[1], tuple(rng), None)
       store_idx = bidx[0]
@@ -278,7 +304,8 @@ class Lowerer:
     work = prod(max_shape(full_shape)) // collapsed
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
     return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.reduce_ranges)), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
-                         mem=sum(b.size * b.dtype.itemsize for b in self.buffers))
+                         mem=sum(b.size * b.dtype.itemsize for b in self.buffers),
+                         sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes})
 
 
 def _and_terms(c: UOp) -> list[UOp]: return [t for s in c.src for t in _and_terms(s)] if c.op is Ops.AND and c.dtype is dtypes.bool else [c]

@@ -9,6 +9,10 @@ bool and int convert as C does, and the divisions are the renderer's: floor or t
 An access is proven when z3 finds no assignment under which it runs (its gate holds, its lane is not masked off)
 with an element outside [0, size). A vector access covers `width` elements from its index.
 
+A buffer's size is its PARAM's, or, for a Variable-sized buffer (a whole buffer reshaped to a symbolic shape: the
+kernel is replayed with other values on buffers of other sizes), the element count of that shape as an expression of
+the bounded variables (LoweredKernel.sizes), so the proof covers every value the variables take.
+
 A kernel that can not be proven raises OutOfBoundsError naming the access, the buffer and z3's counterexample. A
 proven kernel is marked (LoweredKernel.proven) and remembered on disk by its source, buffer sizes and variable ranges,
 so a kernel is proven once, not once per process."""
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
 
 TIMEOUT_MS = 20000  # per access: an index z3 can not decide in this time is not proven
-_FORMAT = "oob-4"   # part of the disk cache key: a change to what a proof means invalidates old ones
+_FORMAT = "oob-5"   # part of the disk cache key: a change to what a proof means invalidates old ones
 
 
 class OutOfBoundsError(RuntimeError):
@@ -214,43 +218,54 @@ def _enclosing_loops(ast: UOp) -> Callable[[UOp], set[UOp]]:
   return lambda access: outer.union(*[rs for body, rs in reduces if access in body])
 
 
-def _describe(t: _Z3, model, access: UOp, index: UOp, size: int, gate: UOp | None, mask: UOp | None, width: int) -> str:
+def _describe(t: _Z3, model, access: UOp, index: UOp, size: int | UOp, gate: UOp | None, mask: UOp | None, width: int) -> str:
   buf = index.src[0]
   what = f"{access.op.name} of {width} elements" if width > 1 else access.op.name
   # the loop indices and variables this access depends on, at z3's counterexample
-  used = {u for root in (index.src[1], gate, mask) if root is not None for u in root.toposort()}
+  used = {u for root in (index.src[1], gate, mask, size) if isinstance(root, UOp) for u in root.toposort()}
   at = ", ".join(f"{name}={model.eval(x, model_completion=True)}" for name, (u, x) in sorted(t.named.items()) if u in used) or "every loop index"
   idx = t.of(index.src[1])
   lanes = ", ".join(str(model.eval(x, model_completion=True)) for x in idx) if idx[0] is not None else "unknown"
-  msg = (f"{what} data{buf.arg}[{index.src[1].render()}] ({buf.dtype.base.name}, {size} element{'s' if size != 1 else ''}) may be out of bounds: "
+  n = size if isinstance(size, int) else model.eval(t.of(size)[0], model_completion=True).as_long()
+  elements = f"{size} element{'s' if size != 1 else ''}" if isinstance(size, int) else f"{size.render()} elements, {n} there"
+  msg = (f"{what} data{buf.arg}[{index.src[1].render()}] ({buf.dtype.base.name}, {elements}) may be out of bounds: "
          f"at {at} the index is {lanes}")
   if width > 1 and len(idx) == 1 and idx[0] is not None:
     # a vector access: name the first lane that is read and lies outside
     first = model.eval(idx[0], model_completion=True).as_long()
     live = [model.eval(x, model_completion=True) for x in _lanes_live(t, mask, width)]
-    if bad := [i for i in range(width) if t.z3.is_true(live[i]) and not 0 <= first + i < size]:
+    if bad := [i for i in range(width) if t.z3.is_true(live[i]) and not 0 <= first + i < n]:
       msg += f" and lane {bad[0]} reads element {first + bad[0]}"
   if gate is not None: msg += f" (under the gate {gate.render()})"
   return msg
 
 
-def prove(name: str, ast: UOp) -> None:
-  """Proves every buffer access of a kernel's IR in bounds (the PARAMs' pointer dtypes give the sizes); raises
-  OutOfBoundsError with a counterexample otherwise."""
+def prove(name: str, ast: UOp, sizes: dict[int, tuple[UOp, ...]] | None = None) -> None:
+  """Proves every buffer access of a kernel's IR in bounds (the PARAMs' pointer dtypes give the sizes, `sizes` those of
+  the Variable-sized buffers by PARAM slot); raises OutOfBoundsError with a counterexample otherwise."""
   import z3 as z3mod
   t = _Z3(z3mod)
   z3 = t.z3
+  symbolic: dict[int, UOp] = {}
+  for slot, exprs in (sizes or {}).items():
+    # every expression is the buffer's size (each is a reshape of the whole buffer): the first is the size, the rest
+    # equal it. A size is at least 0 for every value (a Variable may be 0)
+    zs = [t.of(e)[0] for e in exprs]
+    if any(x is None for x in zs): continue  # a size the proof can not follow: the PARAM's
+    t.solver.add(*[x == zs[0] for x in zs[1:]], zs[0] >= 0)
+    symbolic[slot] = exprs[0]
   checks = []  # (the condition under which the access leaves its buffer, the access)
   enclosing = _enclosing_loops(ast)
   for access, index, gate, mask, width in _accesses(ast):
-    size = index.src[0].dtype.size
+    size: int | UOp = symbolic.get(index.src[0].arg, index.src[0].dtype.size)
+    zsize = t.of(size)[0] if isinstance(size, UOp) else size
     idx = t.of(index.src[1])
     g = t.of(gate)[0] if gate is not None else z3.BoolVal(True, ctx=t.ctx)
     if g is None: g = z3.BoolVal(True, ctx=t.ctx)  # a gate the proof can not follow may hold
     live = _lanes_live(t, mask, width)
     if idx[0] is None: bad = z3.BoolVal(True, ctx=t.ctx)  # an index the proof can not follow is never proven
-    elif len(idx) > 1: bad = z3.Or(*[z3.And(live[i], z3.Or(x < 0, x >= size)) for i, x in enumerate(idx)])  # a gather
-    else: bad = z3.Or(*[z3.And(live[i], z3.Or(idx[0] + i < 0, idx[0] + i >= size)) for i in range(width)])
+    elif len(idx) > 1: bad = z3.Or(*[z3.And(live[i], z3.Or(x < 0, x >= zsize)) for i, x in enumerate(idx)])  # a gather
+    else: bad = z3.Or(*[z3.And(live[i], z3.Or(idx[0] + i < 0, idx[0] + i >= zsize)) for i in range(width)])
     loops = enclosing(access) | {u for root in (index.src[1], gate, mask) if root is not None for u in root.toposort() if u.op in _LOOPS}
     for r in loops: t.of(r)
     checks.append((z3.And(*[t.in_loop[r] for r in loops], g, bad), (access, index, size, gate, mask, width)))
@@ -269,14 +284,15 @@ def prove(name: str, ast: UOp) -> None:
       raise OutOfBoundsError(f"CHECK_OOB: kernel {name}: {_describe(t, t.solver.model(), access, index, size, gate, mask, width)}")
     if res != z3.unsat:
       raise OutOfBoundsError(f"CHECK_OOB: kernel {name}: {access.op.name} data{index.src[0].arg}[{index.src[1].render()}] "
-                             f"({size} elements) could not be proven in bounds: z3 says {t.solver.reason_unknown()}")
+                             f"({size if isinstance(size, int) else size.render()} elements) could not be proven in bounds: z3 says {t.solver.reason_unknown()}")
     t.solver.pop()
 
 
 def _key(k: LoweredKernel, src: str) -> str:
   """What a proof depends on: the source (every index, gate and loop bound), the sizes of the buffers and the ranges of
   the variables (neither is in the source: both arrive as arguments)."""
-  parts = [_FORMAT, src, *(f"{b.size}:{b.dtype.name}" for b in k.buffers), *(repr(v.arg) for v in k.vars)]
+  parts = [_FORMAT, src, *(f"{b.size}:{b.dtype.name}" for b in k.buffers), *(repr(v.arg) for v in k.vars),
+           *(f"{i}={e.render()}:{sorted(repr(v.arg) for v in e.toposort() if v.op is Ops.DEFINE_VAR)}" for i, es in sorted(k.sizes.items()) for e in es)]
   return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
@@ -286,7 +302,7 @@ def check_kernel(k: LoweredKernel, src: str) -> None:
   if k.proven: return
   mark = cache_root() / "oob" / _key(k, src)
   if not mark.exists():
-    prove(k.name, k.ast)
+    prove(k.name, k.ast, k.sizes)
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.touch()
   k.proven = True

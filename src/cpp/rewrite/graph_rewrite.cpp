@@ -73,7 +73,7 @@ class Rewriter {
  public:
   Rewriter(const PatternMatcher& pm, void* ctx, bool bottom_up, std::string_view name, const RewriteLimits& limits,
            track::Call* tracked)
-      : pm_(pm), ctx_(ctx), bottom_up_(bottom_up), name_(name), limits_(limits), tracked_(tracked) {
+      : pm_(pm), ctx_(ctx), bottom_up_(bottom_up), name_(name), limits_(limits), tracked_(tracked), mark_(pm.fixed_point_mark()) {
     if (limits_.time_limit.count()) start_ = std::chrono::steady_clock::now();
   }
   ~Rewriter() {
@@ -124,6 +124,10 @@ class Rewriter {
 
   // Bottom-up: rewrite the node to a fixed point first. Then its sources are visited.
   void visit(Entry e) {
+    if (mark_ && e.current->has_mark(mark_)) {  // a known fixed point of this rule set: nothing under it changes
+      finish(e.key, e.current);
+      return;
+    }
     if (bottom_up_) {
       size_t rule;
       if (UOpRef r = apply(e.current, &rule)) {
@@ -158,6 +162,8 @@ class Rewriter {
       next = apply(cur, &rule);
     }
     if (!next) {
+      // no rule fires on cur (top-down: just now; bottom-up: in visit) and its sources are fixed points: so is cur
+      if (mark_) cur->set_mark(mark_);
       finish(e.key, e.current);
       return;
     }
@@ -202,6 +208,7 @@ class Rewriter {
   std::string_view name_;
   RewriteLimits limits_;
   track::Call* tracked_;  // null unless tracking is on
+  uint8_t mark_;  // the rule set's fixed-point mark (0: none)
   std::chrono::steady_clock::time_point start_;
   SmallVector<Entry, 16> stack_;
   Memo memo_;

@@ -86,6 +86,7 @@ std::optional<LinearForm> LinearForm::of(const UOp* u, bool exact, size_t max_te
     }
     ordered.push_back(it);
   }
+  f.terms.reserve(ordered.size());  // one allocation, not one per doubling
   for (const Item& it : ordered) {
     bool merged = false;
     for (auto& [t, c] : f.terms) {

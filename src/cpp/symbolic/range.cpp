@@ -1,6 +1,7 @@
 // Value ranges (vmin/vmax): computed bottom-up over a toposort, once per node, and kept on the node.
 // The bounds must hold under the semantics fold() gives each op, so ranges that would wrap become the dtype's range.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -429,6 +430,31 @@ const NodeFacts& facts_of(const UOp* u) {
   bool sources_done = true;
   for (const UOpRef& s : u->src()) sources_done = sources_done && s->facts() != nullptr;
   if (sources_done) return *u->install_facts(std::make_unique<NodeFacts>(compute(u)));
+  // A few new nodes under it (a rule's result): a short post-order walk on a fixed stack, without the toposort's
+  // allocations. A node shared along two paths may be pushed twice (its facts are then installed once); past the
+  // stack's size the toposort takes over.
+  {
+    constexpr size_t kStack = 32;
+    std::array<const UOp*, kStack> stack;
+    size_t n = 0, pushes = 0;
+    stack[n++] = u;
+    while (n && pushes < 4 * kStack) {
+      const UOp* top = stack[n - 1];
+      bool ready = true;
+      for (const UOpRef& s : top->src())
+        if (!s->facts()) {
+          if (n == kStack) break;
+          stack[n++] = s.get();
+          ++pushes;
+          ready = false;
+        }
+      if (!ready) continue;
+      if (n == kStack && std::any_of(top->src().begin(), top->src().end(), [](const UOpRef& s) { return !s->facts(); })) break;
+      --n;
+      if (!top->facts()) top->install_facts(std::make_unique<NodeFacts>(compute(top)));
+    }
+    if (const NodeFacts* f = u->facts()) return *f;
+  }
   // Only nodes without facts are walked; the toposort lists sources first, so each node finds its sources done.
   const auto order = toposort(u, [](const UOp* n) { return n->facts() == nullptr; });
   for (const UOp* n : order)

@@ -267,13 +267,19 @@ std::vector<Rule> sum_rules() {
 
 }  // namespace sym
 
+namespace {
+constexpr uint8_t kSimplifiedMark = 1;  // UOp::has_mark: a fixed point of simplify()
+}  // namespace
+
 const PatternMatcher& symbolic_matcher() {
   static const PatternMatcher pm = [] {
     std::vector<Rule> all;
     for (auto* make : {sym::folding_rules, sym::identity_rules, sym::where_rules, sym::ordering_rules, sym::sum_rules,
                        sym::range_rules, sym::compare_rules, sym::divmod_rules})
       for (Rule& r : make()) all.push_back(std::move(r));
-    return PatternMatcher(std::move(all));
+    PatternMatcher m(std::move(all));
+    m.set_fixed_point_mark(kSimplifiedMark);  // the native rules read only the node (and its derived facts)
+    return m;
   }();
   return pm;
 }

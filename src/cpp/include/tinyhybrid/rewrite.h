@@ -60,6 +60,13 @@ class PatternMatcher {
   size_t size() const;
   const Rule& rule(size_t i) const;
 
+  // A rule set whose rules read only the node they match (never ctx, never outside state) may own a fixed-point mark
+  // (a bit of UOp::has_mark): graph_rewrite then marks every node it finds unchanged, and later rewrites with this
+  // rule set take a marked node as it is, without walking under it. 0 (the default): no mark. A sum of matchers
+  // (operator+) owns none.
+  void set_fixed_point_mark(uint8_t m) { fixed_mark_ = m; }
+  uint8_t fixed_point_mark() const { return fixed_mark_; }
+
  private:
   struct Compiled {
     Rule rule;
@@ -75,6 +82,7 @@ class PatternMatcher {
   std::vector<std::shared_ptr<const Compiled>> rules_;
   std::vector<std::vector<Entry>> by_op_;  // kNumOps lists, in rule order
   size_t max_slots_ = 0;
+  uint8_t fixed_mark_ = 0;
 };
 
 struct RewriteLimits {

@@ -96,6 +96,12 @@ class UOp {
   const NodeFacts* facts() const { return facts_.load(std::memory_order_acquire); }
   const NodeFacts* install_facts(std::unique_ptr<NodeFacts> f) const;
 
+  // Fixed-point marks. Bit m set: the node is a fixed point of the rule set that owns mark m (graph_rewrite leaves it
+  // unchanged). That is a property of the node and the rule set alone, as the rule set's rules read only the node
+  // (PatternMatcher::set_fixed_point_mark), so it is set once and never cleared; it caches no per-call answer.
+  bool has_mark(uint8_t m) const { return (marks_.load(std::memory_order_relaxed) & m) != 0; }
+  void set_mark(uint8_t m) const { marks_.fetch_or(m, std::memory_order_relaxed); }
+
   // The Python binding keeps its object for this node here (a weak back-pointer; null when none).
   // It is read and written only by the binding, under the GIL.
   void* binding_handle() const { return binding_handle_; }
@@ -122,6 +128,7 @@ class UOp {
   mutable std::atomic<uint32_t> refcount_{1};
   Ops op_;
   bool in_table_ = true;  // guarded by the intern table's lock
+  mutable std::atomic<uint8_t> marks_{0};  // fixed-point marks (in what was padding before nsrc_)
   uint32_t nsrc_;
   // Which graph walk last reached this node; see graph/toposort.cpp (guarded by the walk flag there).
   mutable uint64_t visit_mark_ = 0;
