@@ -24,9 +24,6 @@ TENSOR_ALLOWED = {
   # TinyJit is Tensor API itself: its inputs and return values are Tensors it checks, realizes and refills (tinygrad's
   # engine/jit.py imports Tensor too)
   "engine/jit.py",
-  # engine/multi.py still wraps shard graphs in Tensors to realize them; its owner is moving it to UOps
-  # (engine.realize.realize_uops), and then this entry goes
-  "engine/multi.py",
 }
 
 

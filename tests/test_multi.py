@@ -145,17 +145,22 @@ def test_training_matches_single_device():
   for a, b in zip(single, multi): np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
 
 
-def test_jit_sharded_step():
+@pytest.mark.parametrize("zerocopy", [0, 1])
+def test_jit_sharded_step(zerocopy):
   w = Tensor(rng.standard_normal((4, 4)).astype(np.float32)).shard(D2).realize()
 
   @TinyJit
   def f(x: Tensor) -> Tensor: return (x @ w).sum(0).realize()
 
-  for i in range(4):
-    xn = rng.standard_normal((6, 4)).astype(np.float32)
-    out = f(Tensor(xn).shard(D2, axis=0))
-    np.testing.assert_allclose(out.numpy(), (xn @ w.numpy()).sum(0), rtol=1e-5, atol=1e-5)
-  assert f.captured is not None and any(ei.prg.name.startswith("copy") for ei in f.captured.jit_cache)
+  with Context(ZEROCOPY=zerocopy):
+    for i in range(5):
+      xn = rng.standard_normal((6, 4)).astype(np.float32)
+      out = f(Tensor(xn).shard(D2, axis=0))
+      np.testing.assert_allclose(out.numpy(), (xn @ w.numpy()).sum(0), rtol=1e-5, atol=1e-5)
+  assert f.captured is not None
+  # the partial sums meet by copies, or (CPU:N share the host's memory) each device's kernel reads the other's in place
+  assert any(ei.prg.name.startswith("copy") for ei in f.captured.jit_cache) == (not zerocopy)
+  assert set(f.captured.devices) == set(D2)
 
 
 def test_creation_on_devices():
@@ -217,19 +222,26 @@ def test_copy_command_with_patched_offset():
   assert dst.tolist() == [12, 13, 14, 15]
 
 
-@pytest.mark.parametrize("algo,copies,kernels", [
-  # all2all over 4 devices: each device's chunk of every other device copied to it straight from the shard (12), the
-  # 4 partial sums (one kernel per device), each device's result put together from the 4 reduced chunks (16 copies
-  # into place), and the mul (4). tinygrad's schedule has 24 copies and 22 kernels: it makes every chunk contiguous
-  # with a kernel before copying it and puts the result together with a kernel; here those are copies of ranges
-  ({"ALL2ALL": 2}, 28, 8),
-  # ring: 3 hops for each of 4 chunks (12 copies, each followed by the add on the receiving device), then the same
-  # gather (16) and mul (4)
-  ({"RING": 2}, 28, 16),
+@pytest.mark.parametrize("algo,zerocopy,copies,kernels", [
+  # ZEROCOPY=0 (every COPY a copy, as in tinygrad). all2all over 4 devices: each device's chunk of every other device
+  # copied to it straight from the shard (12), the 4 partial sums (one kernel per device, each written straight into
+  # its place in that device's result), the 3 other reduced chunks copied into place on each device (12), and the mul
+  # (4). tinygrad's 24 copies match; its 22 kernels are 12 kernels making each chunk contiguous before its copy, 4
+  # extra contiguous, one reassembly kernel and the mul counted once across devices: here a copy takes a range of a
+  # buffer and writes into a range of one, and a kernel is counted per device
+  ({"ALL2ALL": 2}, 0, 24, 8),
+  # ring: 3 hops for each of 4 chunks (12 copies, each followed by the add on the receiving device), the same
+  # gather (12) and mul (4)
+  ({"RING": 2}, 0, 24, 16),
   # naive: each device copies the 3 others' shards and adds them (one kernel with the mul fused in)
-  ({"RING": 0, "ALL2ALL": 0}, 12, 4),
+  ({"RING": 0, "ALL2ALL": 0}, 0, 12, 4),
+  # CPU:N share the host's memory: a kernel reads other devices' chunks in place, so only the gather copies remain,
+  # and a ring's hops fuse into one kernel per chunk (the adds in ring order)
+  ({"ALL2ALL": 2}, 1, 12, 8),
+  ({"RING": 2}, 1, 12, 8),
+  ({"RING": 0, "ALL2ALL": 0}, 1, 0, 4),
 ])
-def test_allreduce_schedule_counts(algo, copies, kernels):
+def test_allreduce_schedule_counts(algo, zerocopy, copies, kernels):
   N, M = 4, 400
   x = np.arange(N * M, dtype=np.float32).reshape(N, M)
   t = Tensor(x * x).shard(D4, axis=0).realize()
@@ -237,8 +249,8 @@ def test_allreduce_schedule_counts(algo, copies, kernels):
   @TinyJit
   def f(t: Tensor) -> Tensor: return t.sum(0).mul(2.0).contiguous().realize()
 
-  with Context(**algo):
-    for _ in range(3): out = f(t)
+  with Context(ZEROCOPY=zerocopy, **algo):
+    for _ in range(4): out = f(t)
   names = [ei.prg.name for ei in f.captured.jit_cache]
   assert (sum(n.startswith("copy") for n in names), sum(not n.startswith("copy") for n in names)) == (copies, kernels)
   expected = 2 * (x * x).sum(0)
@@ -263,3 +275,54 @@ def test_setitem_with_symbolic_offset_under_jit():
     ref[k:k + 1] = x
     np.testing.assert_array_equal(t.numpy(), ref)
   assert f.captured is not None
+
+
+@pytest.mark.parametrize("zerocopy", [0, 1])
+@pytest.mark.parametrize("algo", [{"RING": 0, "ALL2ALL": 0}, {"RING": 2}, {"ALL2ALL": 2}])
+def test_allreduce_into_its_own_input(zerocopy, algo):
+  # each device's result overwrites its shard, which the other devices' kernels read: those reads are copies taken
+  # before any write, never reads in place
+  x = rng.standard_normal((4, 37)).astype(np.float32)
+  t = Tensor(x).shard(D4, axis=0).realize()
+  with Context(ZEROCOPY=zerocopy, **algo):
+    t.assign(t.sum(0, keepdim=True).expand(4, 37)).realize()
+  np.testing.assert_allclose(t.numpy(), np.broadcast_to(x.sum(0, keepdims=True), (4, 37)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("zerocopy", [0, 1])
+def test_copies_kept_are_their_own_memory(zerocopy):
+  # a copy whose value is kept (a result, a shard) has memory of its own even where kernels could read in place
+  x = rng.standard_normal((3, 5)).astype(np.float32)
+  with Context(ZEROCOPY=zerocopy):
+    a = Tensor(x, device="CPU:1").realize()
+    r = a.to(D3)
+    s = (r + 1).realize()
+  bufs = {id(u.base.arg) for u in r.uop.src} | {id(a.uop.base.arg)}
+  assert len(bufs) == 4
+  r.assign(Tensor.zeros(3, 5, device=D3)).realize()
+  np.testing.assert_array_equal(a.numpy(), x)
+  np.testing.assert_allclose(s.numpy(), x + 1)
+
+
+def test_jit_sharded_replay_chains_devices():
+  # a replay of kernels and copies on several CPU devices is one runner (a submit per device, ordered by signals),
+  # and its values follow the inputs on every replay
+  w = rng.standard_normal((5, 3)).astype(np.float32)
+  W = Tensor(w).shard(D3).realize()
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return ((x @ W).relu().sum(0) * 2).realize()
+
+  for _ in range(6):
+    xn = rng.standard_normal((6, 5)).astype(np.float32)
+    np.testing.assert_allclose(f(Tensor(xn).shard(D3, axis=0)).numpy(), (np.maximum(xn @ w, 0).sum(0)) * 2, rtol=1e-5, atol=1e-5)
+  assert f.captured is not None and len(f.captured.runners) == 1 and len(set(f.captured.devices)) == 3
+
+
+def test_group_by_device_keeps_dependencies():
+  from tinyhybrid.engine.multi import group_by_device
+  # (device, [written slot, read slots...]): 2 reads 0 (written by 0), 3 overwrites 1 which 1 read (after 1), 4 is free
+  items = [("A", [0]), ("B", [1, 5]), ("A", [2, 0]), ("B", [5, 6]), ("A", [7])]
+  order = group_by_device([d for d, _ in items], [(None, s, 1) for _, s in items])
+  assert sorted(order) == list(range(5)) and order.index(0) < order.index(2) and order.index(1) < order.index(3)
+  assert [items[j][0] for j in order] == ["A", "A", "A", "B", "B"]

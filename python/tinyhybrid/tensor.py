@@ -23,7 +23,7 @@ from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
-from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, shard_bounds
+from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, shard_bounds
 
 ConstType = int | float | bool
 
@@ -520,10 +520,30 @@ def _realize(tensors: list[Tensor]) -> None:
   """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py, which
   realizes their shards here."""
   if any(type(t.device) is tuple for t in tensors):
-    from tinyhybrid.engine.multi import realize_multi
-    realize_multi([t for t in tensors if type(t.device) is tuple])
+    realize_sharded([t for t in tensors if type(t.device) is tuple])
     tensors = [t for t in tensors if type(t.device) is not tuple]
   for st in _plan(tensors): engine.run_step(st)
+
+
+def realize_sharded(tensors: Sequence[Tensor]) -> None:
+  """Realizes tensors sharded across devices (engine/multi.py, which works on graphs): every tensor whose graph holds
+  them then reads the MSTACK of their realized shards. Realizing each device's graphs is handed to it from here."""
+  from tinyhybrid.engine.multi import realize_multi
+
+  def realize(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:
+    ts = [Tensor(g, device=d) for g, d in zip(graphs, devices)]
+    if contiguous: ts = [t.contiguous() for t in ts]
+    _realize([t for t in ts if not buffer_view(t.uop)])
+    return [t.uop for t in ts]
+
+  groups: dict[tuple[str, ...], list[Tensor]] = {}
+  for t in tensors:
+    if not is_realized_multi(t.uop): groups.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
+  for devices, ts in groups.items():
+    roots = [t.uop for t in ts]
+    new = realize_multi(roots, devices, realize)
+    # realizing the shards may have rewritten these tensors' graphs (a realized node inside them): both forms become it
+    _apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
 
 
 def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[engine.Step]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, Device, ProfileEvent, Runner, profile_events
+from tinyhybrid.device import Buffer, ProfileEvent, Runner, profile_events
 from tinyhybrid.engine import realize as engine
+from tinyhybrid.engine.multi import batch_runners
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor
@@ -173,13 +174,9 @@ class CapturedJit(Generic[ReturnType]):
     # them (a returned tensor fed back in) is copied first, or a kernel would read what another already overwrote
     input_ids = {id(b) for b in inputs}
     self.written = {b for ei in self.jit_cache if isinstance(b := self.objs[ei.slots[0]], Buffer) and id(b) not in input_ids}
-    # one runner (for the CPU: one pre-encoded submit) per run of consecutive kernels and copies on one device
-    self.runners: list[Runner] = []
-    for i, ei in enumerate(self.jit_cache):
-      if i == 0 or self.devices[i] != self.devices[i - 1]: segment: list[tuple] = []
-      segment.append((ei.prg, ei.slots, ei.threads))
-      if i + 1 == len(self.jit_cache) or self.devices[i + 1] != self.devices[i]:
-        self.runners.append(Device[self.devices[i]].runner(segment, len(self.args)))
+    # one pre-encoded batch per device where it can (engine/multi.py), else a runner per run of consecutive kernels
+    # and copies on one device
+    self.runners: list[Runner] = batch_runners(self.devices, [(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args))
     self.ops, self.mem = sum(ei.prg.ops for ei in self.jit_cache), sum(ei.prg.mem for ei in self.jit_cache)
     # a returned realized view of a symbolic shape follows each call's values (in tinygrad it keeps the capture's)
     self.symbolic_outs = [t for t in _returned_tensors(ret) if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]

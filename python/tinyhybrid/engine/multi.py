@@ -1,24 +1,34 @@
 """Running work across devices: copies between devices as commands on the destination's queue, and realizing sharded
 tensors (schedule/multi.py lowers them to one graph per device; the COPY nodes of those graphs run here, in waves:
 the sources every ready copy needs are realized together, then the copies are submitted to their queues and waited
-for together, then the next wave)."""
+for together, then the next wave). Devices' kernels do not run side by side: a CPU kernel may keep state between its
+cores in static memory, shared by every device that loaded it, and each device's kernels already use every core.
+
+CPU:N devices share the host's memory, so a COPY between two of them that only feeds arithmetic moves nothing: the
+kernel on the destination reads the source's memory where it is (zero-copy), and an elementwise source over realized
+memory is fused into that kernel (a ring's partial sums then collapse into one kernel per chunk). A COPY whose value is
+kept (a result, a gathered piece) stays a copy, so no two devices' tensors ever share memory.
+
+This layer works on UOps and never imports Tensor: realizing graphs on devices is handed in (tensor.py)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import heapq
+
+from typing import Any, Callable, cast
 
 from tinyhybrid._core import hcq
 
-from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Device
+from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Device, Runner
 from tinyhybrid.engine import realize as engine
-from tinyhybrid.helpers import prod
-from tinyhybrid.schedule.kernelize import buffer_uop, buffer_view, contiguous_buffer
-from tinyhybrid.schedule.multi import Sharded, is_realized_multi, lower_multi, multi_devices
-from tinyhybrid.uop import Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.helpers import PROFILE, ContextVar, prod
+from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.multi import Sharded, lower_multi
+from tinyhybrid.uop import GroupOp, Ops
+from tinyhybrid.uop.ops import UOp, movement
 from tinyhybrid.uop.shape import shape_of
 
-if TYPE_CHECKING:
-  from tinyhybrid.tensor import Tensor
+# realizes graphs, each on its device, and returns their realized views (contiguous: each in memory of its own)
+Realize = Callable[[list[UOp], list[str], bool], list[UOp]]
 
 
 def _copy_program(device: str, spec: CopySpec) -> CompiledProgram:
@@ -29,11 +39,14 @@ def _copy_program(device: str, spec: CopySpec) -> CompiledProgram:
   return CompiledProgram(f"copy {spec.nbytes}B -> {device}", "", 0, call, keepalive=spec, mem=2 * spec.nbytes)
 
 
-def _submit_copy(device: str, dst: int, src: int, nbytes: int) -> Any:
-  """Submits a copy command to device's queue (without waiting); returns the queue (None: a device without one)."""
+def _submit_copy(device: str, dst: int, src: int, nbytes: int, src_device: str | None = None) -> Any:
+  """Submits a copy command to device's queue (without waiting); returns the queue (None: a device without one). It
+  runs after the work submitted so far to the source's queue (a signal wait on that queue's timeline)."""
   queue = getattr(Device[device], "queue", None)
   if queue is None: return None  # NULL: nothing to move
   cb = hcq.CommandBuffer()
+  if src_device is not None and src_device != device and (sq := getattr(Device[src_device], "queue", None)) is not None:
+    cb.wait(sq.timeline, sq.last_submitted)
   cb.copy(dst, src, nbytes)
   queue.submit(cb)
   return queue
@@ -82,69 +95,165 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
       dst.copyin(staged)
       engine.count_runs(0, 0, 2 * spec.nbytes)
       continue
-    if (q := _submit_copy(dst.device, dst.address + spec.dst_offset, src.address + spec.src_offset, spec.nbytes)) is not None:
+    if (q := _submit_copy(dst.device, dst.address + spec.dst_offset, src.address + spec.src_offset, spec.nbytes, src.device)) is not None:
       queues[id(q)] = q
     engine.count_runs(0, 0, 2 * spec.nbytes)
     if engine.capturing: engine.capturing[-1].runs.append((dst.device, _copy_program(dst.device, spec), [dst, src], 1))
   for q in queues.values(): q.synchronize()
 
 
-def resolve_copies(graphs: list[UOp]) -> list[UOp]:
-  """The graphs with every COPY node replaced by a buffer on its destination holding the source's value, and every
-  UNSHARD (flat pieces from any devices put together on one) by a buffer the pieces were copied into."""
-  from tinyhybrid.tensor import Tensor, _realize
-  moves = (Ops.COPY, Ops.UNSHARD)
+# ZEROCOPY=0: every COPY between devices is a copy, even where the kernel could read the source in place (the graph's
+# copies are then tinygrad's, for comparing schedules)
+ZEROCOPY = ContextVar("ZEROCOPY", 1)
+_MOVES = (Ops.COPY, Ops.UNSHARD)
+# what an elementwise COPY source fused into its consumer may hold: arithmetic and views over realized memory
+_FUSABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.AFTER, Ops.CAST, Ops.BITCAST, Ops.DEVICE}
+
+
+def _written(nodes: list[UOp]) -> set[int]:
+  """The buffers (by id) that STOREs among the nodes write."""
+  out: set[int] = set()
+  for u in nodes:
+    if u.op is Ops.STORE and (b := base_buffer(u.src[0])) is not None: out.add(id(b.arg))
+  return out
+
+
+def _reads(u: UOp) -> set[int]: return {id(n.arg) for n in u.toposort() if n.op is Ops.BUFFER}
+
+
+def resolve_copies(graphs: list[UOp], realize: Realize) -> list[UOp]:
+  """The graphs with every COPY node replaced by its source's value on its destination, and every UNSHARD (flat
+  pieces from any devices put together on one) by a buffer the pieces were copied into. A COPY between host-memory
+  devices that only arithmetic reads, from memory nothing here writes, is no copy at all (see the module's notes)."""
   while True:
     nodes = list(UOp.sink(*graphs).toposort())
     below: dict[UOp, bool] = {}  # a move in the node's graph
+    users: dict[UOp, list[UOp]] = {}
     ready: list[UOp] = []
     for u in nodes:
-      below[u] = any(below[s] or s.op in moves for s in u.src)
-      if u.op in moves and not below[u]: ready.append(u)
+      below[u] = any(below[s] or s.op in _MOVES for s in u.src)
+      for s in u.src: users.setdefault(s, []).append(u)
+      if u.op in _MOVES and not below[u]: ready.append(u)
     if not ready: return graphs
+    roots, written = set(graphs), _written(nodes)
     subs: dict[UOp, UOp] = {}
-    todo: dict[UOp, Tensor] = {}
+    todo: dict[UOp, tuple[UOp, bool]] = {}  # a source to realize first -> (its graph, whether only read in place)
     for m in ready:
       if m.op is Ops.COPY and m.src[0].device is None:  # a constant: computed where it is used
         subs[m] = m.src[0]
         continue
+      src = m.src[0]
+      if ZEROCOPY and m.op is Ops.COPY and m not in roots and all(p.op in GroupOp.ALU for p in users.get(m, ())) and _host_memory(str(src.device)) \
+         and _host_memory(Device.canonicalize(m.arg)) and _reads(src).isdisjoint(written):
+        # read in place: a view of memory as it is, an elementwise graph over memory that only this copy reads
+        if buffer_view(src) or (len(users.get(src, ())) == 1 and all(n.op in _FUSABLE for n in src.toposort())): subs[m] = src
+        elif src not in todo: todo[src] = (src, True)
+        continue
+      for s in m.src:
+        if _source_range(s) is None and s not in todo: todo[s] = (s, False)
+    # memory for every move's result first: a source that is a flat piece of a gather on its own device is computed
+    # straight into its place there (no copy), and the other moves copy it from that place
+    dsts = {m: Buffer(Device.canonicalize(m.arg if m.op is Ops.COPY else m.arg[0]), prod(shape_of(m) or ()), m.dtype)
+            for m in ready if m not in subs and not (m.op is Ops.COPY and todo.get(m.src[0], (None, False))[1])}
+    homes: dict[UOp, tuple[UOp, UOp]] = {}  # source -> (the gather it is computed into, that STORE)
+    for m, dst in dsts.items():
+      if m.op is not Ops.UNSHARD: continue
+      at = 0
       for src in m.src:
-        if _source_range(src) is None and src not in todo: todo[src] = Tensor(src, device=src.device).contiguous()
-    if todo: _realize(list(todo.values()))
+        n = prod(shape_of(src) or ())
+        if src in todo and src not in homes and shape_of(src) == (n,) and str(src.device) == dst.device:
+          homes[src] = (m, UOp(Ops.STORE, src.dtype, (movement(Ops.SHRINK, buffer_uop(dst, (m.arg[1],)), ((at, at + n),)), src)))
+        at += n
+    realized: dict[UOp, UOp] = {}
+    if plain := [src for src in todo if src not in homes]:
+      realized.update(zip(plain, realize(plain, [str(src.device) for src in plain], True)))
+    if homes:
+      realized.update(zip(homes, realize([st for _, st in homes.values()], [str(src.device) for src in homes], False)))
     wave: list[tuple[Buffer, Buffer, CopySpec]] = []
     for m in ready:
       if m in subs: continue
-      shape = shape_of(m) or ()
-      dst = Buffer(Device.canonicalize(m.arg if m.op is Ops.COPY else m.arg[0]), prod(shape), m.dtype)
-      at = 0
+      if m not in dsts:  # read in place once computed
+        subs[m] = realized[m.src[0]]
+        continue
+      dst, at = dsts[m], 0
       for src in m.src:
-        rng = _source_range(todo[src].uop if src in todo else src)
-        assert rng is not None, "a realized copy source is a buffer"
         nbytes = prod(shape_of(src) or ()) * m.dtype.itemsize
-        wave.append((dst, rng[0], CopySpec(nbytes, rng[1], at)))
+        if homes.get(src, (None,))[0] is not m:  # (a piece computed into its place here needs no copy)
+          rng = _source_range(realized.get(src, src))
+          assert rng is not None, "a realized copy source is a buffer"
+          wave.append((dst, rng[0], CopySpec(nbytes, rng[1], at)))
         at += nbytes
-      subs[m] = buffer_uop(dst, shape)
+      subs[m] = buffer_uop(dst, shape_of(m) or ())
     copy_buffers(wave)
+    # a source computed for a move is that value wherever else the graphs use it (not computed again there)
+    for src, view in realized.items(): subs.setdefault(src, view)
     graphs = [g.substitute(subs) for g in graphs]
 
 
-def realize_multi(tensors: list[Tensor]) -> None:
-  """Realizes sharded tensors: each is lowered to one graph per device, the copies between devices run, then every
-  device's graphs are realized as any tensor is. The tensors (and every live tensor whose graph holds them) then read
-  the MSTACK of their realized shards."""
-  from tinyhybrid.tensor import Tensor, _apply_becomes, _realize
-  by_devices: dict[tuple[str, ...], list[Tensor]] = {}
-  for t in tensors:
-    if is_realized_multi(t.uop): continue
-    by_devices.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
-  for devices, ts in by_devices.items():
-    lowered: list[Sharded] = lower_multi([t.uop for t in ts], devices)
-    flat = resolve_copies([g for s in lowered for g in s.shards])
-    n = len(devices)
-    shard_ts = [Tensor(g, device=devices[i % n]) for i, g in enumerate(flat)]
-    _realize([s for s in shard_ts if not buffer_view(s.uop)])
-    becomes = {}
-    for k, (t, s) in enumerate(zip(ts, lowered)):
-      new = UOp(Ops.MSTACK, t.dtype, tuple(st.uop for st in shard_ts[k * n:(k + 1) * n]), (devices, s.axis))
-      becomes[t.uop] = new
-    _apply_becomes(becomes)
+def realize_multi(roots: list[UOp], devices: tuple[str, ...], realize: Realize) -> list[UOp]:
+  """Realizes graphs of tensors sharded across `devices`: each is lowered to one graph per device, the copies between
+  devices run, then every device's graphs are realized. Returns what each root becomes: the MSTACK of its realized
+  shards."""
+  lowered: list[Sharded] = lower_multi(roots, devices)
+  flat = resolve_copies([g for s in lowered for g in s.shards], realize)
+  n = len(devices)
+  done = realize(flat, [devices[i % n] for i in range(len(flat))], False)
+  return [UOp(Ops.MSTACK, r.dtype, tuple(done[k * n:(k + 1) * n]), (devices, s.axis)) for k, (r, s) in enumerate(zip(roots, lowered))]
+
+
+def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:
+  segments: list[tuple[str, list]] = []
+  for d, it in zip(devices, items):
+    if not segments or segments[-1][0] != d: segments.append((d, []))
+    segments[-1][1].append(it)
+  return segments
+
+
+def group_by_device(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]]) -> list[int]:
+  """An order of the items (kernels and copies over argument slots; the first slot is what one writes, the others
+  what it reads) with runs on one device as long as the dependencies allow: an item moves ahead of another only when
+  neither writes a slot the other uses. Fewer runs are fewer hand-offs between queues."""
+  deps: list[set[int]] = []
+  writer: dict[int, int] = {}
+  readers: dict[int, list[int]] = {}
+  for j, (_, slots, _) in enumerate(items):
+    d: set[int] = set()
+    for k, sl in enumerate(slots):
+      if sl in writer: d.add(writer[sl])
+      if k == 0: d.update(readers.pop(sl, ()))
+    for sl in slots[1:]: readers.setdefault(sl, []).append(j)
+    if slots: writer[slots[0]] = j
+    d.discard(j)
+    deps.append(d)
+  users: list[list[int]] = [[] for _ in items]
+  left = [len(d) for d in deps]
+  for j, d in enumerate(deps):
+    for i in d: users[i].append(j)
+  ready: dict[str, list[int]] = {}
+  for j in range(len(items)):
+    if not left[j]: heapq.heappush(ready.setdefault(devices[j], []), j)
+  order: list[int] = []
+  cur = devices[0] if items else ""
+  while len(order) < len(items):
+    if not ready.get(cur): cur = min((h[0], dev) for dev, h in ready.items() if h)[1]
+    j = heapq.heappop(ready[cur])
+    order.append(j)
+    for u in users[j]:
+      left[u] -= 1
+      if not left[u]: heapq.heappush(ready.setdefault(devices[u], []), u)
+  return order
+
+
+def batch_runners(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> list[Runner]:
+  """Runners for kernels and copies on several devices that run in the given order (a TinyJit replay): one per run
+  of consecutive items on one device, or, when every device is a CPU queue, one for all of them that runs each
+  device's items from one command buffer and orders the runs with signals between the queues (no Python per kernel,
+  one submit per device), with the items regrouped by device as far as their dependencies allow."""
+  segments = _segments(devices, items)
+  if len(segments) > 1 and not PROFILE:
+    from tinyhybrid.runtime.ops_cpu import CPUChainRunner, CPUDevice
+    if all(type(Device[d]) is CPUDevice for d, _ in segments) and all(len(a) <= hcq.MAX_EXEC_ARGS for _, a, _ in items):
+      order = group_by_device(devices, items)
+      chain = [(cast(CPUDevice, Device[d]), seg) for d, seg in _segments([devices[j] for j in order], [items[j] for j in order])]
+      return [CPUChainRunner(chain, nslots)]
+  return [Device[d].runner(seg, nslots) for d, seg in segments]

@@ -16,6 +16,49 @@ from tinyhybrid.renderer.cstyle import CRenderer
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
 
 
+def _encode_items(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], int]],
+                  stamps: np.ndarray | None = None) -> None:
+  """Kernels (and copies) over patch slots, each bracketed by timestamps into `stamps` when given."""
+  for k, (prg, args, threads) in enumerate(items):
+    if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
+    if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
+      spec = prg.keepalive
+      cb.copy(hcq.Patch(slots[args[0]], spec.dst_offset), hcq.Patch(slots[args[1]], spec.src_offset), spec.nbytes)
+    else: cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
+    if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
+
+
+class CPUChainRunner(Runner):
+  """Kernels and copies on several CPU devices that must run in the order given (a TinyJit replay of a sharded step):
+  one command buffer per device, where a run of items waits, through a signal, for the run on another device before it.
+  A call is one submit per device and one wait per device, so no host round trip between runs and no Python per item.
+  Each call's signal values are the next ones on the signals' timelines (patched)."""
+  def __init__(self, segments: list[tuple[CPUDevice, list[tuple[CompiledProgram, list[int], int]]]], nslots: int):
+    super().__init__([it for _, seg in segments for it in seg], nslots)
+    self.devs = list({id(d): d for d, _ in segments}.values())
+    self.signals = {id(d): hcq.Signal(f"{d.name} chain") for d in self.devs}
+    self.cbs = {id(d): hcq.CommandBuffer() for d in self.devs}
+    slots = {id(d): [self.cbs[id(d)].add_slot(0) for _ in range(nslots)] for d in self.devs}
+    self.marks: dict[int, list[int]] = {id(d): [] for d in self.devs}  # per device: the segment number of each value slot
+    self.period = len(segments)
+    for k, (dev, seg) in enumerate(segments):
+      cb = self.cbs[id(dev)]
+      if k and segments[k - 1][0] is not dev:  # after the run before it, on its device's signal
+        cb.wait(self.signals[id(segments[k - 1][0])], 0, patch=True)
+        self.marks[id(dev)].append(k)
+      _encode_items(cb, slots[id(dev)], seg)
+      if k + 1 < len(segments) and segments[k + 1][0] is not dev:
+        cb.signal(self.signals[id(dev)], 0, patch=True)
+        self.marks[id(dev)].append(k + 1)
+    self.calls = 0
+
+  def __call__(self, addresses: list[int]) -> None:
+    self.calls += 1
+    base = self.calls * self.period  # run k is done when its device's signal reaches base + k + 1
+    for d in self.devs: d.queue.submit(self.cbs[id(d)], [*addresses, *(base + m for m in self.marks[id(d)])])
+    for d in self.devs: d.queue.synchronize()
+
+
 class CPUQueueRunner(Runner):
   """A schedule encoded once as a command buffer whose buffer addresses are patch slots: a run is one submit.
   With PROFILE=1 a second encoding (made on first use) brackets every exec with timestamps."""
@@ -27,14 +70,7 @@ class CPUQueueRunner(Runner):
 
   def _encode(self, stamps: np.ndarray | None) -> hcq.CommandBuffer:
     cb = hcq.CommandBuffer()
-    slots = [cb.add_slot(0) for _ in range(self.nslots)]
-    for k, (prg, args, threads) in enumerate(self.items):
-      if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
-      if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
-        spec = prg.keepalive
-        cb.copy(hcq.Patch(slots[args[0]], spec.dst_offset), hcq.Patch(slots[args[1]], spec.src_offset), spec.nbytes)
-      else: cb.exec(prg.keepalive[1], [hcq.Patch(slots[a]) for a in args], global_size=(threads,))
-      if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
+    _encode_items(cb, [cb.add_slot(0) for _ in range(self.nslots)], self.items, stamps)
     return cb
 
   def __call__(self, addresses: list[int]) -> None:

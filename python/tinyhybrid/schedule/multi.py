@@ -5,7 +5,8 @@ every device, an int splits that axis into equal consecutive shards. Tensor oper
 MSTACKs (so autograd sees one tensor); before running, `lower_multi` rewrites it into one graph per device: elementwise
 work, movement and reduces run shard by shard, a replica meeting a sharded operand is sliced to each shard, and a
 reduce over the sharded axis becomes an allreduce, made of COPY nodes (arg: the destination device) and the reduce's
-ALU on each device. Realizing runs the COPYs as copy commands on the destination's queue (engine/multi.py)."""
+ALU on each device. Realizing runs the COPYs as copy commands on the destination's queue, or, between CPU:N devices
+(one host memory) where only arithmetic reads the copy, lets the kernel read the source in place (engine/multi.py)."""
 from __future__ import annotations
 
 import functools
