@@ -65,13 +65,19 @@ def _fresh_graph(tag: str) -> UOp:
   return UOp(Ops.SINK, dtypes.void, (((x * 4 + y * 8) // (y * 2)) + 0, (x + 0) * 1 % y))
 
 
+def _settled_count() -> int:
+  """Live nodes once earlier tests' cyclic garbage is gone (else a later collection frees nodes this test never made)."""
+  gc.collect()
+  return _core.live_uop_count()
+
+
 def test_no_node_outlives_a_rewrite_with_python_callbacks():
   made: list[int] = []
   def strip_add_zero(x: UOp) -> UOp:
     made.append(1)
     return x
   pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: strip_add_zero(x) if c.arg == 0 else None)])
-  before = _core.live_uop_count()
+  before = _settled_count()
   for i in range(50):
     g = _fresh_graph(f"cb{i}")
     out = graph_rewrite(g, pm)
@@ -87,7 +93,7 @@ def test_no_node_outlives_a_failed_rewrite():
     UOp.const(dtypes.weakint, 123456789) + x
     raise Boom("rule failed")
   pm = PatternMatcher([(UPat(Ops.MUL, name="x"), explode)])
-  before = _core.live_uop_count()
+  before = _settled_count()
   for i in range(20):
     with pytest.raises(Boom, match="rule failed"): graph_rewrite(_fresh_graph(f"err{i}"), pm)
   gc.collect()
@@ -95,7 +101,7 @@ def test_no_node_outlives_a_failed_rewrite():
 
 
 def test_no_node_outlives_pickling_and_simplify():
-  before = _core.live_uop_count()
+  before = _settled_count()
   for i in range(20):
     g = _fresh_graph(f"pk{i}")
     back = pickle.loads(pickle.dumps(g))
@@ -111,8 +117,7 @@ def test_no_node_outlives_a_realize_once_caches_drop_it(monkeypatch):
   out = (Tensor(a).exp() * 3 + Tensor(a).sum(1, keepdim=True)).numpy()  # compile once: dtype tables and the like
   np.testing.assert_allclose(out, np.exp(a) * 3 + a.sum(1, keepdims=True), rtol=1e-5)
   realize.schedule_cache.clear(); realize.kernel_cache.clear()
-  gc.collect()
-  before = _core.live_uop_count()
+  before = _settled_count()
   for _ in range(3):
     t = Tensor(a).exp() * 3 + Tensor(a).sum(1, keepdim=True)
     np.testing.assert_allclose(t.numpy(), np.exp(a) * 3 + a.sum(1, keepdims=True), rtol=1e-5)
