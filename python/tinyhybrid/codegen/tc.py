@@ -52,9 +52,8 @@ def tc_choices(k: KernelParts) -> list[tuple[UOp, UOp, UOp, UOp, UOp]]:
 
 
 def pick_tc(ren: Renderer, dtype_in, dtype_out, select: int) -> TensorCore | None:
-  tcs = list(enumerate(ren.tensor_cores))
-  if select >= 0: tcs = tcs[select:select + 1]
-  return next((tc for _, tc in tcs if tc.dtype_in == dtype_in and tc.dtype_out == dtype_out), None)
+  tcs = ren.tensor_cores[select:select + 1] if select >= 0 else ren.tensor_cores
+  return next((tc for tc in tcs if tc.dtype_in == dtype_in and tc.dtype_out == dtype_out), None)
 
 
 def apply_tc(k: KernelParts, axis: int, select: int, ren: Renderer | None, next_axis: int) -> None:
