@@ -19,6 +19,7 @@ import itertools
 from typing import Callable
 
 from tinyhybrid.codegen.opt import LANES, KernelParts, rkind, rsize, stride
+from tinyhybrid.codegen.tc import has_tc
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import postorder, prod
 from tinyhybrid.uop import AxisType, GroupOp, Ops
@@ -106,7 +107,7 @@ class Expander:
     self.lane_axes = sorted((r for r in self.k.all_ranges() if rkind(r) in LANES), key=lambda r: r.arg[0])
     self.axes_memo: dict[UOp, tuple[UOp, ...]] = {}
     # a tensor core's fragments are gathered register by register (codegen/tc.py): no vector axis in such a kernel
-    self.vaxis = self._vector_axis(vec) if vec > 1 and not any(u.op is Ops.WMMA for u in ast.toposort()) else None
+    self.vaxis = self._vector_axis(vec) if vec > 1 and not has_tc(ast) else None
     self.chunks = chunks(rsize(self.vaxis), vec) if self.vaxis is not None else []
     self.memo: dict[UOp, dict[tuple[int, ...], UOp]] = {}
     self.simplified: dict[UOp, UOp] = {}
