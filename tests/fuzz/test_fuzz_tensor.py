@@ -5,11 +5,12 @@ hypothesis to a smallest one and printed step by step."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from fuzzlib import fuzz
+from fuzzlib import fuzz, long_mode
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -187,23 +188,51 @@ def _close(ours: np.ndarray, ref: np.ndarray, what: str) -> None:
   np.testing.assert_allclose(ours, ref, rtol=2e-4, atol=2e-5 * scale, err_msg=what)
 
 
-@fuzz(ci=25, long=100_000)
-@given(programs())
-def test_tensor_program(prog):
-  shape, seed, program, grad = prog
-  # setitem writes in place: torch takes no gradient through it the same way (a leaf's clone), so it runs without
-  grad = grad and not any(s[0] == "setitem" for s in program)
-  x0 = _rand(shape, seed)
-  xt = torch.tensor(x0, requires_grad=grad)
-  ref = xt
-  for s in program: ref = _torch_step(ref, s)
+class _Run:
+  """One program on both frameworks: torch runs eagerly; ours is built lazily, to be realized with its batch."""
+  def __init__(self, prog):
+    self.shape, self.seed, self.program, grad = prog
+    # setitem writes in place: torch takes no gradient through it the same way (a leaf's clone), so it runs without
+    self.grad = grad and not any(s[0] == "setitem" for s in self.program)
+    x0 = _rand(self.shape, self.seed)
+    self.xt = torch.tensor(x0, requires_grad=self.grad)
+    self.ref = self.xt
+    for s in self.program: self.ref = _torch_step(self.ref, s)
+    self.grad = self.grad and self.ref.requires_grad
+    self.x = Tensor(x0, requires_grad=self.grad)
+    self.out = self.x
+    for s in self.program: self.out = _tiny_step(self.out, s)
+
+  def loss(self) -> Tensor:
+    w = _rand(tuple(self.ref.shape), self.seed + 1)
+    (self.ref * torch.from_numpy(w)).sum().backward()
+    return (self.out * Tensor(w)).sum()
+
+  def check(self) -> None:
+    _close(self.out.numpy(), self.ref.detach().numpy(), f"value of {self.program} on {self.shape}")
+    if self.grad: _close(self.x.grad.numpy(), self.xt.grad.numpy(), f"gradient of {self.program} on {self.shape}")
+
+
+def _run_batch(progs: list) -> None:
+  """Values and gradients of the programs, realized together: one schedule and one compiler run serve the batch."""
   with Context(CHECK_OOB=1):
-    x = Tensor(x0, requires_grad=grad)
-    out = x
-    for s in program: out = _tiny_step(out, s)
-    _close(out.numpy(), ref.detach().numpy(), f"value of {program}")
-    if grad and ref.requires_grad:
-      w = _rand(tuple(ref.shape), seed + 1)
-      (ref * torch.from_numpy(w)).sum().backward()
-      (out * Tensor(w)).sum().backward()
-      _close(x.grad.numpy(), xt.grad.numpy(), f"gradient of {program}")
+    runs = [_Run(p) for p in progs]
+    Tensor.realize(*[r.out for r in runs])
+    if grads := [r for r in runs if r.grad]:
+      Tensor.stack(*[r.loss() for r in grads]).sum().backward()
+      Tensor.realize(*[r.x.grad for r in grads])
+    for r in runs: r.check()
+
+
+# Compiling dominates a program's cost, so programs run in batches that share a compiler run. In the long mode a
+# failing batch is then run program by program, so the error names the one at fault before hypothesis shrinks it.
+BATCH = int(os.getenv("FUZZ_BATCH", "16"))
+
+
+@fuzz(ci=6, long=100_000 // BATCH)
+@given(st.lists(programs(), min_size=BATCH if long_mode() else 1, max_size=BATCH))
+def test_tensor_programs(progs):
+  try: _run_batch(progs)
+  except Exception:
+    for p in progs: _run_batch([p])
+    raise
