@@ -1,4 +1,6 @@
 """Devices CPU:N, copies between them, and sharded tensors (tinygrad's multi-device API) checked against NumPy."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -235,10 +237,11 @@ def test_copy_command_with_patched_offset():
   ({"RING": 2}, 0, 24, 16),
   # naive: each device copies the 3 others' shards and adds them (one kernel with the mul fused in)
   ({"RING": 0, "ALL2ALL": 0}, 0, 12, 4),
-  # CPU:N share the host's memory: a kernel reads other devices' chunks in place, so only the gather copies remain,
-  # and a ring's hops fuse into one kernel per chunk (the adds in ring order)
-  ({"ALL2ALL": 2}, 1, 12, 8),
-  ({"RING": 2}, 1, 12, 8),
+  # CPU:N share the host's memory: a kernel reads other devices' chunks in place and stores each reduced chunk into
+  # its place on every device (one kernel with 4 stores per chunk), so no copy remains; a ring's hops fuse into that
+  # kernel (the adds in ring order)
+  ({"ALL2ALL": 2}, 1, 0, 8),
+  ({"RING": 2}, 1, 0, 8),
   ({"RING": 0, "ALL2ALL": 0}, 1, 0, 4),
 ])
 def test_allreduce_schedule_counts(algo, zerocopy, copies, kernels):
@@ -323,6 +326,11 @@ def test_group_by_device_keeps_dependencies():
   from tinyhybrid.engine.multi import group_by_device
   # (device, [written slot, read slots...]): 2 reads 0 (written by 0), 3 overwrites 1 which 1 read (after 1), 4 is free
   items = [("A", [0]), ("B", [1, 5]), ("A", [2, 0]), ("B", [5, 6]), ("A", [7])]
-  order = group_by_device([d for d, _ in items], [(None, s, 1) for _, s in items])
+  one = SimpleNamespace(outs=1)
+  order = group_by_device([d for d, _ in items], [(one, s, 1) for _, s in items])
   assert sorted(order) == list(range(5)) and order.index(0) < order.index(2) and order.index(1) < order.index(3)
   assert [items[j][0] for j in order] == ["A", "A", "A", "B", "B"]
+  # a kernel that stores to two slots (prg.outs = 2): the reader of its second output on A waits for it on B
+  progs = [one, SimpleNamespace(outs=2), one]
+  order = group_by_device(["A", "B", "A"], list(zip(progs, [[0], [1, 2, 5], [3, 2]], [1, 1, 1])))
+  assert order == [0, 1, 2]

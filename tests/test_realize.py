@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from tinyhybrid import Tensor
+from tinyhybrid.helpers import GlobalCounters
 from tinyhybrid.engine import realize as engine
 
 
@@ -87,3 +88,33 @@ def test_view_writes_land_in_order():
   x[0:2].assign(Tensor([1.0, 2.0]))
   x[1:3].assign(Tensor([3.0, 4.0]))
   np.testing.assert_equal(x.numpy(), [1.0, 3.0, 4.0])
+
+
+def _kernels_to_realize(*ts: Tensor) -> int:
+  GlobalCounters.reset()
+  Tensor.realize(*ts)
+  return GlobalCounters.kernel_count
+
+
+def test_assigns_of_one_value_are_one_kernel_with_a_store_each():
+  # the value is computed once and stored to every target (engine/multi.py places an allreduce's chunks this way)
+  x = np.arange(24, dtype=np.float32).reshape(4, 6)
+  a, b = Tensor.zeros(4, 6).contiguous().realize(), Tensor.zeros(24).contiguous().realize()
+  c = Tensor.zeros(2, 4, 6).contiguous().realize()
+  v = Tensor(x).exp2() - 3
+  n = _kernels_to_realize(a.assign(v), b.reshape(4, 6).assign(v), c[1].assign(v))
+  assert n == 1
+  want = np.exp2(x) - 3
+  np.testing.assert_allclose(a.numpy(), want, rtol=1e-6)
+  np.testing.assert_allclose(b.numpy(), want.reshape(24), rtol=1e-6)
+  np.testing.assert_allclose(c.numpy(), np.stack([np.zeros_like(want), want]), rtol=1e-6)
+
+
+def test_assigns_of_one_value_stay_apart_when_the_value_reads_a_target():
+  # a.assign(a + 1) and b.assign(a + 1): b gets the value of a before the write, so the stores are not one kernel
+  a, b = Tensor.ones(8).contiguous().realize(), Tensor.zeros(8).contiguous().realize()
+  v = a + 1
+  n = _kernels_to_realize(a.assign(v), b.assign(v))
+  assert n > 1
+  np.testing.assert_equal(a.numpy(), np.full(8, 2, np.float32))
+  np.testing.assert_equal(b.numpy(), np.full(8, 2, np.float32))

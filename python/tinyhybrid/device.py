@@ -149,6 +149,7 @@ class CompiledProgram:
   mem: int = 0
   # runs the kernel and waits for it: its time in seconds as the device measured it (None: the host's clock around call)
   timed: Callable[[list[int], Any], float] | None = None
+  outs: int = 1  # its first `outs` arguments are the buffers it writes (a kernel storing one value to several)
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,10 @@ class Expander:
     return vectorize([scalar(i) for i in range(w)])
 
   def store(self) -> list[UOp]:
-    out, value = self.k.out, self.k.value
+    return [st for out in (self.k.out, *self.k.also) for st in self.store_to(out)]
+
+  def store_to(self, out: UOp) -> list[UOp]:
+    value = self.k.value
     axes = tuple(a for a in self.lane_axes if a in set(self.axes(value)) | set(self.axes(out.src[1])))
     stores = []
     for key in self.keys(axes):

@@ -151,7 +151,7 @@ def symbolic_numel(u: UOp) -> UOp | None:
 class LoweredKernel:
   name: str
   ast: UOp                 # SINK of the store, in kernel IR (after optimize: expanded, see codegen/expand.py)
-  buffers: list[BufferSlot]  # PARAM i is buffers[i]; 0 is the output
+  buffers: list[BufferSlot]  # PARAM i is buffers[i]; 0 is the output (0..outs-1 when it stores to several)
   outer: int               # trip count of the loop split across cores (1: the kernel runs on one core)
   work: int                # total loop iterations, to decide whether splitting is worth it
   opts: tuple[Opt, ...] = ()  # the optimizations applied
@@ -163,6 +163,7 @@ class LoweredKernel:
   sizes: dict[int, tuple[UOp, ...]] = field(default_factory=dict)
   # on a GPU-style device (codegen/gpu.py): (work-groups per dimension, work-items per group per dimension)
   launch: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+  outs: int = 1  # how many buffers it writes: PARAMs 0..outs-1
 
 
 class Lowerer:
@@ -270,6 +271,7 @@ class Lowerer:
     reduce_ranges: list[UOp]
     rng, ranges, reduce_ranges = [], [], []
     collapsed = 1  # the trip count of the reduce loops a gather's one-hot no longer needs
+    dests: list[tuple[UOp, UOp]] = []  # (PARAM, index) of each store of the value
     for i, s in enumerate(full_shape):
       if s == 1: rng.append(_c(0)); continue
       r = UOp(Ops.RANGE, IDX, (_c(s),), (i, AxisType.REDUCE if i in axes else AxisType.LOOP))
@@ -287,25 +289,29 @@ class Lowerer:
       else: val = src if src.dtype == out.dtype else src.cast(out.dtype)
       store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))
     elif out.op is Ops.STORE:
-      # assign: the value goes through the target's view into the target's own buffer
-      base, bidx, cond = through_views(out.src[0], tuple(rng))
-      self.symbolic_size(out.src[0], base)
-      if base.op is not Ops.BUFFER or cond is not None: raise ValueError("assign: the target must be a view of a buffer without padding")
+      # assign: the value goes through the target's view into the target's own buffer (and the same value into the
+      # targets of the item's other assigns, PARAMs 1.. in order)
+      for st in (out, *self.item.also):
+        base, bidx, cond = through_views(st.src[0], tuple(rng))
+        self.symbolic_size(st.src[0], base)
+        if base.op is not Ops.BUFFER or cond is not None: raise ValueError("assign: the target must be a view of a buffer without padding")
+        dests.append((self.param(base.arg), bidx[0]))
       val = self.value(out.src[1], tuple(rng), None)
-      store_idx = bidx[0]
     else:
       val = self.value(out, tuple(rng), None)
       store_idx = _flat(tuple(rng), max_shape(out_shape))
       full_shape = tuple(full_shape) + tuple(self.reduce_sizes)
-    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (self.param(self.item.buffer), store_idx.simplify())), val))
-    ast = UOp.sink(UOp(Ops.END, dtypes.void, (store, *ranges))).simplify()
+    if not dests: dests.append((self.param(self.item.buffer), store_idx))
+    stores = [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (p, i.simplify())), val)) for p, i in dests]
+    body = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
+    ast = UOp.sink(UOp(Ops.END, dtypes.void, (body, *ranges))).simplify()
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
     work = prod(max_shape(full_shape)) // collapsed
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
     return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.reduce_ranges)), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
                          mem=sum(b.size * b.dtype.itemsize for b in self.buffers),
-                         sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes})
+                         sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes}, outs=len(dests))
 
 
 def _and_terms(c: UOp) -> list[UOp]: return [t for s in c.src for t in _and_terms(s)] if c.op is Ops.AND and c.dtype is dtypes.bool else [c]

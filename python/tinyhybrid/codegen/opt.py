@@ -11,7 +11,7 @@ first; `value` holds at most one REDUCE(body, *reduce ranges)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
@@ -76,17 +76,25 @@ class KernelParts:
   value: UOp
   loops: list[UOp]
   reduce: UOp | None
+  also: list[UOp] = field(default_factory=list)  # more INDEXes the same value is stored to (lower.py: an item's `also`)
 
   @staticmethod
   def of(ast: UOp) -> KernelParts:
     end = ast.src[0]
-    store, loops = (end.src[0], list(end.src[1:])) if end.op is Ops.END else (end, [])
-    red = [u for u in store.src[1].toposort() if u.op is Ops.REDUCE]
-    return KernelParts(store.src[0], store.src[1], loops, red[0] if red else None)
+    body, loops = (end.src[0], list(end.src[1:])) if end.op is Ops.END else (end, [])
+    stores = list(body.src) if body.op is Ops.GROUP else [body]
+    red = [u for u in stores[0].src[1].toposort() if u.op is Ops.REDUCE]
+    return KernelParts(stores[0].src[0], stores[0].src[1], loops, red[0] if red else None, [st.src[0] for st in stores[1:]])
 
   def build(self) -> UOp:
-    store = UOp(Ops.STORE, dtypes.void, (self.out, self.value))
-    return UOp.sink(UOp(Ops.END, dtypes.void, (store, *self.loops)))
+    stores = [UOp(Ops.STORE, dtypes.void, (ix, self.value)) for ix in (self.out, *self.also)]
+    body = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
+    return UOp.sink(UOp(Ops.END, dtypes.void, (body, *self.loops)))
+
+  def move_outs(self, subs: dict[UOp, UOp]) -> None:
+    """Every store's index with subs applied."""
+    def moved(ix: UOp) -> UOp: return UOp(Ops.INDEX, ix.dtype, (ix.src[0], ix.src[1].substitute(subs).simplify()))
+    self.out, self.also = moved(self.out), [moved(ix) for ix in self.also]
 
   @property
   def reduce_ranges(self) -> list[UOp]: return list(self.reduce.src[1:]) if self.reduce is not None else []
@@ -108,7 +116,7 @@ class KernelParts:
       subs[self.reduce] = red
       self.reduce = red
     self.value = self.value.substitute(subs).simplify()
-    self.out = UOp(Ops.INDEX, self.out.dtype, (self.out.src[0], self.out.src[1].substitute({old: expr}).simplify()))
+    self.move_outs({old: expr})
     self.loops = [x for r in self.loops for x in ((new, inner) if r is old and inner is not None else (new if r is old else r,))]
 
 
@@ -237,9 +245,10 @@ def merge_loops(ast: UOp, vec: int = 16) -> UOp:
       n = rsize(b)
       m = rng(rsize(a) * n, a.arg[0], AxisType.LOOP)
       subs = {a: m // n, b: m % n}
-      value, out = k.value.substitute(subs).simplify(), k.out.src[1].substitute(subs).simplify()
-      if not any(u.op in _DIVMOD and m in u.toposort() for u in UOp.sink(value, out).toposort()):
-        k = KernelParts.of(KernelParts(UOp(Ops.INDEX, k.out.dtype, (k.out.src[0], out)), value, k.loops[:i] + [m] + k.loops[i + 2:], None).build())
+      merged = KernelParts(k.out, k.value.substitute(subs).simplify(), k.loops[:i] + [m] + k.loops[i + 2:], None, k.also)
+      merged.move_outs(subs)
+      if not any(u.op in _DIVMOD and m in u.toposort() for u in UOp.sink(merged.value, merged.out, *merged.also).toposort()):
+        k = KernelParts.of(merged.build())
         continue
     i += 1
   return k.build()

@@ -90,6 +90,6 @@ def apply_tc(k: KernelParts, axis: int, select: int, ren: Renderer | None, next_
   subs = {m: at(mo, tm, cm), n: at(no, tn, cn)}
   k.value = k.value.substitute({red: new_red}).substitute(subs).simplify()
   k.reduce = next(u for u in k.value.toposort() if u.op is Ops.REDUCE)
-  k.out = UOp(Ops.INDEX, k.out.dtype, (k.out.src[0], k.out.src[1].substitute(subs).simplify()))
+  k.move_outs(subs)
   loops = [o for r in k.loops for o in ([mo] if r is m else [no] if r is n else [r]) if o is not None]
   k.loops = loops + [lane, rc]

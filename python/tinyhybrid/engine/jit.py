@@ -170,10 +170,10 @@ class CapturedJit(Generic[ReturnType]):
     self.devices = [d for d, _, _, _ in runs]
     self.var_slots = {k: s for k, s in slot_of.items() if isinstance(k, UOp)}
     self.rng = [(b, redraw) for b, redraw in capture.rng if id(b) in slot_of]  # the random calls a kernel reads
-    # buffers the kernels write (a kernel's first argument is its output) that are not inputs: an input that is one of
-    # them (a returned tensor fed back in) is copied first, or a kernel would read what another already overwrote
+    # buffers the kernels write (a kernel's first prg.outs arguments are its outputs) that are not inputs: an input that
+    # is one of them (a returned tensor fed back in) is copied first, or a kernel would read what another already overwrote
     input_ids = {id(b) for b in inputs}
-    self.written = {b for ei in self.jit_cache if isinstance(b := self.objs[ei.slots[0]], Buffer) and id(b) not in input_ids}
+    self.written = {b for ei in self.jit_cache for sl in ei.slots[:ei.prg.outs] if isinstance(b := self.objs[sl], Buffer) and id(b) not in input_ids}
     # one pre-encoded batch per device where it can (engine/multi.py), else a runner per run of consecutive kernels
     # and copies on one device
     self.runners: list[Runner] = batch_runners(self.devices, [(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args))

@@ -152,23 +152,29 @@ def resolve_copies(graphs: list[UOp], realize: Realize) -> list[UOp]:
       for s in m.src:
         if _source_range(s) is None and s not in todo: todo[s] = (s, False)
     # memory for every move's result first: a source that is a flat piece of a gather on its own device is computed
-    # straight into its place there (no copy), and the other moves copy it from that place
+    # straight into its place there (no copy), and the other moves copy it from that place. Between host-memory
+    # devices the kernel that computes it stores it into its place in every gather (one kernel, no copies: the
+    # allgather of a ring allreduce), as a kernel reads a copy's source in place.
     dsts = {m: Buffer(Device.canonicalize(m.arg if m.op is Ops.COPY else m.arg[0]), prod(shape_of(m) or ()), m.dtype)
             for m in ready if m not in subs and not (m.op is Ops.COPY and todo.get(m.src[0], (None, False))[1])}
-    homes: dict[UOp, tuple[UOp, UOp]] = {}  # source -> (the gather it is computed into, that STORE)
+    homes: dict[UOp, list[tuple[UOp, UOp]]] = {}  # source -> the gathers it is computed into, with those STOREs
     for m, dst in dsts.items():
       if m.op is not Ops.UNSHARD: continue
       at = 0
       for src in m.src:
-        n = prod(shape_of(src) or ())
-        if src in todo and src not in homes and shape_of(src) == (n,) and str(src.device) == dst.device:
-          homes[src] = (m, UOp(Ops.STORE, src.dtype, (movement(Ops.SHRINK, buffer_uop(dst, (m.arg[1],)), ((at, at + n),)), src)))
+        n, here = prod(shape_of(src) or ()), str(src.device)
+        if src in todo and shape_of(src) == (n,) and (here == dst.device or (ZEROCOPY and _host_memory(here) and _host_memory(dst.device))):
+          st = UOp(Ops.STORE, src.dtype, (movement(Ops.SHRINK, buffer_uop(dst, (m.arg[1],)), ((at, at + n),)), src))
+          placed = homes.setdefault(src, [])
+          placed.insert(0 if here == dst.device else len(placed), (m, st))  # its own device's place first
         at += n
     realized: dict[UOp, UOp] = {}
     if plain := [src for src in todo if src not in homes]:
       realized.update(zip(plain, realize(plain, [str(src.device) for src in plain], True)))
     if homes:
-      realized.update(zip(homes, realize([st for _, st in homes.values()], [str(src.device) for src in homes], False)))
+      stores = [(src, st) for src, placed in homes.items() for _, st in placed]
+      for (src, _), view in zip(stores, realize([st for _, st in stores], [str(src.device) for src, _ in stores], False)):
+        realized.setdefault(src, view)
     wave: list[tuple[Buffer, Buffer, CopySpec]] = []
     for m in ready:
       if m in subs: continue
@@ -178,7 +184,7 @@ def resolve_copies(graphs: list[UOp], realize: Realize) -> list[UOp]:
       dst, at = dsts[m], 0
       for src in m.src:
         nbytes = prod(shape_of(src) or ()) * m.dtype.itemsize
-        if homes.get(src, (None,))[0] is not m:  # (a piece computed into its place here needs no copy)
+        if all(g is not m for g, _ in homes.get(src, ())):  # (a piece computed into its place here needs no copy)
           rng = _source_range(realized.get(src, src))
           assert rng is not None, "a realized copy source is a buffer"
           wave.append((dst, rng[0], CopySpec(nbytes, rng[1], at)))
@@ -210,19 +216,19 @@ def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:
 
 
 def group_by_device(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]]) -> list[int]:
-  """An order of the items (kernels and copies over argument slots; the first slot is what one writes, the others
-  what it reads) with runs on one device as long as the dependencies allow: an item moves ahead of another only when
-  neither writes a slot the other uses. Fewer runs are fewer hand-offs between queues."""
+  """An order of the items (kernels and copies over argument slots; the first prg.outs slots are what one writes, the
+  others what it reads) with runs on one device as long as the dependencies allow: an item moves ahead of another
+  only when neither writes a slot the other uses. Fewer runs are fewer hand-offs between queues."""
   deps: list[set[int]] = []
   writer: dict[int, int] = {}
   readers: dict[int, list[int]] = {}
-  for j, (_, slots, _) in enumerate(items):
+  for j, (prg, slots, _) in enumerate(items):
     d: set[int] = set()
     for k, sl in enumerate(slots):
       if sl in writer: d.add(writer[sl])
-      if k == 0: d.update(readers.pop(sl, ()))
-    for sl in slots[1:]: readers.setdefault(sl, []).append(j)
-    if slots: writer[slots[0]] = j
+      if k < prg.outs: d.update(readers.pop(sl, ()))
+    for sl in slots[prg.outs:]: readers.setdefault(sl, []).append(j)
+    for sl in slots[:prg.outs]: writer[sl] = j
     d.discard(j)
     deps.append(d)
   users: list[list[int]] = [[] for _ in items]

@@ -94,14 +94,14 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   for item in spec.items:
     local, slots = localize(item)
     spec_check(local.out, "kernel graph", "kernelize")
-    kernels.append((ck := (local.out, local.buffer, device, BEAM.value, NOOPT.value, TC.value), slots))
+    kernels.append((ck := (local.out, local.also, local.buffer, device, BEAM.value, NOOPT.value, TC.value), slots))
     if ck in kernel_cache:
       kernel_cache.move_to_end(ck)  # in use: the last to go
       if CHECK_OOB: check_kernel(kernel_cache[ck][0], kernel_cache[ck][1].src)  # lowered before CHECK_OOB was set
       continue
     if ck in fresh: continue
     # another device of the same kind (CPU:1 for CPU) lowered it already: only its compiled program is per device
-    if (same := next((kernel_cache[o] for d in Device.opened(device_base(device)) if (o := (*ck[:2], d, *ck[3:])) in kernel_cache), None)):
+    if (same := next((kernel_cache[o] for d in Device.opened(device_base(device)) if (o := (*ck[:3], d, *ck[4:])) in kernel_cache), None)):
       fresh[ck] = (same[0], same[1].src)
       continue
     with viz.group("kernel") as vg:
@@ -123,7 +123,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   compiled = dict(zip(unique, dev.compile_many(unique))) if unique else {}
   for ck, (k, src) in fresh.items():
     prg = compiled[(k.name, src)]
-    prg.ops, prg.mem = k.ops, k.mem
+    prg.ops, prg.mem, prg.outs = k.ops, k.mem, k.outs
     kernel_cache[ck] = (k, prg)
   phase_times["compile"] += time.perf_counter() - t1
   items = []

@@ -28,10 +28,12 @@ class BufferSlot:
 
 @dataclass
 class KernelItem:
-  """One kernel: compute `out` (a normalized tensor-graph node) into slot `buffer`, reading slots of earlier kernels."""
+  """One kernel: compute `out` (a normalized tensor-graph node) into slot `buffer`, reading slots of earlier kernels.
+  `also`: more assigns of out's value (STOREs to other buffers) that the same kernel makes (see _shared_stores)."""
   out: UOp
   buffer: BufferSlot
   realized: dict[UOp, BufferSlot] = field(default_factory=dict)
+  also: tuple[UOp, ...] = ()
 
 
 @dataclass
@@ -98,8 +100,12 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
   items: list[KernelItem] = []
   realized: dict[UOp, BufferSlot] = {}
   new_slots: list[BufferSlot] = []
+  also = _shared_stores(roots, nodes, ends_kernel)
   for u in nodes:
     if u not in ends_kernel: continue
+    if u in also and not also[u]:  # stored by the kernel of the first assign of its value
+      realized[u] = base_buffer(u.src[0]).arg
+      continue
     # contiguous() of what is already a whole buffer is that buffer, unless it asked for memory of its own (UNIQUE)
     if u.op is Ops.CONTIGUOUS and len(u.src) == 1 and (buf := contiguous_buffer(u.src[0])) is not None:
       realized[u] = buf  # type: ignore[assignment]  # a normalized graph's buffers are slots
@@ -108,7 +114,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
     else:
       slot = BufferSlot(n_inputs + len(new_slots), prod(max_shape(shape_of(u) or ())), u.dtype)
       new_slots.append(slot)
-    items.append(KernelItem(u, slot, realized))  # one shared map: a kernel only reaches nodes realized before it
+    items.append(KernelItem(u, slot, realized, also.get(u, ())))  # one shared map: a kernel only reaches nodes realized before it
     realized[u] = slot
   outputs = []
   for r in roots:
@@ -118,6 +124,27 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
     elif base in realized: outputs.append(("view", realized[base].index))
     else: outputs.append(("none", -1))
   return ScheduleSpec(items, n_inputs, new_slots, outputs)
+
+
+def _shared_stores(roots: list[UOp], nodes: list[UOp], ends: set[UOp]) -> dict[UOp, tuple[UOp, ...]]:
+  """Assigns of one value into several buffers (a reduced chunk of an allreduce placed on every device) made by one
+  kernel that computes the value once and stores it to each: the first assign maps to the others, which map to ().
+  Only requested assigns nothing else uses, of a value that reads none of their buffers, into views of one shape."""
+  by_value: dict[UOp, list[UOp]] = {}
+  for r in dict.fromkeys(roots):
+    if r.op is Ops.STORE and r in ends: by_value.setdefault(r.src[1], []).append(r)
+  groups = [g for g in by_value.values() if len(g) > 1 and len({shape_of(st) for st in g}) == 1]
+  if not groups: return {}
+  users = {s for u in nodes if u.op is not Ops.SINK for s in u.src}
+  # the memory the graph reads anywhere but through an assign's target
+  read = {u for u in UOp.sink(*[r.src[1] if r.op is Ops.STORE else r for r in roots]).toposort() if u.op is Ops.BUFFER}
+  out: dict[UOp, tuple[UOp, ...]] = {}
+  for g in groups:
+    bufs = [base_buffer(st.src[0]) for st in g]
+    if len(set(bufs)) < len(g) or any(st in users or b in read for st, b in zip(g, bufs)): continue
+    out[g[0]] = tuple(g[1:])
+    out.update((st, ()) for st in g[1:])
+  return out
 
 
 SPLIT_RATIO = 32768  # values per output from which a reduce is split

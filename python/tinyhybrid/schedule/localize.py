@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 
-from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem, buffer_uop
+from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem, base_buffer, buffer_uop
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
@@ -43,4 +43,5 @@ def localize(item: KernelItem) -> tuple[KernelItem, list[BufferSlot]]:
     return new[root]
 
   out_slot = local(item.buffer)
-  return KernelItem(rebuild(item.out), out_slot), order
+  for st in item.also: local(base_buffer(st.src[0]).arg)  # the other outputs follow the first
+  return KernelItem(rebuild(item.out), out_slot, also=tuple(rebuild(st) for st in item.also)), order
