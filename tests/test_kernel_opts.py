@@ -13,6 +13,8 @@ from tinyhybrid.codegen.opt import KernelOptError, Opt, OptOps, apply_opts
 from tinyhybrid.codegen.search import actions, finalize
 from tinyhybrid.device import Buffer
 from tinyhybrid.engine.realize import kernel_cache, schedule_cache
+from tinyhybrid.renderer.cstyle import CRenderer, last_level_cache
+from tinyhybrid.runtime.compiler import is_clang
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
 
 RNG = np.random.default_rng(6)
@@ -180,3 +182,25 @@ def test_dead_lanes_of_a_padded_vector():
   src = dev.renderer.render(fk)
   assert "th_float16" in src and "16383u" in src, src  # the live lanes' mask
   np.testing.assert_allclose(run_plan(x * 2, fk.opts), x.numpy() * 2)
+
+
+@pytest.mark.skipif(not is_clang(), reason="vector stores are clang's ext_vector_type (gcc renders scalar code)")
+def test_stores_past_the_cache_bypass_it():
+  """A kernel that stores more than the renderer's stream_bytes (the host's last-level cache) stores its aligned
+  vectors non-temporally and fences them before it returns; the values are the same."""
+  x = _f(1 << 16)
+  t = (Tensor(x).realize() * 3 - 1).relu()
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k)
+  dev = Device["CPU"]
+  fk = finalize(k, opts, dev.renderer.vec)
+  big, small = CRenderer(stream_bytes=(1 << 18) - 1).render(fk), CRenderer(stream_bytes=1 << 18).render(fk)  # stores 256 KiB
+  assert big.count("__builtin_nontemporal_store") >= 1 and "__builtin_ia32_sfence" in big
+  assert "nontemporal" not in small and "sfence" not in small
+  prg = dev.compile(fk.name, big)
+  out = Buffer("CPU", k.buffers[0].size, k.buffers[0].dtype)
+  inp = Buffer("CPU", x.size, k.buffers[1].dtype)
+  inp.copyin(memoryview(x.data))
+  prg.call([out.address, inp.address], max(1, min(fk.outer, dev.max_threads)))
+  np.testing.assert_array_equal(out.numpy(), np.maximum(x * 3 - 1, 0))
+  assert 1 << 20 <= last_level_cache() <= 1 << 34

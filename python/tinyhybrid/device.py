@@ -246,6 +246,14 @@ class Target:
 RENDERERS = ("CUDA", "PTX")  # renderers a target may name
 
 
+@functools.lru_cache(maxsize=4096)
+def _canonical_name(device: str) -> str:
+  """A device name in canonical form (names are asked for per node while graphs are lowered: parsed once each)."""
+  t = Target.parse(device)
+  if t.device not in _DeviceRegistry._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(_DeviceRegistry._known)} (as NAME or NAME:index)")
+  return str(t)
+
+
 class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
   DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1 set, else CPU.
@@ -265,9 +273,7 @@ class _DeviceRegistry:
       if not device: raise ValueError("an empty tuple of devices")
       return tuple(self.canonicalize(d) for d in device)
     if not isinstance(device, str): raise TypeError(f"a device is a name like 'CPU:1' or a tuple of them, not {type(device).__name__}")
-    t = Target.parse(device)
-    if t.device not in self._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(self._known)} (as NAME or NAME:index)")
-    return str(t)
+    return _canonical_name(device)
 
   def __getitem__(self, device: str) -> Compiled:
     if not isinstance(device, str): raise TypeError(f"Device[...] takes one device name, not {device!r}")

@@ -120,14 +120,19 @@ class UOp(_core.UOp):
     """The device of the memory this graph reads (None for a graph of constants only, which has no device); a tuple
     for a graph of a tensor sharded across devices (an MSTACK's)."""
     from tinyhybrid.device import Buffer
-    dev: dict[UOp, Any] = {}
-    for u in self.toposort():
-      if u.op is Ops.MSTACK: dev[u] = u.arg[0]
-      elif u.op is Ops.BUFFER: dev[u] = u.arg.device if isinstance(u.arg, Buffer) else None
-      elif (u.op is Ops.COPY or u.op is Ops.DEVICE) and isinstance(u.arg, (str, tuple)): dev[u] = u.arg
-      elif u.op is Ops.UNSHARD: dev[u] = u.arg[0]  # pieces from any device, put together on arg[0]
-      else: dev[u] = next((d for s in u.src if (d := dev[s]) is not None), None)
-    return dev[self]
+    if "_device" in (own := self.__dict__): return own["_device"]
+    # kept on each node's wrapper (a node never changes), so asking again, or of a graph that grows this one, walks
+    # only new nodes; a source whose wrapper was collected since (and its answer with it) is asked again
+    nodes = list(self.toposort(gate=lambda n: "_device" not in n.__dict__))
+    for u in nodes:
+      if "_device" in (known := u.__dict__): continue
+      if u.op is Ops.MSTACK: dev = u.arg[0]
+      elif u.op is Ops.BUFFER: dev = u.arg.device if isinstance(u.arg, Buffer) else None
+      elif (u.op is Ops.COPY or u.op is Ops.DEVICE) and isinstance(u.arg, (str, tuple)): dev = u.arg
+      elif u.op is Ops.UNSHARD: dev = u.arg[0]  # pieces from any device, put together on arg[0]
+      else: dev = next((sd for s in u.src if (sd := s.device) is not None), None)
+      known["_device"] = dev
+    return own["_device"]
 
   def has_buffer_identity(self, after_ok: bool = False) -> bool:
     """Whether this node is a buffer's memory as a whole (a BUFFER, or a reshape of one)."""
