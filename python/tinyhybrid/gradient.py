@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.uop import Ops
+from tinyhybrid.schedule.multi import select_shard
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
 
@@ -124,6 +125,15 @@ def _rules() -> dict[Ops, Callable[[Tensor, Tensor, list[Tensor]], Grads]]:
     axes = _expanded_axes(x[0].shape, out.shape)
     # summed in the accumulator dtype (float32 for half and bfloat16) as torch does, then back to the gradient's dtype
     return (g.sum(axes, keepdim=True).cast(g.dtype) if axes else g,)
+  def mstack_grad(g: Tensor, out: Tensor, x: list[Tensor]) -> Grads:
+    # each source gets its device's shard of the gradient; a replica's copies are one value, whose gradient is taken
+    # once (source 0's), not once per device
+    devices, axis = out.uop.arg
+    def shard(i: int) -> Tensor:
+      t = g._wrap(select_shard(g.uop, devices, i, axis))
+      t.device = devices[i]
+      return t
+    return tuple(None if axis is None and i else shard(i) for i in range(len(x)))
   def permute_grad(g: Tensor, out: Tensor, x: list[Tensor]) -> Grads:
     order = out.uop.arg
     inv = [0] * len(order)
@@ -152,11 +162,13 @@ def _rules() -> dict[Ops, Callable[[Tensor, Tensor, list[Tensor]], Grads]]:
     Ops.SHRINK: lambda g, out, x: (g.pad(tuple((b, s - e) for (b, e), s in zip(out.uop.arg, x[0].shape))),),
     Ops.FLIP: lambda g, out, x: (g.flip(tuple(i for i, f in enumerate(out.uop.arg) if f)),),
     Ops.REDUCE: reduce_grad,
+    Ops.COPY: lambda g, out, x: (g.to(x[0].device),),  # the gradient goes back to where the value came from
+    Ops.MSTACK: mstack_grad,
   }
 
 
 _RULES = _rules()
-_NO_GRAD = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.DETACH, Ops.BUFFER, Ops.MSTACK, Ops.CONST, Ops.IOTA, Ops.AND, Ops.OR, Ops.XOR,
+_NO_GRAD = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.DETACH, Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.AND, Ops.OR, Ops.XOR,
             Ops.SHL, Ops.SHR, Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD, Ops.BITCAST}
 
 
@@ -169,6 +181,14 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
   on_path: dict[UOp, bool] = {}
   for u in nodes: on_path[u] = u in target_set or any(on_path[s] for s in u.src)
   grads: dict[UOp, Tensor] = {root.uop: root_grad}
+  # a graph across devices (copies, sharded values) has nodes on other devices than the root's: each node's tensor
+  # is put on its own
+  across = any(u.op is Ops.COPY or u.op is Ops.MSTACK for u in nodes)
+
+  def wrap(u: UOp) -> Tensor:
+    t = root._wrap(u)
+    if across and (d := u.device) is not None: t.device = d
+    return t
   rule: Rule | None
   for u in reversed(nodes):
     if u not in grads or not on_path[u]: continue
@@ -181,12 +201,12 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
       rule, params, src = _RULES.get(u.op), (), u.src
       if rule is None: raise NotImplementedError(f"no gradient for {u.op.name}")
     if not any(on_path[s] for s in src): continue
-    out = root._wrap(u)
-    for s, g in zip(src, rule(grads[u], out, [root._wrap(x) for x in src], *params)):
+    out = wrap(u)
+    for s, g in zip(src, rule(grads[u], out, [wrap(x) for x in src], *params)):
       if g is None or not on_path[s]: continue
       if g.dtype is not s.dtype and s.dtype._is_float and not s.dtype._is_weak: g = g.cast(s.dtype)
       if shape_of(s) != g.shape: g = g.reshape(shape_of(s))  # type: ignore[arg-type]  # a node with a gradient has a shape
       grads[s] = grads[s] + g if s in grads else g
   for t in targets:
-    if t not in grads and t in on_path: grads[t] = root._wrap(t).zeros_like()
+    if t not in grads and t in on_path: grads[t] = wrap(t).zeros_like()
   return {t: grads[t] for t in targets if t in grads}

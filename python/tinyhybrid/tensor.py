@@ -353,14 +353,20 @@ class Tensor(TensorAPI):
     return ret
 
   def to(self, device: str | tuple[str, ...] | None) -> Tensor:
-    """This tensor on another device (the same tensor when it is already there), copied by a copy command on the
-    destination's queue; to a tuple of devices, a replica on each (shard with axis None). A sharded tensor is gathered."""
+    """This tensor on another device (the same tensor when it is already there): lazy, a COPY node that a copy command
+    on the destination's queue carries out when it is realized (or, between CPU:N devices, that a kernel reads in
+    place), and that gradients flow back through; to a tuple of devices, a replica on each (shard with axis None). A
+    sharded tensor is gathered (now)."""
     dev = Device.canonicalize(device)
     if dev == self.device: return self
     if type(dev) is tuple: return self.shard(dev)
     if type(self.device) is tuple:
       out = Tensor(self.numpy(), device=dev, dtype=self.dtype)
-    else:
+    elif self.device is None: out = Tensor(self.uop, device=dev)  # a constant without a device is made where it is used
+    elif all(type(d) is int for d in self.shape):
+      out = self._wrap(copy_to(self.uop, dev))
+      out.device = dev
+    else:  # a symbolic shape: its memory (laid out in the shape's largest value) copied now
       from tinyhybrid.engine.multi import copy_buffer
       out = Tensor.empty(self.shape, dtype=self.dtype, device=dev)
       if self.numel(): copy_buffer(out._buffer(), self._buffer())
@@ -500,7 +506,7 @@ class Tensor(TensorAPI):
     tensors = [self, *lst]
     if any(type(t.device) is tuple for t in tensors):
       raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
-    linear = engine.Linear(_plan(tensors))
+    linear = engine.Linear(_plan(tensors, across=False))
     return linear, {v.arg[0]: val for st in linear.steps for v, val in st.var_vals.items()}
 
   def schedule_linear(self, *lst: Tensor) -> engine.Linear:
@@ -525,17 +531,20 @@ def _realize(tensors: list[Tensor]) -> None:
   for st in _plan(tensors): engine.run_step(st)
 
 
+def _realize_graphs(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:
+  """engine/multi.py's way to realize graphs, each on its device: their realized views (contiguous: in memory of
+  their own)."""
+  ts = [Tensor(g, device=d) for g, d in zip(graphs, devices)]
+  if contiguous: ts = [t.contiguous() for t in ts]
+  _realize([t for t in ts if not buffer_view(t.uop)])
+  return [t.uop.src[0] if t.uop.op is Ops.AFTER else t.uop for t in ts]  # (the views, without autograd's history)
+
+
 def realize_sharded(tensors: Sequence[Tensor]) -> None:
   """Realizes tensors sharded across devices (engine/multi.py, which works on graphs): every tensor whose graph holds
   them then reads the MSTACK of their realized shards. Realizing each device's graphs is handed to it from here."""
   from tinyhybrid.engine.multi import realize_multi
-
-  def realize(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:
-    ts = [Tensor(g, device=d) for g, d in zip(graphs, devices)]
-    if contiguous: ts = [t.contiguous() for t in ts]
-    _realize([t for t in ts if not buffer_view(t.uop)])
-    return [t.uop for t in ts]
-
+  realize = _realize_graphs
   groups: dict[tuple[str, ...], list[Tensor]] = {}
   for t in tensors:
     if not is_realized_multi(t.uop): groups.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
@@ -546,10 +555,35 @@ def realize_sharded(tensors: Sequence[Tensor]) -> None:
     _apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
 
 
-def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[engine.Step]:
+def _moves_data(roots: list[UOp]) -> bool:
+  """Whether single-device graphs read values from other devices (COPY nodes, or shards of sharded values: MSELECT),
+  not counting a realized node's history."""
+  return any(u.op is Ops.COPY or u.op is Ops.MSELECT for u in UOp.sink(*roots).toposort(gate=lambda n: n.op is not Ops.AFTER))
+
+
+def _realize_across(tensors: list[Tensor]) -> None:
+  """Realizes single-device tensors whose graphs read other devices' values (engine/multi.py: the copies run first).
+  A realized tensor that one wanting gradients is computed from keeps its graph under its buffer (AFTER)."""
+  from tinyhybrid.engine.multi import realize_across
+  roots = [t.uop for t in tensors]
+  views = realize_across(roots, [t.device for t in tensors], _realize_graphs)
+  wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
+  history = bool(wants_grad) and any(u in wants_grad for u in UOp.sink(*roots).toposort())
+  becomes = {r: UOp(Ops.AFTER, r.dtype, (v, r)) if history and _strip_reshapes(r).op is not Ops.STORE else v for r, v in zip(roots, views)}
+  # realizing the copies' sources may have rewritten these tensors' graphs (a realized node inside them): both forms
+  _apply_becomes({**becomes, **{t.uop: becomes[r] for t, r in zip(tensors, roots)}})
+
+
+def _strip_reshapes(u: UOp) -> UOp:
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u
+
+
+def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) -> list[engine.Step]:
   """Each device's step that realizes these tensors (engine.prepare, then engine.bind); its first run points them at
   their results. Pending writes the graphs read (unless view_writes is off: running one of them), and lazy tensors
-  that must see a buffer before this plan writes it, are run first."""
+  that must see a buffer before this plan writes it, are run first. Tensors whose graphs read other devices' values
+  are realized here and now (_realize_across; unless across is off: an error)."""
   if view_writes: _run_view_writes(tensors)
   by_device: dict[str, list[Tensor]] = {}
   for t in tensors:
@@ -565,6 +599,12 @@ def _plan(tensors: list[Tensor], view_writes: bool = True) -> list[engine.Step]:
       if t.uop in consts and t.uop in seen: t.uop = _new_memory(t.uop)
       seen.add(t.uop)
     p = engine.prepare(device, [t.uop for t in ts])
+    # a graph that reads other devices' values is never compiled as it is (its copies run first), so only a graph
+    # without a plan yet is looked through for them
+    if p.cs is None and _moves_data(p.roots):
+      if not across: raise NotImplementedError("a graph that copies between devices runs its copies while it is planned; realize() it")
+      _realize_across(ts)
+      continue
     # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first (a write
     # through a view is seen by every tensor on its memory instead, as in tinygrad)
     if written := p.written():

@@ -22,7 +22,7 @@ from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Devi
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.helpers import PROFILE, ContextVar, prod
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
-from tinyhybrid.schedule.multi import Sharded, lower_multi
+from tinyhybrid.schedule.multi import Sharded, lower_multi, lower_selects
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, movement
 from tinyhybrid.uop.shape import shape_of
@@ -205,6 +205,17 @@ def realize_multi(roots: list[UOp], devices: tuple[str, ...], realize: Realize) 
   n = len(devices)
   done = realize(flat, [devices[i % n] for i in range(len(flat))], False)
   return [UOp(Ops.MSTACK, r.dtype, tuple(done[k * n:(k + 1) * n]), (devices, s.axis)) for k, (r, s) in enumerate(zip(roots, lowered))]
+
+
+def realize_across(roots: list[UOp], devices: list[str], realize: Realize) -> list[UOp]:
+  """Realizes graphs, each on its own device, that read values from other devices (COPY nodes, and MSELECTs: shards
+  of sharded values): the shards are lowered to graphs of their devices, the copies run, then the graphs are realized
+  on their devices. Returns each root's realized view."""
+  # a realized node's history (AFTER(view, how it was computed), kept for autograd) is not computed again
+  live = UOp.sink(*roots).toposort(gate=lambda n: n.op is not Ops.AFTER)
+  done = {a: a.src[0] for a in [*roots, *(s for n in live for s in n.src)] if a.op is Ops.AFTER}
+  graphs = [r.substitute(done) for r in roots] if done else roots
+  return realize(resolve_copies(lower_selects(graphs), realize), devices, False)
 
 
 def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:

@@ -53,6 +53,12 @@ def copy_to(u: UOp, device: str) -> UOp:
   return UOp(Ops.COPY, u.dtype, (u,), device)
 
 
+def select_shard(u: UOp, devices: tuple[str, ...], i: int, axis: int | None) -> UOp:
+  """Device i's shard of the sharded value u (sharded across `devices` on `axis`; None: its whole value), a graph on
+  that one device (an MSELECT node, arg (devices, i, axis); lower_selects turns it into the shard's graph)."""
+  return UOp(Ops.MSELECT, u.dtype, (u,), (devices, i, axis))
+
+
 def _shrink_axis(u: UOp, axis: int, bound: tuple[int, int]) -> UOp:
   shape = shape_of(u)
   assert shape is not None
@@ -151,7 +157,8 @@ class _Lowerer:
       if tuple(u.arg[0]) != self.devices:
         raise ShardingError(f"tensors sharded across different devices meet: {u.arg[0]} and {self.devices}")
       return Sharded(tuple(u.src), u.arg[1])
-    if op in _LEAVES: return self.free(u)
+    # (a shard taken out of another sharded value belongs to a single-device graph: the shards of MSTACKs hold those)
+    if op in _LEAVES or op is Ops.MSELECT: return self.free(u)
     srcs = [self.memo[s] for s in u.src]
     if all(s.free for s in srcs): return self.free(u)
     if op is Ops.BUFFER or (op is Ops.COPY and u.arg not in self.devices):
@@ -224,3 +231,19 @@ def lower_multi(roots: list[UOp], devices: tuple[str, ...]) -> list[Sharded]:
   """Each root's graph on each device (see the module's notes)."""
   lw = _Lowerer(devices)
   return [lw.lower(r) for r in roots]
+
+
+def lower_selects(roots: list[UOp]) -> list[UOp]:
+  """Single-device graphs with every MSELECT replaced by the graph of the shard it takes, lowered as lower_multi does
+  (its COPY nodes are then left to engine/multi.py). Inner ones first: the shards of a sharded value may hold MSELECTs
+  of another one."""
+  sels = [u for u in UOp.sink(*roots).toposort() if u.op is Ops.MSELECT]
+  if not sels: return roots
+  lowerers: dict[tuple[str, ...], _Lowerer] = {}
+  subs: dict[UOp, UOp] = {}
+  for u in sels:
+    devices, i, axis = u.arg
+    lw = lowerers.setdefault(devices, _Lowerer(devices))
+    src = u.src[0].substitute(subs) if subs else u.src[0]
+    subs[u] = lw.to_axis(lw.lower(src), axis).shards[i]
+  return [r.substitute(subs) for r in roots]

@@ -130,6 +130,7 @@ class UOp(_core.UOp):
       elif u.op is Ops.BUFFER: dev = u.arg.device if isinstance(u.arg, Buffer) else None
       elif (u.op is Ops.COPY or u.op is Ops.DEVICE) and isinstance(u.arg, (str, tuple)): dev = u.arg
       elif u.op is Ops.UNSHARD: dev = u.arg[0]  # pieces from any device, put together on arg[0]
+      elif u.op is Ops.MSELECT: dev = u.arg[0][u.arg[1]]  # one shard of a sharded value, on its device
       else: dev = next((sd for s in u.src if (sd := s.device) is not None), None)
       known["_device"] = dev
     return own["_device"]

@@ -33,6 +33,9 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
   if op is Ops.STORE: return s
   if op is Ops.REDUCE: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
   if op is Ops.UNSHARD: return (u.arg[1],)  # flat pieces put together on one device (arg: device, items)
+  if op is Ops.MSELECT:  # one device's shard of a sharded value (arg: devices, index, axis)
+    axis = u.arg[2]
+    return s if axis is None else s[:axis] + (s[axis] // len(u.arg[0]),) + s[axis + 1:]
   if op is Ops.MSTACK:  # one shard per device (arg: devices, axis): the whole tensor's shape
     axis = u.arg[1]
     return s if axis is None else s[:axis] + (s[axis] * len(u.src),) + s[axis + 1:]
