@@ -19,8 +19,10 @@ def test_devices_are_separate():
   assert a.device == "CPU:1" and Device["CPU:1"] is not Device["CPU:2"] and Device["CPU:0"] is Device["CPU"]
   assert Device["CPU:1"].queue is not Device["CPU:2"].queue
   before = Device["CPU:2"].allocator.used
-  b = a.to("CPU:2")
-  assert b.device == "CPU:2" and Device["CPU:2"].allocator.used == before + 20
+  b = a.to("CPU:2")  # lazy: the copy's memory is allocated when it is realized
+  assert b.device == "CPU:2" and Device["CPU:2"].allocator.used == before
+  b.realize()
+  assert Device["CPU:2"].allocator.used == before + 20
   np.testing.assert_equal((b * 2).numpy(), np.arange(5) * 2)
   c = Tensor([1.0, 2.0], device="CPU:3")
   c.to_("CPU:1")
@@ -334,3 +336,123 @@ def test_group_by_device_keeps_dependencies():
   progs = [one, SimpleNamespace(outs=2), one]
   order = group_by_device(["A", "B", "A"], list(zip(progs, [[0], [1, 2, 5], [3, 2]], [1, 1, 1])))
   assert order == [0, 1, 2]
+
+
+# ** gradients across devices: to() is a COPY node (its gradient is copied back), shard() an MSTACK (each source gets
+# its device's shard of the gradient; a replica's gradient is taken once) **
+
+def _torch_grad(f, *arrays):
+  import torch
+  ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+  out = f(*ts)
+  out.backward()
+  return out.item(), [t.grad.numpy() for t in ts]
+
+
+@pytest.mark.parametrize("devices", [D2, D4], ids=["2dev", "4dev"])
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("fn", ["sumsq", "matmul", "mean"])
+def test_grad_through_shard(devices, axis, fn):
+  w = rng.standard_normal((4, 8)).astype(np.float32)
+  inp = rng.standard_normal((3, 4)).astype(np.float32)
+  fns = {"sumsq": lambda W, I: (W ** 2).sum(), "matmul": lambda W, I: (I @ W).sin().sum(), "mean": lambda W, I: (W * 3 + 1).mean()}
+  f = fns[fn]
+  t = Tensor(w, requires_grad=True)
+  loss = f(t.shard(devices, axis=axis), Tensor(inp).shard(devices))
+  loss.backward()
+  ref_loss, (ref_grad,) = _torch_grad(lambda W: f(W, __import__("torch").tensor(inp)), w)
+  assert t.grad.device == "CPU" and t.grad.shape == w.shape
+  np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(t.grad.numpy(), ref_grad, rtol=1e-5, atol=1e-5)
+
+
+def test_grad_through_shard_from_another_device():
+  # the source lives on CPU:2, sharded over devices that do not include it: every part of the gradient goes back there
+  x = rng.standard_normal((6, 3)).astype(np.float32)
+  t = Tensor(x, device="CPU:2", requires_grad=True)
+  (t.shard(D3, axis=0).exp() * 2).sum().backward()
+  assert t.grad.device == "CPU:2"
+  np.testing.assert_allclose(t.grad.numpy(), 2 * np.exp(x), rtol=1e-6)
+
+
+def test_grad_through_to_and_back():
+  import torch
+  x = rng.standard_normal((5, 4)).astype(np.float32)
+  c = rng.standard_normal((5, 4)).astype(np.float32)
+  t = Tensor(x, requires_grad=True)
+  y = t.to("CPU:1")
+  assert y.device == "CPU:1" and y.requires_grad
+  loss = ((y.exp() * 2).to("CPU") * Tensor(c)).sum()
+  loss.backward()
+  ref_loss, (ref,) = _torch_grad(lambda a: ((a.exp() * 2) * torch.tensor(c)).sum(), x)
+  assert t.grad.device == "CPU" and y.grad.device == "CPU:1"
+  np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-5)
+  np.testing.assert_allclose(t.grad.numpy(), ref, rtol=1e-5)
+  np.testing.assert_allclose(y.grad.numpy(), ref, rtol=1e-5)
+  # a leaf on another device, the loss on the default one
+  x2 = Tensor(np.arange(8, dtype=np.float32), device="CPU:3", requires_grad=True)
+  (x2.to("CPU") * 3).sum().backward()
+  assert x2.grad.device == "CPU:3" and x2.grad.tolist() == [3.0] * 8
+
+
+def test_grad_after_reading_a_copy():
+  # reading a copied value does not cut its graph: backward still reaches the source
+  x = np.arange(6, dtype=np.float32)
+  t = Tensor(x, requires_grad=True)
+  y = t.to("CPU:1") * 3
+  np.testing.assert_allclose(y.numpy(), x * 3)
+  (y * y).sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), 18 * x)
+
+
+def test_grad_chain_to_shard_reduce():
+  import torch
+  x = rng.standard_normal((8, 6)).astype(np.float32)
+  t = Tensor(x, requires_grad=True)
+  s = t.to("CPU:1").shard(D4, axis=0)
+  loss = (s.sum(1) ** 2).sum() + s.max()
+  loss.backward()
+  ref_loss, (ref,) = _torch_grad(lambda a: (a.sum(1) ** 2).sum() + a.max(), x)
+  assert t.grad.device == "CPU"
+  np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-5)
+  np.testing.assert_allclose(t.grad.numpy(), ref, rtol=1e-5, atol=1e-5)
+  del torch
+
+
+def test_to_is_lazy():
+  from tinyhybrid.helpers import GlobalCounters
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  a = Tensor(x).realize()
+  b = a * 2 + 1
+  before = GlobalCounters.kernel_count
+  c = b.to("CPU:1")
+  assert c.device == "CPU:1" and c.shape == (3, 4) and GlobalCounters.kernel_count == before
+  np.testing.assert_allclose(c.numpy(), x * 2 + 1)
+  assert GlobalCounters.kernel_count > before
+  # the copy is memory of its own: writing the source afterwards leaves it alone, and a copy still lazy when its
+  # source is overwritten reads the values from before the write
+  d = a.to("CPU:2")
+  a.assign(Tensor.zeros(3, 4)).realize()
+  np.testing.assert_allclose(c.numpy(), x * 2 + 1)
+  np.testing.assert_allclose(d.numpy(), x)
+  np.testing.assert_allclose(a.numpy(), 0)
+  # constants and chains of copies
+  assert Tensor(3.0).to("CPU:1").device == "CPU:1" and Tensor(3.0).to("CPU:1").item() == 3.0
+  np.testing.assert_allclose(Tensor(x).to("CPU:1").to("CPU:2").to("CPU").numpy(), x)
+  np.testing.assert_allclose((Tensor(x).to("CPU:1") + Tensor(x, device="CPU:1")).numpy(), 2 * x)
+
+
+def test_to_in_plan_api_and_jit():
+  t = Tensor([1.0, 2.0]).to("CPU:1")
+  with pytest.raises(NotImplementedError): t.schedule_linear()
+  np.testing.assert_allclose(t.numpy(), [1.0, 2.0])
+
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x.to("CPU:1") * 2).to("CPU:2").realize()
+
+  for _ in range(4):
+    xn = rng.standard_normal(5).astype(np.float32)
+    out = f(Tensor(xn))
+    assert out.device == "CPU:2"
+    np.testing.assert_allclose(out.numpy(), xn * 2)
+  assert f.captured is not None

@@ -182,12 +182,12 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
   for u in nodes: on_path[u] = u in target_set or any(on_path[s] for s in u.src)
   grads: dict[UOp, Tensor] = {root.uop: root_grad}
   # a graph across devices (copies, sharded values) has nodes on other devices than the root's: each node's tensor
-  # is put on its own
+  # is put on its own (a constant, which has none, on its user's)
   across = any(u.op is Ops.COPY or u.op is Ops.MSTACK for u in nodes)
 
-  def wrap(u: UOp) -> Tensor:
+  def wrap(u: UOp, user: Tensor | None = None) -> Tensor:
     t = root._wrap(u)
-    if across and (d := u.device) is not None: t.device = d
+    if across: t.device = d if (d := u.device) is not None else (root if user is None else user).device
     return t
   rule: Rule | None
   for u in reversed(nodes):
@@ -201,8 +201,8 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
       rule, params, src = _RULES.get(u.op), (), u.src
       if rule is None: raise NotImplementedError(f"no gradient for {u.op.name}")
     if not any(on_path[s] for s in src): continue
-    out = wrap(u)
-    for s, g in zip(src, rule(grads[u], out, [wrap(x) for x in src], *params)):
+    out = wrap(u, grads[u])
+    for s, g in zip(src, rule(grads[u], out, [wrap(x, out) for x in src], *params)):
       if g is None or not on_path[s]: continue
       if g.dtype is not s.dtype and s.dtype._is_float and not s.dtype._is_weak: g = g.cast(s.dtype)
       if shape_of(s) != g.shape: g = g.reshape(shape_of(s))  # type: ignore[arg-type]  # a node with a gradient has a shape
