@@ -134,6 +134,14 @@ def _rules() -> dict[Ops, Callable[[Tensor, Tensor, list[Tensor]], Grads]]:
       t.device = devices[i]
       return t
     return tuple(None if axis is None and i else shard(i) for i in range(len(x)))
+  def mselect_grad(g: Tensor, out: Tensor, x: list[Tensor]) -> Grads:
+    # the whole value taken (axis None): its gradient is g on every device; one shard taken: g there, zeros elsewhere
+    devices, i, axis = out.uop.arg
+    if axis is None: return (g.shard(devices),)
+    zero = g.zeros_like().uop
+    t = g._wrap(UOp(Ops.MSTACK, g.dtype, tuple(g.uop if j == i else zero for j in range(len(devices))), (devices, axis)))
+    t.device = devices
+    return (t,)
   def permute_grad(g: Tensor, out: Tensor, x: list[Tensor]) -> Grads:
     order = out.uop.arg
     inv = [0] * len(order)
@@ -164,6 +172,7 @@ def _rules() -> dict[Ops, Callable[[Tensor, Tensor, list[Tensor]], Grads]]:
     Ops.REDUCE: reduce_grad,
     Ops.COPY: lambda g, out, x: (g.to(x[0].device),),  # the gradient goes back to where the value came from
     Ops.MSTACK: mstack_grad,
+    Ops.MSELECT: mselect_grad,
   }
 
 
@@ -183,7 +192,7 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
   grads: dict[UOp, Tensor] = {root.uop: root_grad}
   # a graph across devices (copies, sharded values) has nodes on other devices than the root's: each node's tensor
   # is put on its own (a constant, which has none, on its user's)
-  across = any(u.op is Ops.COPY or u.op is Ops.MSTACK for u in nodes)
+  across = any(u.op is Ops.COPY or u.op is Ops.MSTACK or u.op is Ops.MSELECT for u in nodes)
 
   def wrap(u: UOp, user: Tensor | None = None) -> Tensor:
     t = root._wrap(u)

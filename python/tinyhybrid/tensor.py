@@ -23,7 +23,7 @@ from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
-from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, shard_bounds
+from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, select_shard, shard_bounds
 
 ConstType = int | float | bool
 
@@ -299,7 +299,9 @@ class Tensor(TensorAPI):
     out = []
     for t in targets:
       if t.uop not in grads: raise RuntimeError(f"gradient: a target with shape {t.shape} is not in the graph of this tensor")
-      out.append(grads[t.uop])
+      g = grads[t.uop]
+      # (a target computed from constants only has no device in its graph: its gradient is put on the target's)
+      out.append(g.to(t.device) if type(g.device) is str and type(t.device) is str and g.device != t.device else g)
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -360,8 +362,14 @@ class Tensor(TensorAPI):
     dev = Device.canonicalize(device)
     if dev == self.device: return self
     if type(dev) is tuple: return self.shard(dev)
-    if type(self.device) is tuple:
+    if type(self.device) is tuple and any(type(d) is not int for d in self.shape):
       out = Tensor(self.numpy(), device=dev, dtype=self.dtype)
+    elif type(self.device) is tuple:  # gathered on the destination (or the first device, and copied from there)
+      devs = self.device
+      i = devs.index(dev) if dev in devs else 0
+      out = self._wrap(select_shard(self.uop, devs, i, None))
+      out.device = devs[i]
+      out = out.to(dev)
     elif self.device is None: out = Tensor(self.uop, device=dev)  # a constant without a device is made where it is used
     elif all(type(d) is int for d in self.shape):
       out = self._wrap(copy_to(self.uop, dev))

@@ -136,6 +136,16 @@ class _Lowerer:
               for s, b in zip(x.shards, shard_bounds(full, self.n))]
     return Sharded(tuple(allreduce(Ops.ADD, padded, self.devices)), None)
 
+  def gather(self, x: Sharded, i: int) -> UOp:
+    """x's whole value on device i alone: every other shard copied there, each padded to its place, and summed."""
+    if x.axis is None: return x.shards[i]
+    shape = shape_of(x.shards[0])
+    assert shape is not None
+    full = shape[x.axis] * self.n
+    parts = [movement(Ops.PAD, s if j == i else copy_to(s, self.devices[i]), tuple((b[0], full - b[1]) if k == x.axis else (0, 0) for k in range(len(shape))))
+             for j, (s, b) in enumerate(zip(x.shards, shard_bounds(full, self.n)))]
+    return _combine(Ops.ADD, parts)
+
   def to_axis(self, x: Sharded, axis: int | None) -> Sharded:
     """x sharded on `axis` (None: replicated)."""
     if x.axis == axis or (x.free and shape_of(x.shards[0]) is None): return x  # (a UNIQUE has no shape to shard)
@@ -245,5 +255,7 @@ def lower_selects(roots: list[UOp]) -> list[UOp]:
     devices, i, axis = u.arg
     lw = lowerers.setdefault(devices, _Lowerer(devices))
     src = u.src[0].substitute(subs) if subs else u.src[0]
-    subs[u] = lw.to_axis(lw.lower(src), axis).shards[i]
+    x = lw.lower(src)
+    # the whole value on one device: gathered there (not replicated on every device first)
+    subs[u] = lw.gather(x, i) if axis is None else lw.to_axis(x, axis).shards[i]
   return [r.substitute(subs) for r in roots]
