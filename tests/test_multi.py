@@ -456,3 +456,57 @@ def test_to_in_plan_api_and_jit():
     assert out.device == "CPU:2"
     np.testing.assert_allclose(out.numpy(), xn * 2)
   assert f.captured is not None
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("dest", ["CPU:1", "CPU:3"])
+def test_gather_is_lazy_and_differentiable(axis, dest):
+  import torch
+  from tinyhybrid.helpers import GlobalCounters
+  x = rng.standard_normal((6, 6)).astype(np.float32)
+  t = Tensor(x, requires_grad=True)
+  s = (t.shard(D3, axis=axis) * 2).exp()
+  before = GlobalCounters.kernel_count
+  g = s.to(dest)  # dest among the devices (gathered there) or not (gathered on the first, then copied)
+  assert g.device == dest and g.shape == (6, 6) and GlobalCounters.kernel_count == before
+  np.testing.assert_allclose(g.numpy(), np.exp(x * 2), rtol=1e-6)
+  loss = (g * Tensor(x, device=dest)).sum()
+  loss.backward()
+  ref_loss, (ref,) = _torch_grad(lambda a: ((a * 2).exp() * torch.tensor(x)).sum(), x)
+  assert t.grad.device == "CPU"
+  np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-5)
+  np.testing.assert_allclose(t.grad.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_sharded_loss_to_cpu_trains():
+  # a data-parallel step whose loss is read on the default device: the weight (a replica) gets one gradient, the sum
+  # over the batch's shards, and SGD on it matches a single-device run
+  xr = rng.standard_normal((8, 4)).astype(np.float32)
+  wr = rng.standard_normal((4, 3)).astype(np.float32)
+
+  def run(devices):
+    w = Tensor(wr, requires_grad=True)
+    opt = nn.optim.SGD([w], lr=0.1)
+    with Tensor.train():
+      for _ in range(3):
+        opt.zero_grad()
+        X, W = (Tensor(xr).shard(devices, axis=0), w.shard(devices)) if devices else (Tensor(xr), w)
+        loss = (X @ W).relu().mean().to("CPU")
+        loss.backward()
+        opt.step()
+    return w.numpy(), loss.item()
+  (w1, l1), (w2, l2) = run(None), run(D4)
+  np.testing.assert_allclose(l2, l1, rtol=1e-5)
+  np.testing.assert_allclose(w2, w1, rtol=1e-5, atol=1e-6)
+
+
+def test_realized_gather_keeps_history():
+  # a gathered value read (its graph kept under its buffer for backward) and used again: the history, which holds the
+  # sharded graph, is not computed again, and backward still reaches the source
+  x = rng.standard_normal((4, 5)).astype(np.float32)
+  t = Tensor(x, requires_grad=True)
+  loss = (t.shard(D2, axis=0) ** 2).sum(1).to("CPU")
+  np.testing.assert_allclose(loss.numpy(), (x ** 2).sum(1), rtol=1e-5)
+  np.testing.assert_allclose((loss * 2 + 1).numpy(), (x ** 2).sum(1) * 2 + 1, rtol=1e-5)
+  (loss * 2).sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), 4 * x, rtol=1e-5)

@@ -564,9 +564,9 @@ def realize_sharded(tensors: Sequence[Tensor]) -> None:
 
 
 def _moves_data(roots: list[UOp]) -> bool:
-  """Whether single-device graphs read values from other devices (COPY nodes, or shards of sharded values: MSELECT),
-  not counting a realized node's history."""
-  return any(u.op is Ops.COPY or u.op is Ops.MSELECT for u in UOp.sink(*roots).toposort(gate=lambda n: n.op is not Ops.AFTER))
+  """Whether single-device graphs read values from other devices (COPY nodes, or shards of sharded values: MSELECT).
+  A realized node's history (AFTER) counts too: the scheduler meets it, and realize_across leaves it out."""
+  return any(u.op is Ops.COPY or u.op is Ops.MSELECT for u in UOp.sink(*roots).toposort())
 
 
 def _realize_across(tensors: list[Tensor]) -> None:
