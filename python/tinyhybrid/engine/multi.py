@@ -9,6 +9,10 @@ kernel on the destination reads the source's memory where it is (zero-copy), and
 memory is fused into that kernel (a ring's partial sums then collapse into one kernel per chunk). A COPY whose value is
 kept (a result, a gathered piece) stays a copy, so no two devices' tensors ever share memory.
 
+A single-device graph that reads other devices' values (Tensor.to() is a lazy COPY; gradients of shard() take
+shards out of sharded values: MSELECT) is realized the same way (realize_across): shards lowered, copies run, then
+the graph.
+
 This layer works on UOps and never imports Tensor: realizing graphs on devices is handed in (tensor.py)."""
 from __future__ import annotations
 

@@ -6,7 +6,11 @@ MSTACKs (so autograd sees one tensor); before running, `lower_multi` rewrites it
 work, movement and reduces run shard by shard, a replica meeting a sharded operand is sliced to each shard, and a
 reduce over the sharded axis becomes an allreduce, made of COPY nodes (arg: the destination device) and the reduce's
 ALU on each device. Realizing runs the COPYs as copy commands on the destination's queue, or, between CPU:N devices
-(one host memory) where only arithmetic reads the copy, lets the kernel read the source in place (engine/multi.py)."""
+(one host memory) where only arithmetic reads the copy, lets the kernel read the source in place (engine/multi.py).
+
+The way back to one device is an MSELECT, arg (devices, i, axis): device i's shard of a sharded value, resharded to
+axis (None: the whole value, gathered on device i), in a single-device graph. It is what a gradient of shard() takes
+for each source and what to() of a sharded tensor copies from; `lower_selects` replaces each with its shard's graph."""
 from __future__ import annotations
 
 import functools
