@@ -9,7 +9,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from tinyhybrid import Tensor
+from tinyhybrid import Ops, Tensor
 from tinyhybrid.nn.onnx import OnnxRunner
 
 
@@ -79,6 +79,23 @@ def _model(**kw) -> bytes:
   y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
   g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
   return helper.make_model(g, **kw).SerializeToString()
+
+
+def test_long_gates_and_masks(shallow_stack):
+  # the conditions of a gate and the lanes of a vector mask are walked, not recursed: 3000 joined conditions
+  from tinyhybrid import UOp, dtypes
+  from tinyhybrid.codegen.expand import mask_size
+  from tinyhybrid.codegen.lower import _and_terms
+  x = UOp.variable("x", 0, 10**6)
+  conds = [x < (i + 1) for i in range(3000)]
+  chain = conds[0]
+  for c in conds[1:]: chain = chain & c
+  assert _and_terms(chain) == conds
+  vx = UOp(Ops.VECTORIZE, dtypes.int.vec(4), (x.cast(dtypes.int),) * 4)
+  vmask = (vx < 3)
+  for i in range(3000): vmask = vmask & (vx < i + 4)
+  assert mask_size(vmask) == 4
+  assert mask_size(vmask & UOp(Ops.VECTORIZE, dtypes.bool.vec(4), (x < 5,) * 4)) is None  # a lane not from a comparison
 
 
 @pytest.mark.parametrize("data", [b"\xff\xff\xff\xff", b"\x0a\x80", _model()[:-3]], ids=["garbage", "truncated-field", "truncated-model"])

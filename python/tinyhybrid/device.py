@@ -188,7 +188,7 @@ profile_mem: list[ProfileMemEvent] = []
 class Runner:
   """Runs a fixed list of kernels over numbered buffers: (program, the buffer slots it takes, threads) each."""
 
-  def __init__(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int, device: str = ""):
+  def __init__(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int, device: str = ""):
     self.items, self.nslots, self.device = items, nslots, device
 
   def __call__(self, addresses: list[int]) -> None:
@@ -215,7 +215,7 @@ class Compiled:
     if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]: self._cache.update(zip(todo, self._build(todo)))
     return [self._cache[k] for k in kernels]
 
-  def runner(self, items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner: return Runner(items, nslots, self.name)
+  def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner: return Runner(items, nslots, self.name)
 
   def synchronize(self) -> None: pass
 

@@ -64,12 +64,16 @@ def csize(dt: DType) -> int:
 
 def mask_size(u: UOp) -> int | None:
   """The element size of the lane mask a vector bool holds (its comparison's operands), None when it is not a mask."""
-  if u.dtype.count == 1 or u.dtype.scalar() is not dtypes.bool: return None
-  if u.op in GroupOp.Comparison: return csize(u.src[0].dtype)
-  if u.op in (Ops.AND, Ops.OR, Ops.XOR):
-    sizes = {mask_size(s) for s in u.src}
-    return sizes.pop() if len(sizes) == 1 else None
-  return None
+  sizes: set[int] = set()
+  stack, seen = [u], set()
+  while stack:  # (a walk, not recursion: a mask may combine thousands of conditions)
+    if (x := stack.pop()) in seen: continue
+    seen.add(x)
+    if x.dtype.count == 1 or x.dtype.scalar() is not dtypes.bool: return None
+    if x.op in GroupOp.Comparison: sizes.add(csize(x.src[0].dtype))
+    elif x.op in (Ops.AND, Ops.OR, Ops.XOR): stack.extend(x.src)
+    else: return None
+  return sizes.pop() if len(sizes) == 1 else None
 
 
 def _c(v: int) -> UOp: return UOp.const(IDX, v)

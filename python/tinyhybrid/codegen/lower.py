@@ -314,7 +314,13 @@ class Lowerer:
                          sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes}, outs=len(dests))
 
 
-def _and_terms(c: UOp) -> list[UOp]: return [t for s in c.src for t in _and_terms(s)] if c.op is Ops.AND and c.dtype is dtypes.bool else [c]
+def _and_terms(c: UOp) -> list[UOp]:
+  """The conditions a chain of ANDs joins, left to right (a walk: a gate may join many)."""
+  terms, stack = [], [c]
+  while stack:
+    if (x := stack.pop()).op is Ops.AND and x.dtype is dtypes.bool: stack.extend(reversed(x.src))
+    else: terms.append(x)
+  return terms
 
 
 def collapse_one_hot(v: UOp, ranges: list[UOp]) -> tuple[UOp, list[UOp]]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tinyhybrid import viz
+from tinyhybrid.codegen.gpu import Launch
 from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
@@ -32,7 +33,7 @@ from tinyhybrid.uop.spec import spec_check
 class ExecItem:
   prg: CompiledProgram
   slots: list[int]
-  threads: int
+  threads: int | Launch  # a CPU kernel's cores, a GPU kernel's grid (LoweredKernel.launch)
 
 
 @dataclass
@@ -133,7 +134,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     k, prg = kernel_cache[ck]
     # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
     threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
-    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))  # type: ignore[arg-type]
+    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
   # past the limit the least recently used kernels go, once this schedule has taken its own
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
@@ -161,7 +162,7 @@ class Capture:
   """What TinyJit records while it captures: every kernel run, as (device, program, its arguments, threads) with the
   arguments its buffers, then its variables, each bound to the value it ran with; and the random calls made
   (mixin/random.py), which a replay makes again."""
-  runs: list[tuple[str, CompiledProgram, list[Buffer | UOp], int]] = field(default_factory=list)
+  runs: list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]] = field(default_factory=list)
   rng: list[tuple[Buffer, Callable[[], UOp]]] = field(default_factory=list)
 
 
