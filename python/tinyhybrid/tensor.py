@@ -358,13 +358,14 @@ class Tensor(TensorAPI):
     """This tensor on another device (the same tensor when it is already there): lazy, a COPY node that a copy command
     on the destination's queue carries out when it is realized (or, between CPU:N devices, that a kernel reads in
     place), and that gradients flow back through; to a tuple of devices, a replica on each (shard with axis None). A
-    sharded tensor is gathered (now)."""
+    sharded tensor is gathered, lazily too (on the destination when it is one of its devices, else on the first one
+    and copied from there)."""
     dev = Device.canonicalize(device)
     if dev == self.device: return self
     if type(dev) is tuple: return self.shard(dev)
     if type(self.device) is tuple and any(type(d) is not int for d in self.shape):
       out = Tensor(self.numpy(), device=dev, dtype=self.dtype)
-    elif type(self.device) is tuple:  # gathered on the destination (or the first device, and copied from there)
+    elif type(self.device) is tuple:
       devs = self.device
       i = devs.index(dev) if dev in devs else 0
       out = self._wrap(select_shard(self.uop, devs, i, None))
@@ -552,13 +553,12 @@ def realize_sharded(tensors: Sequence[Tensor]) -> None:
   """Realizes tensors sharded across devices (engine/multi.py, which works on graphs): every tensor whose graph holds
   them then reads the MSTACK of their realized shards. Realizing each device's graphs is handed to it from here."""
   from tinyhybrid.engine.multi import realize_multi
-  realize = _realize_graphs
   groups: dict[tuple[str, ...], list[Tensor]] = {}
   for t in tensors:
     if not is_realized_multi(t.uop): groups.setdefault(multi_devices(t.uop) or t.device, []).append(t)  # type: ignore[arg-type]
   for devices, ts in groups.items():
     roots = [t.uop for t in ts]
-    new = realize_multi(roots, devices, realize)
+    new = realize_multi(roots, devices, _realize_graphs)
     # realizing the shards may have rewritten these tensors' graphs (a realized node inside them): both forms become it
     _apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
 

@@ -217,9 +217,14 @@ def realize_across(roots: list[UOp], devices: list[str], realize: Realize) -> li
   on their devices. Returns each root's realized view."""
   # a realized node's history (AFTER(view, how it was computed), kept for autograd) is not computed again
   live = UOp.sink(*roots).toposort(gate=lambda n: n.op is not Ops.AFTER)
-  done = {a: a.src[0] for a in [*roots, *(s for n in live for s in n.src)] if a.op is Ops.AFTER}
+  done = {a: _realized(a) for a in [*roots, *(s for n in live for s in n.src)] if a.op is Ops.AFTER}
   graphs = [r.substitute(done) for r in roots] if done else roots
   return realize(resolve_copies(lower_selects(graphs), realize), devices, False)
+
+
+def _realized(u: UOp) -> UOp:
+  while u.op is Ops.AFTER: u = u.src[0]  # (an AFTER over a realized value that kept its own history)
+  return u
 
 
 def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:
