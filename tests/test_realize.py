@@ -118,3 +118,14 @@ def test_assigns_of_one_value_stay_apart_when_the_value_reads_a_target():
   assert n > 1
   np.testing.assert_equal(a.numpy(), np.full(8, 2, np.float32))
   np.testing.assert_equal(b.numpy(), np.full(8, 2, np.float32))
+
+
+def test_a_realized_tensor_is_not_computed_again_for_its_gradient_history():
+  # y keeps how it was computed (for backward) under its buffer: reading y runs one kernel, not y's sum again
+  x = np.arange(36, dtype=np.float32).reshape(6, 6)
+  t = Tensor(x, requires_grad=True)
+  y = (t.sum(0) * 2).realize()
+  assert _kernels_to_realize(z := y + 1) == 1
+  np.testing.assert_allclose(z.numpy(), x.sum(0) * 2 + 1)
+  (y * 3).sum().backward()
+  np.testing.assert_allclose(t.grad.numpy(), np.full((6, 6), 6, np.float32))

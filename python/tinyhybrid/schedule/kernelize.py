@@ -61,7 +61,7 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
   subs: dict[UOp, UOp] = {}
   binds: list[UOp] = []
   uniques = 0
-  BUFFER, UNIQUE, BIND = Ops.BUFFER, Ops.UNIQUE, Ops.BIND  # noqa: N806 (locals: enum lookups are slow in the loop)
+  BUFFER, UNIQUE, BIND, AFTER = Ops.BUFFER, Ops.UNIQUE, Ops.BIND, Ops.AFTER  # noqa: N806 (locals: enum lookups are slow in the loop)
   for u in nodes:
     op = u.op
     if op is BUFFER and isinstance(u.arg, Buffer):
@@ -71,6 +71,10 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
       subs[u] = UOp(Ops.UNIQUE, u.dtype, (), uniques)
       uniques += 1
     elif op is BIND: binds.append(u)
+    elif op is AFTER:
+      # a realized tensor's view, with how it was computed kept for autograd: that history is no work for this graph
+      # (its reduces would be computed again) and none of its buffers are inputs
+      return normalize([r.substitute({a: a.src[0] for a in nodes if a.op is AFTER}) for r in roots], var_vals)
   if not binds: return (sink.substitute(subs) if subs else sink), inputs, nodes
   if var_vals is None: var_vals = {}
   names: dict[str, UOp] = {}
