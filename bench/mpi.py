@@ -70,9 +70,9 @@ def weak_scaling_case(steps: int, batch: int = 128) -> None:
   for _ in range(3): step(True)
   dist.barrier()
   alone = 0.0
-  if dist.rank() == 0: alone = best_of(lambda: [step(False) for _ in range(steps)], 3, warmup=0) / steps
+  if dist.rank() == 0: alone = best_of(lambda: [step(False) for _ in range(steps)], 7, warmup=0) / steps
   dist.barrier()
-  together = best_of(lambda: [step(True) for _ in range(steps)], 3, warmup=0) / steps
+  together = best_of(lambda: [step(True) for _ in range(steps)], 7, warmup=0) / steps
   if dist.rank() == 0:
     emit({"bench": "mpi", "case": f"weak_scaling_{dist.world_size()}ranks", "unit": "ms/step", "ours": round(together * 1e3, 2),
           "one_rank": round(alone * 1e3, 2), "ratio": round(alone / together, 3), "target": 0.8})

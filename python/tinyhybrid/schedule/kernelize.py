@@ -74,7 +74,7 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
     elif op is AFTER:
       # a realized tensor's view, with how it was computed kept for autograd: that history is no work for this graph
       # (its reduces would be computed again) and none of its buffers are inputs
-      return normalize([r.substitute({a: a.src[0] for a in nodes if a.op is AFTER}) for r in roots], var_vals)
+      return normalize(without_history(roots), var_vals)
   if not binds: return (sink.substitute(subs) if subs else sink), inputs, nodes
   if var_vals is None: var_vals = {}
   names: dict[str, UOp] = {}
@@ -85,6 +85,21 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
     if names.setdefault(var.arg[0], var) is not var:
       raise ValueError(f"two different Variables are named {var.arg[0]!r} in the same computation: {names[var.arg[0]].arg} and {var.arg}")
   return map_binds(sink, lambda b: b.src[0], subs), inputs, nodes
+
+
+def without_history(roots: list[UOp]) -> list[UOp]:
+  """The roots with each AFTER (a realized view, with the graph that computed it kept for autograd) replaced by its
+  view. Only the live part is walked and rebuilt: the history, often a whole forward and backward pass, is not."""
+  new: dict[UOp, UOp] = {}
+
+  def rebuild(root: UOp) -> UOp:
+    # (the walk leaves out the AFTERs and what was rebuilt before; a node's sources are then rebuilt or left out)
+    if root.op is Ops.AFTER: return rebuild(root.src[0])  # (as deep as AFTERs nest in views: one or two)
+    for u in root.toposort(gate=lambda n: n.op is not Ops.AFTER and n not in new):
+      srcs = tuple(new[x] if x in new else rebuild(x) if x.op is Ops.AFTER else x for x in u.src)
+      new[u] = u if all(a is b for a, b in zip(srcs, u.src)) else u.replace(src=srcs)
+    return new.get(root, root)
+  return [rebuild(r) for r in roots]
 
 
 def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> ScheduleSpec:
