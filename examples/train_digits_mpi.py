@@ -56,12 +56,19 @@ def train(steps: int, parts: int, mine: int | None, batch: int = 128, seed: int 
     # BatchNorm's running statistics are assigned here too, so a replay updates them
     return loss.realize(*[p.grad for p in opt.params], *opt.buffers)
 
+  # the update replays too: averaging the gradients (MPI, between the two) fills the same buffers in place
+  @TinyJit
+  @Tensor.train()
+  def update() -> Tensor:
+    opt.step()
+    return opt.params[0]
+
   start = time.perf_counter()
   for idx in batches(steps, len(X_train), batch, seed):
     with Tensor.train():
       forward_backward(Tensor(idx if mine is None else idx[mine * size:(mine + 1) * size]))
       if mine is not None: dist.average_gradients(opt.params)
-      opt.step()
+      update()
   return model, time.perf_counter() - start
 
 
