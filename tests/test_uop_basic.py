@@ -765,3 +765,19 @@ def test_shape_survives_collected_wrapper():
     gc.enable()
     try: assert shape_of(r) == (1,)
     finally: gc.set_threshold(*old)
+
+
+def test_wrappers_made_from_kept_memory_start_fresh():
+  # the memory of dropped UOp wrappers is reused for the next ones (py_uop.cpp): nothing of the old one may show
+  a = UOp.variable("fresh_a", 0, 7)
+  a.__dict__["_mark"] = "old"
+  ref = weakref.ref(a)
+  del a
+  gc.collect()
+  assert ref() is None
+  made = [UOp.const(dtypes.int, 1000 + i) for i in range(64)]
+  for u in made: assert "_mark" not in u.__dict__ and u.op is Ops.CONST
+  assert [u.arg for u in made] == list(range(1000, 1064))
+  again = UOp.variable("fresh_a", 0, 7)  # a node's wrapper, remade: the same node, none of the dropped wrapper's state
+  assert "_mark" not in again.__dict__ and again.arg[0] == "fresh_a"
+  assert UOp.const(dtypes.int, 1005) is made[5]

@@ -26,12 +26,32 @@ PyTypeObject* uop_class = &UOpType;
 PyUOp* as_uop(PyObject* o) { return reinterpret_cast<PyUOp*>(o); }
 UOpRef ref_of(PyObject* o) { return UOpRef(as_uop(o)->node); }
 
+// Wrappers are made and dropped by the million (a pass reads every node of a toposort once): the memory of dropped
+// ones is kept for the next, as CPython does for its tuples and floats. Held only while the GIL is.
+constexpr size_t kSpareWrappers = 4096;
+std::vector<PyObject*>& spare_wrappers() {
+  static std::vector<PyObject*> spare;
+  return spare;
+}
+
+PyObject* new_wrapper() {
+  auto& spare = spare_wrappers();
+  if (spare.empty()) return uop_class->tp_alloc(uop_class, 0);
+  PyObject* o = spare.back();
+  spare.pop_back();
+  PyUOp* u = as_uop(o);
+  u->node = nullptr, u->arg_cache = nullptr, u->dict = nullptr, u->weakrefs = nullptr;
+  PyObject_Init(o, uop_class);  // the type (a reference to it, for a heap type) and a fresh reference count
+  PyObject_GC_Track(o);
+  return o;
+}
+
 Obj wrap(const UOp* n) {
   if (auto* existing = static_cast<PyObject*>(n->binding_handle())) {
     Py_INCREF(existing);
     return existing;
   }
-  PyObject* o = uop_class->tp_alloc(uop_class, 0);
+  PyObject* o = new_wrapper();
   if (!o) return nullptr;
   UOpRef keep(n);
   as_uop(o)->node = keep.release();
@@ -155,7 +175,8 @@ void uop_dealloc(PyObject* self) {
     UOpRef::adopt(std::exchange(u->node, nullptr));  // drops the reference
   }
   // A heap subclass's own dealloc (subtype_dealloc) releases the type reference after this returns.
-  Py_TYPE(self)->tp_free(self);
+  if (auto& spare = spare_wrappers(); Py_TYPE(self) == uop_class && spare.size() < kSpareWrappers) spare.push_back(self);
+  else Py_TYPE(self)->tp_free(self);
 }
 
 int uop_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -642,6 +663,9 @@ PyObject* register_uop_class(PyObject*, PyObject* cls) {
     return PyErr_Format(PyExc_TypeError, "the UOp class must subclass _core.UOp");
   Py_INCREF(cls);
   uop_class = reinterpret_cast<PyTypeObject*>(cls);
+  // (kept memory is of the old class's size)
+  for (PyObject* o : spare_wrappers()) PyObject_GC_Del(o);
+  spare_wrappers().clear();
   Py_RETURN_NONE;
 }
 
