@@ -378,7 +378,7 @@ class Tensor(TensorAPI):
     else:  # a symbolic shape: its memory (laid out in the shape's largest value) copied now
       from tinyhybrid.engine.multi import copy_buffer
       out = Tensor.empty(self.shape, dtype=self.dtype, device=dev)
-      if self.numel(): copy_buffer(out._buffer(), self._buffer())
+      if prod(max_shape(self.shape)): copy_buffer(base_buffer(out.uop).arg, base_buffer(self.contiguous().realize().uop).arg)
     out.requires_grad = self.requires_grad
     return out
 
