@@ -129,3 +129,13 @@ def test_a_realized_tensor_is_not_computed_again_for_its_gradient_history():
   np.testing.assert_allclose(z.numpy(), x.sum(0) * 2 + 1)
   (y * 3).sum().backward()
   np.testing.assert_allclose(t.grad.numpy(), np.full((6, 6), 6, np.float32))
+
+
+def test_a_result_of_a_realized_tensor_keeps_the_way_back_to_its_parameters():
+  # y's graph (under its buffer) reaches w; z computed from y alone must still take w's gradient through it
+  w = Tensor(np.ones((3, 3), np.float32), requires_grad=True)
+  x = np.arange(9, dtype=np.float32).reshape(3, 3)
+  y = (Tensor(x) @ w).realize()
+  z = (y * 2).realize()
+  z.sum().backward()
+  np.testing.assert_allclose(w.grad.numpy(), np.repeat(2 * x.sum(0)[:, None], 3, 1))

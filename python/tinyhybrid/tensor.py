@@ -22,7 +22,7 @@ from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
-from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, select_shard, shard_bounds
 
 ConstType = int | float | bool
@@ -563,10 +563,10 @@ def realize_sharded(tensors: Sequence[Tensor]) -> None:
     _apply_becomes({**dict(zip(roots, new)), **{t.uop: m for t, m in zip(ts, new)}})
 
 
-def _moves_data(roots: list[UOp]) -> bool:
-  """Whether single-device graphs read values from other devices (COPY nodes, or shards of sharded values: MSELECT).
-  A realized node's history (AFTER) counts too: the scheduler meets it, and realize_across leaves it out."""
-  return any(u.op is Ops.COPY or u.op is Ops.MSELECT for u in UOp.sink(*roots).toposort())
+def _moves_data(nodes: list[UOp]) -> bool:
+  """Whether single-device graphs (their nodes, as planning walked them) read values from other devices (COPY nodes,
+  or shards of sharded values: MSELECT)."""
+  return any(u.op is Ops.COPY or u.op is Ops.MSELECT for u in nodes)
 
 
 def _realize_across(tensors: list[Tensor]) -> None:
@@ -575,16 +575,18 @@ def _realize_across(tensors: list[Tensor]) -> None:
   from tinyhybrid.engine.multi import realize_across
   roots = [t.uop for t in tensors]
   views = realize_across(roots, [t.device for t in tensors], _realize_graphs)
-  wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
-  history = bool(wants_grad) and any(u in wants_grad for u in UOp.sink(*roots).toposort())
-  becomes = {r: UOp(Ops.AFTER, r.dtype, (v, r)) if history and _strip_reshapes(r).op is not Ops.STORE else v for r, v in zip(roots, views)}
+  history = _keeps_history(UOp.sink(*roots).toposort())
+  becomes = {r: UOp(Ops.AFTER, r.dtype, (v, r)) if history and strip_reshapes(r).op is not Ops.STORE else v for r, v in zip(roots, views)}
   # realizing the copies' sources may have rewritten these tensors' graphs (a realized node inside them): both forms
   _apply_becomes({**becomes, **{t.uop: becomes[r] for t, r in zip(tensors, roots)}})
 
 
-def _strip_reshapes(u: UOp) -> UOp:
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u
+def _keeps_history(nodes: Iterable[UOp]) -> bool:
+  """Whether a result computed from these nodes keeps its graph for backward (AFTER): one of them, or one in the
+  history of a realized value among them, is a tensor that wants gradients."""
+  if not (wants := {t.uop for t in list(_all_tensors) if t.requires_grad}): return False
+  nodes = list(nodes)
+  return any(u in wants for u in nodes) or any(u in wants for a in nodes if a.op is Ops.AFTER for u in a.src[1].toposort())
 
 
 def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) -> list[engine.Step]:
@@ -609,7 +611,7 @@ def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) 
     p = engine.prepare(device, [t.uop for t in ts])
     # a graph that reads other devices' values is never compiled as it is (its copies run first), so only a graph
     # without a plan yet is looked through for them
-    if p.cs is None and _moves_data(p.roots):
+    if p.cs is None and _moves_data(p.nodes):
       if not across: raise NotImplementedError("a graph that copies between devices runs its copies while it is planned; realize() it")
       _realize_across(ts)
       continue
@@ -633,8 +635,7 @@ def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) 
 def _point_at_results(tensors: list[Tensor], consts: set[UOp], scalars: list[Tensor], st: engine.Step) -> None:
   """After a step's first run: the tensors it realized (and every live tensor whose graph holds them) read its
   buffers; a realized graph that a tensor wanting gradients is computed from stays reachable under them (AFTER)."""
-  wants_grad = {t.uop for t in list(_all_tensors) if t.requires_grad}
-  becomes = engine.results(st, history=bool(wants_grad) and any(u in wants_grad for u in st.nodes))
+  becomes = engine.results(st, history=_keeps_history(st.nodes))
   own = {id(t): becomes.pop(t.uop) for t in tensors if t.uop in consts and t.uop in becomes}
   _apply_becomes(becomes)
   for t in tensors:

@@ -25,7 +25,7 @@ from tinyhybrid._core import hcq
 from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Device, Runner
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.helpers import PROFILE, ContextVar, prod
-from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer, without_history
 from tinyhybrid.schedule.multi import Sharded, lower_multi, lower_selects
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, movement
@@ -216,15 +216,8 @@ def realize_across(roots: list[UOp], devices: list[str], realize: Realize) -> li
   of sharded values): the shards are lowered to graphs of their devices, the copies run, then the graphs are realized
   on their devices. Returns each root's realized view."""
   # a realized node's history (AFTER(view, how it was computed), kept for autograd) is not computed again
-  live = UOp.sink(*roots).toposort(gate=lambda n: n.op is not Ops.AFTER)
-  done = {a: _realized(a) for a in [*roots, *(s for n in live for s in n.src)] if a.op is Ops.AFTER}
-  graphs = [r.substitute(done) for r in roots] if done else roots
+  graphs, _ = without_history(roots)
   return realize(resolve_copies(lower_selects(graphs), realize), devices, False)
-
-
-def _realized(u: UOp) -> UOp:
-  while u.op is Ops.AFTER: u = u.src[0]  # (an AFTER over a realized value that kept its own history)
-  return u
 
 
 def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:

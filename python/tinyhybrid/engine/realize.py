@@ -20,7 +20,7 @@ from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, TC, GlobalCounters
-from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, create_schedule, normalize
+from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, create_schedule, normalize, strip_reshapes
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
@@ -294,8 +294,7 @@ def results(st: Step, history: bool = False) -> dict[UOp, UOp]:
   becomes: dict[UOp, UOp] = {}
   for r, (kind, slot) in zip(st.roots, st.cs.outputs):
     if kind == "store":
-      base = r
-      while base.op is Ops.RESHAPE: base = base.src[0]
+      base = strip_reshapes(r)
       becomes[r] = base.src[0] if base is r else UOp(Ops.RESHAPE, r.dtype, (base.src[0], *r.src[1:]), r.arg)
     elif kind == "view":
       view = buffer_uop(st.bufs[slot], shape_of(r) or ())

@@ -73,8 +73,11 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
     elif op is BIND: binds.append(u)
     elif op is AFTER:
       # a realized tensor's view, with how it was computed kept for autograd: that history is no work for this graph
-      # (its reduces would be computed again) and none of its buffers are inputs
-      return normalize(without_history(roots), var_vals)
+      # (its reduces would be computed again) and none of its buffers are inputs. The AFTERs stay among the nodes: a
+      # result computed from them keeps its own history when theirs reaches a tensor that wants gradients
+      live, afters = without_history(roots)
+      key, inputs, inner = normalize(live, var_vals)
+      return key, inputs, inner + afters
   if not binds: return (sink.substitute(subs) if subs else sink), inputs, nodes
   if var_vals is None: var_vals = {}
   names: dict[str, UOp] = {}
@@ -87,19 +90,23 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
   return map_binds(sink, lambda b: b.src[0], subs), inputs, nodes
 
 
-def without_history(roots: list[UOp]) -> list[UOp]:
+def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   """The roots with each AFTER (a realized view, with the graph that computed it kept for autograd) replaced by its
-  view. Only the live part is walked and rebuilt: the history, often a whole forward and backward pass, is not."""
+  view, and the AFTERs replaced. Only the live part is walked and rebuilt: the history, often a whole forward and
+  backward pass, is not."""
   new: dict[UOp, UOp] = {}
+  afters: dict[UOp, None] = {}
 
   def rebuild(root: UOp) -> UOp:
     # (the walk leaves out the AFTERs and what was rebuilt before; a node's sources are then rebuilt or left out)
-    if root.op is Ops.AFTER: return rebuild(root.src[0])  # (as deep as AFTERs nest in views: one or two)
+    if root.op is Ops.AFTER:  # (as deep as AFTERs nest in views: one or two)
+      afters[root] = None
+      return rebuild(root.src[0])
     for u in root.toposort(gate=lambda n: n.op is not Ops.AFTER and n not in new):
       srcs = tuple(new[x] if x in new else rebuild(x) if x.op is Ops.AFTER else x for x in u.src)
       new[u] = u if all(a is b for a, b in zip(srcs, u.src)) else u.replace(src=srcs)
     return new.get(root, root)
-  return [rebuild(r) for r in roots]
+  return [rebuild(r) for r in roots], list(afters)
 
 
 def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> ScheduleSpec:
@@ -111,7 +118,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
   ends_kernel = {u for u in nodes if u.op in (Ops.REDUCE, Ops.CONTIGUOUS, Ops.STORE)}
   # a root that is only a reshape of something already getting a buffer is a view of that buffer, not a copy (unless
   # a shape is symbolic: such a buffer is laid out in its max shape, which a reshape does not follow)
-  ends_kernel |= {r for r in roots if not buffer_view(r) and ((base := _strip_reshape(r)) not in ends_kernel or
+  ends_kernel |= {r for r in roots if not buffer_view(r) and ((base := strip_reshapes(r)) not in ends_kernel or
                   (base is not r and not (_concrete(shape_of(r)) and _concrete(shape_of(base)))))}
   ends_kernel |= _shared_results(nodes, ends_kernel)
   ends_kernel |= _expanded_work(nodes, ends_kernel)
@@ -137,7 +144,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
     realized[u] = slot
   outputs = []
   for r in roots:
-    base = _strip_reshape(r)
+    base = strip_reshapes(r)
     if r in realized and r.op is not Ops.STORE: outputs.append(("view", realized[r].index))
     elif base.op is Ops.STORE and base in realized: outputs.append(("store", -1))
     elif base in realized: outputs.append(("view", realized[base].index))
@@ -326,6 +333,6 @@ def base_buffer(u: UOp) -> UOp:
 def _concrete(shape: tuple | None) -> bool: return all(type(d) is int for d in shape or ())
 
 
-def _strip_reshape(u: UOp) -> UOp:
+def strip_reshapes(u: UOp) -> UOp:
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u
