@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from tinyhybrid import Tensor, dtypes
+from tinyhybrid import Tensor, TinyJit, dtypes
 from tinyhybrid import distributed as dist
 
 
@@ -47,6 +47,20 @@ def collectives(rank: int, size: int) -> None:
   xs = [data(r, (2, 4)) for r in range(size)]
   np.testing.assert_allclose(w.grad.numpy(), np.mean([np.repeat(x.sum(0)[:, None] * (r + 1), 3, 1) for r, x in enumerate(xs)], 0), rtol=1e-5)
   np.testing.assert_allclose(v.grad.numpy(), np.full(3, np.mean([2.0 * (r + 1) for r in range(size)])), rtol=1e-6)
+  # grads a TinyJit refills in place each step: the later calls reuse the first one's plan of their memory
+  u = Tensor(np.ones((4, 3), np.float32), requires_grad=True)
+
+  @TinyJit
+  def backward(x: Tensor) -> Tensor:
+    u.grad = None
+    (x @ u).square().sum().backward()
+    return u.grad.realize()
+
+  for step in range(4):
+    backward(Tensor(data(10 * step + rank, (2, 4))))
+    dist.average_gradients([u])
+    want = np.mean([2 * x.T @ (x @ np.ones((4, 3))) for x in (data(10 * step + r, (2, 4)) for r in range(size))], 0)
+    np.testing.assert_allclose(u.grad.numpy(), want, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
 
 
 def stuck(rank: int, size: int) -> None:

@@ -517,3 +517,25 @@ def test_to_of_a_symbolic_slice():
     z = x[:Variable("v", 1, 10).bind(val)].to("CPU:1")
     assert z.device == "CPU:1"
     assert (z * 2).sum().item() == 2 * np.arange(val).sum()
+
+
+def test_uop_axis_follows_the_ops():
+  t = Tensor(rng.standard_normal((4, 6)).astype(np.float32)).shard(D2, axis=1)
+  cases = {"stack": (t, 1), "elementwise": (t + 1, 1), "transpose": (t.T, 0), "reshape": (t.reshape(2, 2, 6), 2),
+           "reduce over it": (t.sum(1), None), "reduce another": (t.sum(0), 0), "replica": (Tensor.ones(3).shard(D2), None),
+           "one device": (Tensor.ones(3), None), "gathered": (t.to("CPU:1"), None)}
+  assert {k: v.uop.axis for k, (v, _) in cases.items()} == {k: axis for k, (_, axis) in cases.items()}
+
+
+def test_load_state_dict_keeps_the_model_sharding():
+  from tinyhybrid.nn.state import load_state_dict
+  layer = nn.Linear(4, 6)
+  layer.weight.shard_(D2, axis=0)
+  layer.bias.shard_(D2)
+  w, b = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+  load_state_dict(layer, {"weight": Tensor(w), "bias": Tensor(b)}, verbose=False)
+  assert (layer.weight.device, layer.weight.uop.axis, layer.bias.uop.axis) == (D2, 0, None)
+  assert [s.shape for s in layer.weight.uop.src] == [(3, 4), (3, 4)]
+  np.testing.assert_allclose(layer.weight.numpy(), w)
+  x = rng.standard_normal((5, 4)).astype(np.float32)
+  np.testing.assert_allclose(layer(Tensor(x).shard(D2)).numpy(), x @ w.T + b, rtol=1e-5, atol=1e-6)

@@ -11,7 +11,6 @@ naming it instead of hanging. Collectives first agree on shapes and dtypes, so a
 from __future__ import annotations
 
 import os
-import itertools
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Iterable
@@ -39,10 +38,14 @@ class DistributedError(RuntimeError):
   """A collective failed on this rank: a peer died or timed out, or the ranks passed mismatched tensors."""
 
 
-def _pause(tries: int) -> None:
-  """Between polls of a pending transfer: none for the first ones (a transfer between ranks on one machine takes
-  microseconds, and polling is what moves it), then sleeps growing to 1 ms (a long wait costs almost no CPU)."""
-  if tries >= 200: time.sleep(min((tries - 200) * 1e-5, 1e-3))
+def _pause(started: float) -> None:
+  """Between polls of a transfer pending since `started` (time.monotonic()). For the first 20 ms: a yield, so the
+  other ranks' arrival is seen within microseconds (a rank waiting for a slower one in lockstep training waits
+  milliseconds every step, and a sleep's wake-up would add tens of microseconds to each), while a process sharing
+  this core still gets it. Then sleeps growing to 1 ms, so a long wait costs almost no CPU."""
+  waited = time.monotonic() - started
+  if waited < 0.02: os.sched_yield()
+  else: time.sleep(min((waited - 0.02) / 10, 1e-3))
 
 
 class _World:
@@ -51,6 +54,8 @@ class _World:
     self.MPI, self.comm, self.timeout = MPI, MPI.COMM_WORLD, timeout
     self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
     self.calls = 0
+    # average_gradients' last grads (their nodes) and their memory, grouped by dtype
+    self.grad_plan: tuple[tuple[Any, ...], list[tuple[DType, list[np.ndarray], np.ndarray]]] | None = None
     self.errhook = sys.excepthook
     sys.excepthook = self._abort_on_uncaught
 
@@ -64,13 +69,11 @@ class _World:
   def wait(self, what: str, reqs: list[Any]) -> None:
     """Waits for reqs until the timeout. Before the data moves, each rank announces its arrival at this call to every
     other, so a timeout can name the ranks that never arrived."""
-    deadline = time.monotonic() + self.timeout
+    started = time.monotonic()
     pending = list(reqs)
-    for tries in itertools.count():
-      pending = [r for r in pending if not r.Test()]
-      if not pending: return
-      if time.monotonic() > deadline: raise DistributedError(f"rank {self.rank}: {what} timed out after {self.timeout:g} s")
-      _pause(tries)
+    while pending := [r for r in pending if not r.Test()]:
+      if time.monotonic() > started + self.timeout: raise DistributedError(f"rank {self.rank}: {what} timed out after {self.timeout:g} s")
+      _pause(started)
 
   def arrive(self, what: str, meta: np.ndarray) -> np.ndarray:
     """Every rank's meta (int64 words), exchanged point to point; ranks that do not arrive in time are named."""
@@ -81,14 +84,12 @@ class _World:
     peers = [r for r in range(self.size) if r != self.rank]
     recvs = {p: self.comm.Irecv(out[p], source=p, tag=tag) for p in peers}
     sends = [self.comm.Isend(meta, dest=p, tag=tag) for p in peers]
-    deadline = time.monotonic() + self.timeout
-    for tries in itertools.count():
-      missing = [p for p, r in recvs.items() if not r.Test()]
-      if not missing: break
-      if time.monotonic() > deadline:
+    started = time.monotonic()
+    while missing := [p for p, r in recvs.items() if not r.Test()]:
+      if time.monotonic() > started + self.timeout:
         raise DistributedError(f"rank {self.rank}: {what}: rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
                                f"did not reach the call within {self.timeout:g} s (dead or stuck)")
-      _pause(tries)
+      _pause(started)
     self.wait(what, sends)
     return out
 
@@ -210,20 +211,20 @@ def average_gradients(params: Iterable[Tensor]) -> None:
   grads refills the same buffers on its next replay), with one allreduce over all the grads of a dtype together. Call
   it between backward() and the optimizer's step()."""
   w = _get()
-  groups: dict[DType, list[np.ndarray]] = {}
-  for p in params:
-    if p.grad is None: continue
-    if not p.grad.dtype._is_float or p.grad.dtype is dtypes.bfloat16: raise TypeError(f"average_gradients: a {p.grad.dtype} gradient")
-    p.grad.replace(p.grad.contiguous().realize()) if contiguous_buffer(p.grad.uop) is None else p.grad.realize()
-    groups.setdefault(p.grad.dtype, []).append(_memory(p.grad, "average_gradients")[1])
-  for dt, mems in sorted(groups.items(), key=lambda kv: kv[0].name):
-    flat = np.concatenate(mems) if len(mems) > 1 else mems[0]
+  grads = [p.grad for p in params if p.grad is not None]
+  # a jitted backward refills the same buffers every step: when the grads are the nodes of the last call, their
+  # memory is known and nothing is planned again
+  if w.grad_plan is None or len(w.grad_plan[0]) != len(grads) or any(a is not g.uop for a, g in zip(w.grad_plan[0], grads)):
+    groups = _grad_groups(grads)
+    w.grad_plan = (tuple(g.uop for g in grads), groups)
+  for dt, mems, flat in w.grad_plan[1]:
     meta = np.zeros(_MAX_DIMS + 3, np.int64)
     meta[:3] = (1, _DT_CODE[dt], flat.size)
     everyone = w.arrive("average_gradients", meta)
     if (everyone != meta).any():
       raise DistributedError(f"rank {w.rank}: average_gradients: the ranks' gradients differ in size: " +
                              ", ".join(f"rank {r}: {int(everyone[r][2])} {dt.name}" for r in range(w.size)))
+    if len(mems) > 1: np.concatenate(mems, out=flat)
     if flat.size: w.wait("average_gradients", [w.comm.Iallreduce(w.MPI.IN_PLACE, flat, op=w.MPI.SUM)])
     flat /= w.size
     if len(mems) > 1:
@@ -231,3 +232,14 @@ def average_gradients(params: Iterable[Tensor]) -> None:
       for m in mems:
         m[:] = flat[start:start + m.size]
         start += m.size
+
+
+def _grad_groups(grads: list[Tensor]) -> list[tuple[DType, list[np.ndarray], np.ndarray]]:
+  """Realizes the grads into memory of their own; per dtype, their memory and a flat buffer for all of them."""
+  groups: dict[DType, list[np.ndarray]] = {}
+  for g in grads:
+    if not g.dtype._is_float or g.dtype is dtypes.bfloat16: raise TypeError(f"average_gradients: a {g.dtype} gradient")
+    g.replace(g.contiguous().realize()) if contiguous_buffer(g.uop) is None else g.realize()
+    groups.setdefault(g.dtype, []).append(_memory(g, "average_gradients")[1])
+  return [(dt, mems, np.empty(sum(m.size for m in mems), mems[0].dtype) if len(mems) > 1 else mems[0])
+          for dt, mems in sorted(groups.items(), key=lambda kv: kv[0].name)]

@@ -93,7 +93,8 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         # tinygrad's words: programs match on them
         raise ValueError(f"Shape mismatch in layer `{k}`: Expected shape {v.shape}, but found {new.shape} in state dict.")
       new = new.reshape(v.shape)
-    v.replace(new.to(v.device))
+    # a sharded model tensor keeps its sharding: a state-dict tensor on one device is split along its axis
+    v.replace(new if type(new.device) is tuple else new.shard(v.device, v.uop.axis) if type(v.device) is tuple else new.to(v.device))
     if consume: del state_dict[k]
     ret.append(v)
   if realize and ret: Tensor.realize(*ret)

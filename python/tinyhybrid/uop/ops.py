@@ -135,6 +135,16 @@ class UOp(_core.UOp):
       known["_device"] = dev
     return own["_device"]
 
+  @property
+  def axis(self) -> int | None:
+    """The sharded axis of a sharded tensor's graph: None for a replica on every device, and for a graph on one
+    device (tinygrad's UOp.axis). An operation's axis follows its sources' (a movement moves it; a reduce over it,
+    an allreduce, ends it)."""
+    if self.op is Ops.MSTACK: return self.arg[1]
+    if type(devices := self.device) is not tuple: return None
+    from tinyhybrid.schedule.multi import lower_multi
+    return lower_multi([self], devices)[0].axis
+
   def has_buffer_identity(self, after_ok: bool = False) -> bool:
     """Whether this node is a buffer's memory as a whole (a BUFFER, or a reshape of one)."""
     u = self
