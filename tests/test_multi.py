@@ -121,8 +121,12 @@ def test_assign_and_setitem_on_sharded():
   t += 1
   t.realize()
   np.testing.assert_allclose(t.numpy(), x * 2 + 2, rtol=1e-6)
-  t.assign(t.flip(0)).realize()  # reads the target through a view: computed apart first
-  np.testing.assert_allclose(t.numpy(), (x * 2 + 2)[::-1], rtol=1e-6)
+  t.assign(t.flip(1)).realize()  # reads the target through a view: computed apart first
+  np.testing.assert_allclose(t.numpy(), (x * 2 + 2)[:, ::-1], rtol=1e-6)
+  # tinygrad's rules: the value is sharded as the target is, of its dtype, on its devices
+  with pytest.raises(RuntimeError, match="multi axis mismatch 0 != None"): t.assign(Tensor(x).shard(D2))
+  with pytest.raises(RuntimeError, match="assign dtype mismatch"): t.assign(Tensor(x).shard(D2, axis=0).half())
+  with pytest.raises(RuntimeError, match="assign device mismatch"): t.assign(Tensor(x))
 
 
 def test_training_matches_single_device():
@@ -290,8 +294,8 @@ def test_allreduce_into_its_own_input(zerocopy, algo):
   x = rng.standard_normal((4, 37)).astype(np.float32)
   t = Tensor(x).shard(D4, axis=0).realize()
   with Context(ZEROCOPY=zerocopy, **algo):
-    t.assign(t.sum(0, keepdim=True).expand(4, 37)).realize()
-  np.testing.assert_allclose(t.numpy(), np.broadcast_to(x.sum(0, keepdims=True), (4, 37)), rtol=1e-5, atol=1e-5)
+    t.assign(t - t.sum(0, keepdim=True)).realize()
+  np.testing.assert_allclose(t.numpy(), x - x.sum(0, keepdims=True), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("zerocopy", [0, 1])
@@ -523,7 +527,8 @@ def test_uop_axis_follows_the_ops():
   t = Tensor(rng.standard_normal((4, 6)).astype(np.float32)).shard(D2, axis=1)
   cases = {"stack": (t, 1), "elementwise": (t + 1, 1), "transpose": (t.T, 0), "reshape": (t.reshape(2, 2, 6), 2),
            "reduce over it": (t.sum(1), None), "reduce another": (t.sum(0), 0), "replica": (Tensor.ones(3).shard(D2), None),
-           "one device": (Tensor.ones(3), None), "gathered": (t.to("CPU:1"), None)}
+           "one device": (Tensor.ones(3), None), "gathered": (t.to("CPU:1"), None), "flip another": (t.flip(0), 1),
+           "flip it": (t.flip(1), None)}
   assert {k: v.uop.axis for k, (v, _) in cases.items()} == {k: axis for k, (_, axis) in cases.items()}
 
 
@@ -539,3 +544,40 @@ def test_load_state_dict_keeps_the_model_sharding():
   np.testing.assert_allclose(layer.weight.numpy(), w)
   x = rng.standard_normal((5, 4)).astype(np.float32)
   np.testing.assert_allclose(layer(Tensor(x).shard(D2)).numpy(), x @ w.T + b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_rand_like_of_a_sharded_tensor_is_sharded_as_it(axis):
+  t = Tensor.empty(4, 6).shard(D2, axis)
+  r = Tensor.rand_like(t)
+  assert (r.shape, r.device, r.dtype, r.uop.axis) == (t.shape, D2, t.dtype, axis)
+  shards = [Tensor(s).numpy() for s in r.realize().uop.src]
+  v = r.numpy()
+  assert ((v >= 0) & (v < 1)).all() and len(np.unique(v)) == v.size
+  if axis is None: np.testing.assert_equal(shards[0], shards[1])  # a replica: the same values on every device
+  with pytest.raises(RuntimeError, match="takes no device"): Tensor.rand_like(t, device=("CPU:2", "CPU:3"))
+
+
+def test_rand_on_a_tuple_of_devices_raises():
+  with pytest.raises(ValueError, match="one device"): Tensor.rand(8, device=D2)
+
+
+@pytest.mark.parametrize("axis", [None, 0])
+def test_dropout_on_sharded(axis):
+  with Tensor.train():
+    out = Tensor.ones(512).shard(D2, axis).dropout(0.5).numpy()
+  values, counts = np.unique(out, return_counts=True)
+  assert values.tolist() == [0.0, 2.0] and 180 < counts[0] < 332
+
+
+def test_a_sharded_value_moves_with_its_graph():
+  x = rng.integers(0, 9, (4, 6)).astype(np.int32)
+  t = Tensor(x).shard(D2, axis=0)
+  assert Tensor(t.uop).device == D2 and Tensor(Tensor([1.0], device="CPU:3").uop).device == "CPU:3"
+  np.testing.assert_equal(Tensor(t.uop).numpy(), x)
+  # replace takes the value's devices: an embedding whose table is replaced by a sharded one looks up on them
+  table, idx = rng.standard_normal((28, 20)).astype(np.float32), rng.integers(0, 28, (4, 10)).astype(np.int32)
+  emb = nn.Embedding(28, 20)
+  emb.weight.replace(Tensor(table).shard(D2, axis=1)).realize()
+  assert emb.weight.device == D2 and emb.weight.uop.axis == 1
+  np.testing.assert_allclose(emb(Tensor(idx).shard(D2)).numpy(), table[idx], rtol=1e-6)

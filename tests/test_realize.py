@@ -33,6 +33,17 @@ def test_assign_to_lazy_constants_does_not_alias():
   np.testing.assert_equal(b.numpy(), [3.0, 4.0])
 
 
+def test_assign_neither_casts_nor_moves():
+  # tinygrad's rule and words: a silent cast could lose precision; python values take the target's dtype
+  a = Tensor.zeros(4).contiguous().realize()
+  with pytest.raises(RuntimeError, match="assign dtype mismatch dtypes.float != dtypes.int"): a.assign(Tensor([1, 2, 3, 4]))
+  with pytest.raises(RuntimeError, match="assign device mismatch CPU != CPU:1"): a.assign(Tensor([1.0, 2, 3, 4], device="CPU:1"))
+  a.assign([1, 2, 3, 4]).realize()
+  a.assign(a + 1).realize()
+  a.assign(7).realize()
+  assert a.tolist() == [7.0] * 4 and a.dtype == Tensor.zeros(1).dtype
+
+
 def test_views_still_see_assigns():
   x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
   v = x.reshape(2, 2)

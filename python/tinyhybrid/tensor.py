@@ -118,6 +118,7 @@ class Tensor(TensorAPI):
       # a CONST given without a device stays deviceless (as in tinygrad): realize leaves it alone; work on it runs on
       # the other operand's device, or the default one
       if device is None and data.op is Ops.CONST: self.device = None  # type: ignore[assignment]
+      elif device is None and (own := data.device) is not None: self.device = own  # a graph's own device (or devices)
       if (op := data.op) is _BIND or op is _DEFINE_VAR or data.dtype is _WEAKINT:
         # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's
         bound_value(data)
@@ -324,9 +325,13 @@ class Tensor(TensorAPI):
     """Writes x into this tensor's memory (broadcast and cast to its shape and dtype); lazy like any op."""
     if isinstance(x, (bool, int, float)): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
-    if x.device != self.device: raise ValueError(f"assign: value on {x.device}, target on {self.device}")
-    x = x.cast(self.dtype).expand(self.shape) if x.shape != self.shape or x.dtype is not self.dtype else x
+    # tinygrad's checks and words: an assign never casts (a silent cast can lose precision) nor moves the value
+    if x.dtype is not self.dtype: raise RuntimeError(f"assign dtype mismatch {self.dtype} != {x.dtype}")
+    if x.device is not None and x.device != self.device: raise RuntimeError(f"assign device mismatch {self.device} != {x.device}")
+    if x.shape != self.shape: x = x.expand(self.shape)
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
+    if type(self.device) is tuple and x.uop.axis != self.uop.axis:
+      raise RuntimeError(f"multi axis mismatch {self.uop.axis} != {x.uop.axis}")
     if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
     if self.uop.op is Ops.AFTER: self.uop = self.uop.src[0]  # the graph kept for backward computed values this overwrites
     if type(self.device) is tuple:  # sharded: each shard's memory takes its part of the value (engine/multi.py)
@@ -412,12 +417,13 @@ class Tensor(TensorAPI):
   def shard_like(self, y: Tensor) -> Tensor:
     """This tensor sharded as y is (a plain tensor for a plain y)."""
     if type(y.device) is not tuple: return self.to(y.device)
-    return self.shard(y.device, y.uop.arg[1] if y.uop.op is Ops.MSTACK else None)
+    if (self.device, self.uop.axis) == (y.device, y.uop.axis): return self
+    return self.shard(y.device, y.uop.axis)
 
   def replace(self, x: Tensor) -> Tensor:
-    """Makes this tensor the value of x (same shape), without a copy."""
+    """Makes this tensor the value of x (same shape), without a copy: x's dtype and device (or devices) too."""
     if x.shape != self.shape: raise ValueError(f"replace: shape {x.shape} does not match {self.shape}")
-    self.uop = x.uop
+    self.uop, self.device = x.uop, x.device
     return self
 
   def to_(self, device: str | None) -> Tensor:

@@ -24,6 +24,8 @@ import numpy as np
 from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import DType, dtypes, to_dtype
 from tinyhybrid.helpers import is_training, prod
+from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -190,6 +192,8 @@ class RandomMixin:
   def rand(cls, *shape, device: str | None = None, dtype: Any = None, contiguous: bool = True, requires_grad: bool | None = None) -> Tensor:
     """Uniform floats in [0, 1). contiguous=False leaves the generator fused into whatever consumes it."""
     dt = cls._float_dtype(dtype, "rand")
+    if isinstance(device, (tuple, list)):
+      raise ValueError(f"rand: one device, not {tuple(device)} (shard a random tensor, or take rand_like of a sharded one)")
     s = _shape_of(shape)
     if (n := prod(s)) == 0:
       cls._next_rng_words(device, 0)  # no words, but the device takes its place in the key order as in tinygrad
@@ -199,10 +203,19 @@ class RandomMixin:
 
   def rand_like(self: Tensor, dtype: Any = None, device: str | None = None, contiguous: bool = True,
                 requires_grad: bool | None = None) -> Tensor:
-    """rand of self's shape, in self's dtype (default_float when that is not a float) unless dtype is given."""
+    """rand of self's shape, in self's dtype (default_float when that is not a float) unless dtype is given. Of a
+    sharded tensor, sharded as it is (device must then be None): a replica holds the same values on every device,
+    and the shards of a split axis are drawn each on its device."""
     dt = dtype if dtype is not None else (self.dtype if self.dtype._is_float else dtypes.default_float)
-    return type(self).rand(*self.shape, device=self.device if device is None else device, dtype=dt, contiguous=contiguous,
-                           requires_grad=requires_grad)
+    if type(devices := self.device) is not tuple:
+      return type(self).rand(*self.shape, device=devices if device is None else device, dtype=dt, contiguous=contiguous,
+                             requires_grad=requires_grad)
+    if device is not None: raise RuntimeError(f"rand_like: a tensor sharded across {devices} takes no device (got {device})")
+    if (axis := self.uop.axis) is None:
+      return type(self).rand(*self.shape, dtype=dt, contiguous=contiguous, requires_grad=requires_grad).shard(devices)
+    shape = tuple(d // len(devices) if i == axis else d for i, d in enumerate(self.shape))
+    shards = [type(self).rand(*shape, device=d, dtype=dt, contiguous=contiguous).uop for d in devices]
+    return type(self)(UOp(Ops.MSTACK, dt, tuple(shards), (devices, axis)), device=devices, requires_grad=requires_grad)
 
   @classmethod
   def _randn(cls, shape: tuple[int, ...], device: str | None, dt: DType, contiguous: bool = True) -> Tensor:
@@ -353,7 +366,7 @@ class RandomMixin:
     if not 0 <= p <= 1: raise ValueError(f"dropout: p={p} is out of range [0, 1]")
     if not is_training(type(self)) or p == 0: return self
     if p == 1: return self.zeros_like()
-    keep = (type(self).rand(*self.shape, device=self.device, dtype=dtypes.default_float, contiguous=False) >= p).contiguous()
+    keep = (self.rand_like(dtype=dtypes.default_float, contiguous=False) >= p).contiguous()
     # a dropped element is 0 even where self is inf or nan (a select, not a product), as in tinygrad
     return keep.where(self, 0) / (1.0 - p)
 

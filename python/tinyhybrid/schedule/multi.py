@@ -214,7 +214,7 @@ class _Lowerer:
       shard_arg = tuple((0, in_shape[axis] // n) if (i == axis and op is Ops.SHRINK) else a for i, a in enumerate(arg))
       return Sharded(tuple(movement(op, s, shard_arg) for s in x.shards), axis)
     if op is Ops.FLIP:
-      if axis in arg: return self._movement(u, self.replicate(x))
+      if arg[axis]: return self._movement(u, self.replicate(x))
       return Sharded(tuple(u.replace(src=(s,)) for s in x.shards), axis)
     raise ShardingError(f"{op.name} is not supported on sharded tensors")
 
