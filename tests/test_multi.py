@@ -581,3 +581,42 @@ def test_a_sharded_value_moves_with_its_graph():
   emb.weight.replace(Tensor(table).shard(D2, axis=1)).realize()
   assert emb.weight.device == D2 and emb.weight.uop.axis == 1
   np.testing.assert_allclose(emb(Tensor(idx).shard(D2)).numpy(), table[idx], rtol=1e-6)
+
+
+def test_bounds_and_allreduce_of_a_sharded_graph():
+  from tinyhybrid.uop import Ops
+  x = rng.standard_normal((8, 5)).astype(np.float32)
+  t = Tensor(x).shard(D4, axis=0).realize()
+  assert t.uop.bounds == ((0, 2), (2, 4), (4, 6), (6, 8)) and (t * 2).uop.bounds == t.uop.bounds
+  with pytest.raises(RuntimeError, match="axis is None"): Tensor(x).shard(D4).uop.bounds
+  # the allreduce a reduce over the sharded axis is made of: every shard becomes the sum of the shards
+  for algo in ({"RING": 0, "ALL2ALL": 0}, {"RING": 2}, {"ALL2ALL": 2}):
+    with Context(**algo):
+      s = Tensor(t.uop.allreduce(Ops.ADD, D4))
+      assert s.device == D4 and s.uop.axis == 0
+      np.testing.assert_allclose(s.numpy(), np.tile(x.reshape(4, 2, 5).sum(0), (4, 1)), rtol=1e-5, atol=1e-6)
+
+
+def test_a_deviceless_constant_meets_a_sharded_tensor():
+  from tinyhybrid.dtype import dtypes
+  from tinyhybrid.uop.ops import UOp
+  s = Tensor([1.0, 2, 3, 4]).shard(D2, axis=0)
+  one = Tensor(UOp.const(dtypes.float, 1.0))
+  np.testing.assert_equal((s + one).numpy(), [2, 3, 4, 5])
+  np.testing.assert_equal((s + one.reshape((1,)).expand((4,))).numpy(), [2, 3, 4, 5])
+
+
+def test_kv_cache_assign_under_jit_on_sharded():
+  from tinyhybrid import Variable
+  bsz, ctx = 2, 8
+  cache = Tensor.zeros(bsz, ctx, 1, 1).shard(D2).contiguous().realize()
+
+  @TinyJit
+  def step(xk: Tensor, start_pos):
+    # the pad is negative for some values of start_pos, never for the ones bound
+    keys = cache.shrink((None, (0, start_pos), None, None)).cat(xk, dim=1).contiguous()
+    cache.assign(keys.pad((None, (0, ctx - start_pos - xk.shape[1]), None, None)).contiguous()).realize()
+
+  cache.assign(Tensor.ones(bsz, 3, 1, 1).shard(D2).pad((None, (0, ctx - 3), None, None)).contiguous()).realize()
+  for i in range(3, 6): step(Tensor.full((bsz, 1, 1, 1), float(i)).shard(D2).contiguous(), Variable("start_pos", 1, ctx).bind(i))
+  np.testing.assert_equal(cache.numpy()[:, :, 0, 0], [[1, 1, 1, 3, 4, 5, 0, 0]] * 2)

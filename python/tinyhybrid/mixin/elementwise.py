@@ -180,8 +180,8 @@ class ElementwiseMixin:
       y = Tensor.full((), y, dtype=out_dt, device=x.device)
     elif y.device != x.device:
       # a deviceless const (Tensor(UOp.const(...))) takes the other operand's device
-      if x.device is None: x = Tensor(x.uop, device=y.device)
-      elif y.device is None: y = Tensor(y.uop, device=x.device)
+      if x.device is None or x.uop.device is None: x = Tensor(x.uop, device=y.device)
+      elif y.device is None or y.uop.device is None: y = Tensor(y.uop, device=x.device)
       else: raise ValueError(f"operands are on different devices: {x.device} and {y.device}")
     if match_dtype and x.dtype is not y.dtype:
       out_dt = least_upper_dtype(x.dtype, y.dtype)

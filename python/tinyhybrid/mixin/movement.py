@@ -107,8 +107,11 @@ class MovementMixin:
     if any(len(p) != 2 for p in pads): raise ValueError(f"pad: each dimension takes (before, after), got {padding} for shape {self.shape}")
     pads = [tuple(v if isinstance(v, UOp) else operator.index(v) for v in p) for p in pads]  # numpy ints too
     if mode != "constant": return self._pad_mode(pads, mode)
-    if type(sum(map(sum, pads))) is not int:  # symbolic padding: amounts of bound Variables, never negative
-      if not all(valid_dim(v) for p in pads for v in p): raise ValueError(f"pad: symbolic padding {pads} must be >= 0")
+    if type(sum(map(sum, pads))) is not int:  # symbolic padding: amounts of bound Variables, not negative as bound
+      # (a pad that goes negative only for other values of its variables is allowed, as in tinygrad: a cache padded to
+      # its length, max_context - start_pos - seqlen, is for the values the program binds)
+      if not all(isinstance(v, UOp) and v.dtype._is_int and bound_value(v) >= 0 or valid_dim(v) for p in pads for v in p):
+        raise ValueError(f"pad: symbolic padding {pads} must be >= 0")
       pads = [(ssimplify(b), ssimplify(a)) for b, a in pads]
       padded = self._smop(Ops.PAD, tuple(pads))
       return padded if value == 0 else self.ones_like(dtype="bool")._smop(Ops.PAD, tuple(pads)).where(padded, value)
