@@ -620,3 +620,15 @@ def test_kv_cache_assign_under_jit_on_sharded():
   cache.assign(Tensor.ones(bsz, 3, 1, 1).shard(D2).pad((None, (0, ctx - 3), None, None)).contiguous()).realize()
   for i in range(3, 6): step(Tensor.full((bsz, 1, 1, 1), float(i)).shard(D2).contiguous(), Variable("start_pos", 1, ctx).bind(i))
   np.testing.assert_equal(cache.numpy()[:, :, 0, 0], [[1, 1, 1, 3, 4, 5, 0, 0]] * 2)
+
+
+@pytest.mark.parametrize("realized", [True, False])
+def test_assign_through_a_view_of_a_sharded_tensor(realized):
+  out = Tensor.zeros(4, 4).contiguous().realize().shard(D2, 0)
+  if realized: out.realize()
+  out[:, 2:3].assign(Tensor.ones(4, 1).shard(D2, 0).contiguous().realize()).realize()
+  assert out.tolist() == [[0, 0, 1, 0]] * 4
+  t = Tensor.arange(16).contiguous().realize().shard(D4, axis=0)
+  t[2:6] = Tensor([90, 91, 92, 93]).shard(D4)
+  t[::4] = Tensor([70, 71, 72, 73]).shard(D4, axis=0)
+  assert t.tolist() == [70, 1, 90, 91, 71, 93, 6, 7, 72, 9, 10, 11, 73, 13, 14, 15]

@@ -44,6 +44,17 @@ def test_assign_neither_casts_nor_moves():
   assert a.tolist() == [7.0] * 4 and a.dtype == Tensor.zeros(1).dtype
 
 
+def test_assign_through_a_view_of_a_contiguous_to_be_computed():
+  # the write lands in the contiguous() value's memory (tinygrad's rule: a CONTIGUOUS is storage to write into)
+  out = Tensor.zeros(4, 4).contiguous()
+  keep = out
+  out[:, 2:3].assign(Tensor.ones(4, 1)).realize()
+  expected = np.zeros((4, 4), np.float32)
+  expected[:, 2] = 1
+  np.testing.assert_equal(out.numpy(), expected)
+  assert keep is out
+
+
 def test_views_still_see_assigns():
   x = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
   v = x.reshape(2, 2)

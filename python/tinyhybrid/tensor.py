@@ -334,6 +334,7 @@ class Tensor(TensorAPI):
       raise RuntimeError(f"multi axis mismatch {self.uop.axis} != {x.uop.axis}")
     if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
     if self.uop.op is Ops.AFTER: self.uop = self.uop.src[0]  # the graph kept for backward computed values this overwrites
+    if self.uop.op in GroupOp.Movement: self._compute_base_of_view()
     if type(self.device) is tuple:  # sharded: each shard's memory takes its part of the value (engine/multi.py)
       if not is_realized_multi(self.uop): self.realize()
       nodes = set(x.uop.toposort())
@@ -349,6 +350,17 @@ class Tensor(TensorAPI):
     self.uop = UOp(Ops.STORE, self.dtype, (self.uop, value))
     if contiguous_buffer(self.uop.src[0]) is None: _view_writes.append(self)
     return self
+
+  def _compute_base_of_view(self) -> None:
+    """A write through a view of a value still to be computed, a contiguous() or a sharded tensor's shards, lands in
+    that value's memory, as in tinygrad: the tensors that hold the value are computed into memory first, and the view
+    is then of that memory."""
+    base = self.uop
+    while base.op in GroupOp.Movement: base = base.src[0]
+    if base.op is not Ops.CONTIGUOUS and (base.op is not Ops.MSTACK or is_realized_multi(base)): return
+    if not (owners := [t for t in list(_all_tensors) if t.uop is base]): return
+    Tensor.realize(*owners)
+    self.uop = self.uop.substitute({base: owners[0].uop})
 
   def clone(self, device: str | None = None) -> Tensor:
     """A copy with its own memory (on `device` if given)."""
