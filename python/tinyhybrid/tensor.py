@@ -322,7 +322,8 @@ class Tensor(TensorAPI):
     return self
 
   def assign(self, x: Any) -> Tensor:
-    """Writes x into this tensor's memory (broadcast and cast to its shape and dtype); lazy like any op."""
+    """Writes x into this tensor's memory (broadcast to its shape; a tensor x must have its dtype, device and, when
+    sharded, axis: RuntimeError otherwise, as in tinygrad); lazy like any op."""
     if isinstance(x, (bool, int, float)): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
     # tinygrad's checks and words: an assign never casts (a silent cast can lose precision) nor moves the value

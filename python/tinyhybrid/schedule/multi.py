@@ -247,6 +247,13 @@ def lower_multi(roots: list[UOp], devices: tuple[str, ...]) -> list[Sharded]:
   return [lw.lower(r) for r in roots]
 
 
+def sharded_axes(root: UOp, devices: tuple[str, ...]) -> dict[UOp, int | None]:
+  """The sharded axis of every node of root's graph (UOp.axis)."""
+  lw = _Lowerer(devices)
+  lw.lower(root)
+  return {u: x.axis for u, x in lw.memo.items()}
+
+
 def lower_selects(roots: list[UOp]) -> list[UOp]:
   """Single-device graphs with every MSELECT replaced by the graph of the shard it takes, lowered as lower_multi does
   (its COPY nodes are then left to engine/multi.py). Inner ones first: the shards of a sharded value may hold MSELECTs

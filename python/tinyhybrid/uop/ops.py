@@ -141,9 +141,12 @@ class UOp(_core.UOp):
     device (tinygrad's UOp.axis). An operation's axis follows its sources' (a movement moves it; a reduce over it,
     an allreduce, ends it)."""
     if self.op is Ops.MSTACK: return self.arg[1]
+    if "_axis" in (own := self.__dict__): return own["_axis"]
     if type(devices := self.device) is not tuple: return None
-    from tinyhybrid.schedule.multi import lower_multi
-    return lower_multi([self], devices)[0].axis
+    from tinyhybrid.schedule.multi import sharded_axes
+    # kept on every node of the graph (a node never changes): an optimizer's assigns ask of graphs that share most nodes
+    for u, axis in sharded_axes(self, devices).items(): u.__dict__["_axis"] = axis
+    return own["_axis"]
 
   @property
   def bounds(self) -> tuple[tuple[int, int], ...]:
