@@ -110,7 +110,7 @@ class MovementMixin:
     if type(sum(map(sum, pads))) is not int:  # symbolic padding: amounts of bound Variables, not negative as bound
       # (a pad that goes negative only for other values of its variables is allowed, as in tinygrad: a cache padded to
       # its length, max_context - start_pos - seqlen, is for the values the program binds)
-      if not all(isinstance(v, UOp) and v.dtype._is_int and bound_value(v) >= 0 or valid_dim(v) for p in pads for v in p):
+      if not all(bound_value(v) >= 0 if isinstance(v, UOp) and v.dtype._is_int else valid_dim(v) for p in pads for v in p):
         raise ValueError(f"pad: symbolic padding {pads} must be >= 0")
       pads = [(ssimplify(b), ssimplify(a)) for b, a in pads]
       padded = self._smop(Ops.PAD, tuple(pads))

@@ -133,22 +133,20 @@ class _Lowerer:
   def replicate(self, x: Sharded) -> Sharded:
     """x on every device whole: each shard padded to its place, then summed across devices (tinygrad's unshard)."""
     if x.axis is None: return x
-    shape = shape_of(x.shards[0])
-    assert shape is not None
-    full = shape[x.axis] * self.n
-    padded = [movement(Ops.PAD, s, tuple((b[0], full - b[1]) if i == x.axis else (0, 0) for i in range(len(shape))))
-              for s, b in zip(x.shards, shard_bounds(full, self.n))]
-    return Sharded(tuple(allreduce(Ops.ADD, padded, self.devices)), None)
+    return Sharded(tuple(allreduce(Ops.ADD, self._in_place(x, x.shards), self.devices)), None)
 
   def gather(self, x: Sharded, i: int) -> UOp:
     """x's whole value on device i alone: every other shard copied there, each padded to its place, and summed."""
     if x.axis is None: return x.shards[i]
+    return _combine(Ops.ADD, self._in_place(x, [s if j == i else copy_to(s, self.devices[i]) for j, s in enumerate(x.shards)]))
+
+  def _in_place(self, x: Sharded, shards: list[UOp] | tuple[UOp, ...]) -> list[UOp]:
+    """Each of x's shards (or a copy of it) padded to its place along x's axis in the whole value."""
     shape = shape_of(x.shards[0])
-    assert shape is not None
+    assert shape is not None and x.axis is not None
     full = shape[x.axis] * self.n
-    parts = [movement(Ops.PAD, s if j == i else copy_to(s, self.devices[i]), tuple((b[0], full - b[1]) if k == x.axis else (0, 0) for k in range(len(shape))))
-             for j, (s, b) in enumerate(zip(x.shards, shard_bounds(full, self.n)))]
-    return _combine(Ops.ADD, parts)
+    return [movement(Ops.PAD, s, tuple((b[0], full - b[1]) if k == x.axis else (0, 0) for k in range(len(shape))))
+            for s, b in zip(shards, shard_bounds(full, self.n))]
 
   def to_axis(self, x: Sharded, axis: int | None) -> Sharded:
     """x sharded on `axis` (None: replicated)."""
