@@ -35,7 +35,7 @@ def _device() -> str: return os.getenv("DEV", "").upper().partition(":")[0]
 
 
 def _cl_cache_files() -> set[Path]:
-  from tinyhybrid.runtime.compiler import cache_root
+  from tinyhybrid.runtime.diskcache import cache_root
   dirs = [cache_root() / "cl", Path(os.getenv("POCL_CACHE_DIR", cache_root() / "pocl"))]  # where runtime/ops_cl.py puts them
   # files with something in them: PoCL leaves an empty temporary file behind in its cache at every start
   return {f for d in dirs if d.exists() for f in d.rglob("*") if f.is_file() and f.stat().st_size}

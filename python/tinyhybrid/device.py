@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv
+from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv, once
 from tinyhybrid.runtime.compiler import CompileError  # noqa: F401 (tinygrad's place for it)
 
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
@@ -286,7 +286,7 @@ class _DeviceRegistry:
   @functools.cached_property
   def _names(self) -> list[str]: return []
 
-  @functools.cache  # noqa: B019 (one device object per canonical name for the process: "CPU:0" is "CPU")
+  @once  # one device object per canonical name for the process ("CPU:0" is "CPU"), also when threads open it at once
   def _open(self, name: str) -> Compiled:
     self._names.append(name)
     mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")

@@ -9,11 +9,29 @@ import os
 import pathlib
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
+
+T = TypeVar("T")
+
+
+def once(fn: Callable[..., T]) -> Callable[..., T]:
+  """functools.cache that calls fn at most once for each arguments, also when threads ask at the same time: the first
+  use of a driver or a device must not make two of it. A call that raises is not kept, as with functools.cache."""
+  lock = threading.RLock()
+  memo: dict[tuple, T] = {}
+
+  @functools.wraps(fn)
+  def first(*args: Any) -> T:
+    if args in memo: return memo[args]
+    with lock:
+      if args not in memo: memo[args] = fn(*args)
+      return memo[args]
+  return first
 
 
 @functools.cache
@@ -132,12 +150,12 @@ def fetch(url: str, name: str | None = None, subdir: str | None = None, gunzip: 
   """The file at url, downloaded once into the cache (TINYHYBRID_CACHE/downloads, under `subdir`) with a progress bar
   and kept by `name` (default: a hash of the url and gunzip); gunzip unpacks it on the way. A download that fails leaves
   nothing behind."""
-  from tinyhybrid.runtime.compiler import cache_root
-  d = cache_root() / "downloads" / (subdir or "")
+  from tinyhybrid.runtime import diskcache
+  d = diskcache.cache_root() / "downloads" / (subdir or "")
   path = d / (name or hashlib.sha256(f"{url}\0{gunzip}".encode()).hexdigest()[:24])
   if allow_caching and path.exists(): return path
   d.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
+  tmp = diskcache.temp_beside(path)
   try:
     with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
       total = int(r.headers.get("content-length") or 0) or None

@@ -11,6 +11,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,7 +27,8 @@ from tinyhybrid.codegen.tc import has_tc, tc_choices
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, np_storage
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, TC, TC_SELECT
-from tinyhybrid.runtime.compiler import CompileError, cache_root, compiler_key
+from tinyhybrid.runtime import diskcache
+from tinyhybrid.runtime.compiler import CompileError, compiler_key
 from tinyhybrid.uop import AxisType, Ops
 
 if TYPE_CHECKING:
@@ -160,21 +162,28 @@ def _compile_or_none(dev: Compiled, name: str, src: str):
   except CompileError: return None
 
 
-def _cache_path(k: LoweredKernel, dev: Compiled, width: int):
+def _cache_path(k: LoweredKernel, dev: Compiled, width: int) -> Path:
   src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
   parts: tuple[str, ...] = (src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))
   if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver
   key = hashlib.sha256("\0".join(parts).encode())
-  d = cache_root() / "beam"
-  d.mkdir(parents=True, exist_ok=True)
-  return d / f"{k.name}-{key.hexdigest()[:24]}.json"
+  return diskcache.subdir("beam") / f"{k.name}-{key.hexdigest()[:24]}.json"
+
+
+def _cached_opts(path: Path) -> list[Opt] | None:
+  """BEAM's choice for a kernel from the cache; an entry that does not read back as a list of actions is deleted."""
+  if (blob := diskcache.read(path)) is None: return None
+  try:
+    opts = [Opt(OptOps[op], axis, arg) for op, axis, arg in json.loads(blob)]
+    if all(type(o.axis) is int and type(o.arg) is int for o in opts): return opts
+  except (ValueError, KeyError, TypeError): pass
+  diskcache.discard(path)
+  return None
 
 
 def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
   path = _cache_path(k, dev, width)
-  if path.exists():
-    try: return [Opt(OptOps[op], axis, arg) for op, axis, arg in json.loads(path.read_text())]
-    except (ValueError, KeyError): pass  # a damaged entry: search again
+  if (cached := _cached_opts(path)) is not None: return cached
   seen: set[str] = set()
 
   def measure(timer: _Timer, plans: list[tuple[Opt, ...]], limit: float, desc: str) -> list[tuple[float, tuple[Opt, ...]]]:
@@ -202,7 +211,5 @@ def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
       if not improved: break
   best = list(beam[0][1])
   if DEBUG >= 2: print(f"BEAM {k.name}: {beam[0][0] * 1e6:.1f} us with {best}")
-  tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half of it
-  tmp.write_text(json.dumps([[o.op.name, o.axis, o.arg] for o in best]))
-  tmp.replace(path)
+  diskcache.write(path, json.dumps([[o.op.name, o.axis, o.arg] for o in best]).encode())
   return best

@@ -22,7 +22,7 @@ import hashlib
 from typing import TYPE_CHECKING, Callable
 
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.runtime.compiler import cache_root
+from tinyhybrid.runtime import diskcache
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -300,9 +300,8 @@ def check_kernel(k: LoweredKernel, src: str) -> None:
   """Proves a rendered kernel in bounds, once: the proof is kept with the kernel (k.proven) and on disk next to the
   compiled kernels, so a kernel is proven once, not once per process."""
   if k.proven: return
-  mark = cache_root() / "oob" / _key(k, src)
-  if not mark.exists():
+  mark = diskcache.subdir("oob") / _key(k, src)
+  if not diskcache.valid(mark):
     prove(k.name, k.ast, k.sizes)
-    mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.touch()
+    diskcache.write(mark, b"")
   k.proven = True

@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tinyhybrid.runtime import diskcache
+
 CFLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 
 
@@ -33,21 +35,10 @@ def is_clang() -> bool:
   return "clang" in _compiler_id(c_compiler())
 
 
-def cache_root() -> Path:
-  """Where compiled kernels and BEAM's choices are kept (TINYHYBRID_CACHE overrides)."""
-  return Path(os.getenv("TINYHYBRID_CACHE", Path.home() / ".cache" / "tinyhybrid"))
-
-
 def compiler_key() -> str:
   """The compiler and its version, for cache keys."""
   cc = c_compiler()
   return f"{cc}\0{_compiler_id(cc)}"
-
-
-def cache_dir() -> Path:
-  d = cache_root() / "kernels"
-  d.mkdir(parents=True, exist_ok=True)
-  return d
 
 
 class CompileError(RuntimeError):
@@ -66,12 +57,18 @@ def kernel_symbol(name: str, src: str) -> str:
 
 def _build(text: str, out: Path, what: str) -> None:
   cc = c_compiler()
+  # the library is written beside its place in the cache (a rename across filesystems fails: TMPDIR is often a tmpfs)
+  so_tmp = diskcache.temp_beside(out)
   with tempfile.TemporaryDirectory() as tmp:
-    c_file, so_tmp = Path(tmp) / "kernels.c", Path(tmp) / "kernels.so"
-    c_file.write_text(text)
-    res = subprocess.run([cc, *CFLAGS, "-o", str(so_tmp), str(c_file), "-lm"], capture_output=True, text=True)
-    if res.returncode != 0: raise CompileError(f"{what} failed to compile with {cc}:\n{res.stderr.strip()}\n--- source ---\n{text}")
-    os.replace(so_tmp, out)  # atomic: concurrent builds of the same library never see a partial file
+    (c_file := Path(tmp) / "kernels.c").write_text(text)
+    try: res = subprocess.run([cc, *CFLAGS, "-o", str(so_tmp), str(c_file), "-lm"], capture_output=True, text=True)
+    except BaseException:
+      so_tmp.unlink(missing_ok=True)
+      raise
+  if res.returncode != 0:
+    so_tmp.unlink(missing_ok=True)
+    raise CompileError(f"{what} failed to compile with {cc}:\n{res.stderr.strip()}\n--- source ---\n{text}")
+  diskcache.install(so_tmp, out)
 
 
 def _renamed(name: str, sym: str, src: str) -> str:
@@ -83,34 +80,39 @@ def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
   """(library, symbol) for each (name, source). Kernels found in the cache are loaded from it; the others are built
   together, one compiler run for all (the run's fixed cost is most of a small kernel's), and each is entered in the
   cache as a link to that library. If the run fails, each is built alone, so the error names the kernel at fault."""
-  out, missing = [], []
+  out, missing, d = [], [], diskcache.subdir("kernels")
   for name, src in kernels:
     sym = kernel_symbol(name, src)
-    path = cache_dir() / f"{sym}.so"
+    path = d / f"{sym}.so"
     out.append((path, sym))
-    if not path.exists(): missing.append((name, sym, src, path))
+    if not diskcache.valid(path): missing.append((name, sym, src, path))
   if len(missing) == 1:
     name, sym, src, path = missing[0]
     _build(_renamed(name, sym, src), path, f"kernel {name}")
   elif missing:
     text = "".join(_renamed(name, sym, src) for name, sym, src, _ in missing)
-    lib = cache_dir() / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}.so"
+    lib = d / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}.so"
     try:
-      if not lib.exists(): _build(text, lib, f"{len(missing)} kernels")
+      if not diskcache.valid(lib): _build(text, lib, f"{len(missing)} kernels")
     except CompileError:
       for name, sym, src, path in missing: _build(_renamed(name, sym, src), path, f"kernel {name}")
       return out
-    for *_, path in missing:
-      link = path.with_suffix(f".{os.getpid()}.tmp")
-      link.unlink(missing_ok=True)
-      os.symlink(lib.name, link)
-      os.replace(link, path)
+    for *_, path in missing: diskcache.link(path, lib)
   return out
 
 
 KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32, ctypes.c_uint32)
 
 
-def load_kernel(path: Path, name: str) -> tuple[ctypes.CDLL, int]:
+def _open(path: Path, symbol: str) -> tuple[ctypes.CDLL, int]:
   lib = ctypes.CDLL(str(path))
-  return lib, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
+  return lib, ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
+
+
+def load_kernel(path: Path, name: str, src: str) -> tuple[ctypes.CDLL, int]:
+  """The library and function address of a kernel that compile_shared gave `path` for. A library the loader refuses
+  (or one without the function) is deleted and built again, once."""
+  symbol = kernel_symbol(name, src)
+  try: return _open(path, symbol)
+  except (OSError, AttributeError): diskcache.discard(path)
+  return _open(compile_shared([(name, src)])[0][0], symbol)

@@ -23,7 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tinyhybrid.runtime.compiler import CompileError, cache_root
+from tinyhybrid.helpers import once
+from tinyhybrid.runtime import diskcache
+from tinyhybrid.runtime.compiler import CompileError
 
 _NVRTC_CDEF = """
 typedef int nvrtcResult; typedef struct _nvrtcProgram* nvrtcProgram;
@@ -55,7 +57,7 @@ def _toolkits() -> list[Path]:
   return [Path(r) for r in roots if r and Path(r).is_dir()]
 
 
-@functools.cache
+@once
 def _nvrtc() -> tuple[Any, Any]:
   """(ffi, lib) of NVRTC."""
   import cffi
@@ -186,30 +188,19 @@ class PTXCompiler:
 Compiler = CUDACompiler | PTXCompiler
 
 
-def _cache_dir() -> Path:
-  d = cache_root() / "cuda"
-  d.mkdir(parents=True, exist_ok=True)
-  return d
-
-
 def _key(compiler: Compiler, name: str, src: str) -> Path:
   h = hashlib.sha256("\0".join((src, name, compiler.ident, _FORMAT)).encode()).hexdigest()[:32]
-  return _cache_dir() / f"{name}-{h}.cubin"
-
-
-def _write(path: Path, data: bytes) -> None:
-  tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half of it
-  tmp.write_bytes(data)
-  tmp.replace(path)
+  return diskcache.subdir("cuda") / f"{name}-{h}.cubin"
 
 
 def build_kernels(compiler: Compiler, kernels: list[tuple[str, str]]) -> list[bytes]:
   """The binary holding each (name, source) kernel: found in the cache, or built in batches of distinct names (a
   kernel of a batch shares its binary with the others)."""
   paths = [_key(compiler, name, src) for name, src in kernels]
+  blobs = {i: got for i, p in enumerate(paths) if (got := diskcache.read(p)) is not None}
   batches: list[dict[str, int]] = []
   for i, (name, _) in enumerate(kernels):
-    if paths[i].exists() or any(name in b and kernels[b[name]] == kernels[i] for b in batches): continue
+    if i in blobs or any(name in b and kernels[b[name]] == kernels[i] for b in batches): continue
     if (b := next((b for b in batches if name not in b), None)) is None: batches.append(b := {})
     b[name] = i
   failed: CompileError | None
@@ -223,17 +214,10 @@ def build_kernels(compiler: Compiler, kernels: list[tuple[str, str]]) -> list[by
     if failed is not None:
       for i in b.values(): compiler.compile(kernels[i][1])  # which one: its error names it
       raise failed
-    batch = _cache_dir() / f"batch-{hashlib.sha256(blob).hexdigest()[:32]}.cubin"
-    _write(batch, blob)
+    batch = diskcache.subdir("cuda") / f"batch-{hashlib.sha256(blob).hexdigest()[:32]}.cubin"
+    diskcache.write(batch, blob)
     for i in b.values():
-      link = paths[i].with_suffix(f".{os.getpid()}.tmp")
-      link.unlink(missing_ok=True)
-      os.symlink(batch.name, link)
-      os.replace(link, paths[i])
-  blobs: dict[str, bytes] = {}
-  out = []
-  for p in paths:
-    real = os.path.realpath(p)
-    if real not in blobs: blobs[real] = Path(real).read_bytes()
-    out.append(blobs[real])
-  return out
+      diskcache.link(paths[i], batch)
+      blobs[i] = blob
+  by_path = {paths[i]: blob for i, blob in blobs.items()}  # a kernel given twice has one path, one entry
+  return [by_path[p] for p in paths]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events
-from tinyhybrid.helpers import PROFILE
-from tinyhybrid.runtime.compiler import CompileError, cache_root
+from tinyhybrid.helpers import PROFILE, once
+from tinyhybrid.runtime import diskcache
+from tinyhybrid.runtime.compiler import CompileError
 
 _CDEF = """
 typedef int32_t cl_int; typedef uint32_t cl_uint; typedef uint64_t cl_ulong; typedef uint64_t cl_bitfield;
@@ -87,12 +88,12 @@ def check(err: int, what: str) -> None:
   if err != 0: raise CLError(f"OpenCL: {what} failed with {_ERRORS.get(err, 'error')} ({err})")
 
 
-@functools.cache
+@once
 def _api() -> tuple[Any, Any]:
   """(ffi, lib) of the ICD loader, loaded on first use."""
   # PoCL compiles a kernel's work-group function at its first launch and keeps it in its own cache: put that cache
   # with ours, so one TINYHYBRID_CACHE holds everything a second run needs (the loader reads this when it loads PoCL)
-  os.environ.setdefault("POCL_CACHE_DIR", str(cache_root() / "pocl"))
+  os.environ.setdefault("POCL_CACHE_DIR", str(diskcache.cache_root() / "pocl"))
   import cffi
   ffi = cffi.FFI()
   ffi.cdef(_CDEF)
@@ -119,7 +120,7 @@ def _info(fn: Any, obj: Any, param: int, ctype: str) -> Any:
   return out[0]
 
 
-@functools.cache
+@once
 def device_ids() -> list[tuple[Any, Any]]:
   """(platform, device) of every OpenCL device, platforms in the loader's order."""
   ffi, lib = _api()
@@ -353,7 +354,7 @@ class CLDevice(Compiled):
 
   def _cache_path(self, name: str, src: str) -> Path:
     key = hashlib.sha256("\0".join((src, name, self.props.ident, _OPTIONS.decode(), _FORMAT)).encode()).hexdigest()[:32]
-    return _cache_dir() / f"{name}-{key}.bin"
+    return diskcache.subdir("cl") / f"{name}-{key}.bin"
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     """The programs of new kernels. Kernels found in the cache are loaded from it; the others are built together,
@@ -361,9 +362,10 @@ class CLDevice(Compiled):
     each is entered in the cache as a link to that program's binary. A batch takes each kernel name once: the names
     are the program's entry points."""
     paths = [self._cache_path(name, src) for name, src in kernels]
+    cached = {i: prog for i, p in enumerate(paths) if (prog := self._load(p)) is not None}
     batches: list[dict[str, int]] = []
     for i, (name, _) in enumerate(kernels):
-      if paths[i].exists() or any(i in b.values() for b in batches): continue
+      if i in cached or any(i in b.values() for b in batches): continue
       if (b := next((b for b in batches if name not in b), None)) is None: batches.append(b := {})
       b[name] = i
     built: dict[int, Any] = {}
@@ -372,23 +374,28 @@ class CLDevice(Compiled):
       built.update((i, prog) for i in b.values())
     out = []
     for i, (name, src) in enumerate(kernels):
-      prog = CLProgram(self, name, built[i] if i in built else self._load(paths[i]))
+      prog = CLProgram(self, name, built[i] if i in built else cached[i])
       out.append(CompiledProgram(name, src, 0, prog.call, keepalive=prog, timed=prog.timed))
     return out
 
   def _load(self, path: Path) -> Any:
-    """The program of a cached binary (several kernels may share one)."""
+    """The program of a cached binary (several kernels may share one), or None when there is none, or it is damaged
+    or refused by the driver (then it is deleted and built again)."""
     real = os.path.realpath(path)
     if (prog := self._programs.get(real)) is not None: return prog
+    if (binary := diskcache.read(path)) is None: return None
     ffi, lib = _api()
-    binary = Path(real).read_bytes()
     data = ffi.new("unsigned char[]", binary)
     err = ffi.new("cl_int*")
     devs = ffi.new("cl_device_id[1]", [self.device_id])
     prog = lib.clCreateProgramWithBinary(self.ctx, 1, devs, ffi.new("size_t[1]", [len(binary)]), ffi.new("unsigned char*[1]", [data]), ffi.NULL, err)
-    check(err[0], f"clCreateProgramWithBinary {path.name}")
+    if err[0] != 0:
+      diskcache.discard(path)
+      return None
     prog = ffi.gc(prog, lib.clReleaseProgram)
-    check(lib.clBuildProgram(prog, 1, devs, _OPTIONS, ffi.NULL, ffi.NULL), f"clBuildProgram of the cached {path.name}")
+    if lib.clBuildProgram(prog, 1, devs, _OPTIONS, ffi.NULL, ffi.NULL) != 0:
+      diskcache.discard(path)
+      return None
     self._programs[real] = prog
     return prog
 
@@ -405,13 +412,9 @@ class CLDevice(Compiled):
     data = ffi.new("unsigned char[]", sizes[0])
     check(lib.clGetProgramInfo(prog, _PROGRAM_BINARIES, ffi.sizeof("void*"), ffi.new("unsigned char*[1]", [data]), ffi.NULL), "clGetProgramInfo")
     blob = bytes(ffi.buffer(data, sizes[0]))
-    batch = _cache_dir() / f"batch-{hashlib.sha256(blob).hexdigest()[:32]}.bin"
-    _write(batch, blob)
-    for path in paths:  # each kernel's entry is a link to the batch (written whole, renamed: a reader never sees half of it)
-      link = path.with_suffix(f".{os.getpid()}.tmp")
-      link.unlink(missing_ok=True)
-      os.symlink(batch.name, link)
-      os.replace(link, path)
+    batch = diskcache.subdir("cl") / f"batch-{hashlib.sha256(blob).hexdigest()[:32]}.bin"
+    diskcache.write(batch, blob)
+    for path in paths: diskcache.link(path, batch)  # each kernel's entry is a link to the batch
     self._programs[os.path.realpath(batch)] = prog
     return prog
 
@@ -430,18 +433,6 @@ class CLDevice(Compiled):
   def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner: return CLRunner(items, nslots, self)
 
   def synchronize(self) -> None: check(_api()[1].clFinish(self.queue), f"clFinish on {self.name}")
-
-
-def _cache_dir() -> Path:
-  d = cache_root() / "cl"
-  d.mkdir(parents=True, exist_ok=True)
-  return d
-
-
-def _write(path: Path, data: bytes) -> None:
-  tmp = path.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: a reader never sees half of it
-  tmp.write_bytes(data)
-  tmp.replace(path)
 
 
 def make_device(name: str) -> Compiled: return CLDevice(name)

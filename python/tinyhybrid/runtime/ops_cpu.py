@@ -131,12 +131,12 @@ class CPUDevice(Compiled):
       groups[g].append(i)
       sizes[g] += len(kernels[i][1])
     with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g]), groups))
-    libs: dict[int, tuple[Path, str]] = {}
-    for grp, b in zip(groups, built): libs.update(zip(grp, b))
-    return [self._load(name, src, *libs[i]) for i, (name, src) in enumerate(kernels)]
+    libs: dict[int, Path] = {}
+    for grp, b in zip(groups, built): libs.update(zip(grp, (p for p, _ in b)))
+    return [self._load(name, src, libs[i]) for i, (name, src) in enumerate(kernels)]
 
-  def _load(self, name: str, src: str, path: Path, symbol: str) -> CompiledProgram:
-    lib, addr = load_kernel(path, symbol)
+  def _load(self, name: str, src: str, path: Path) -> CompiledProgram:
+    lib, addr = load_kernel(path, name, src)
     prog = hcq.Program(addr, name)
 
     fn = KERNEL_FN(addr)

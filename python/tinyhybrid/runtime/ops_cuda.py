@@ -9,11 +9,10 @@ GPU, asking for the device raises a RuntimeError that says so; compile-only mode
 runtime/ops_null.py) needs neither."""
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner, Target
-from tinyhybrid.helpers import JIT
+from tinyhybrid.helpers import JIT, once
 from tinyhybrid.runtime.cuda_compiler import CUDACompiler, PTXCompiler, build_kernels
 
 _CDEF = """
@@ -68,7 +67,7 @@ class CUDAError(RuntimeError):
   """A CUDA driver call failed: names the call and the error."""
 
 
-@functools.cache
+@once
 def ffi_() -> Any:
   """The driver API's declarations (no library: tests drive the runtime through a fake driver on them)."""
   import cffi
@@ -77,7 +76,7 @@ def ffi_() -> Any:
   return ffi
 
 
-@functools.cache
+@once
 def _api() -> tuple[Any, Any]:
   ffi = ffi_()
   try: lib = ffi.dlopen("libcuda.so.1")
