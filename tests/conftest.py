@@ -23,7 +23,7 @@ import pytest
 os.environ.setdefault("SPEC", "1")
 
 DEVICE_SUITE = ("test_tensor_ops.py", "test_tensor_nn.py", "test_tensor_extra.py", "test_nn.py", "test_jit.py", "test_parity_jit.py",
-                "test_parity_reduce.py")
+                "test_parity_reduce.py", "test_int_division.py")
 
 # device -> {test id (a fnmatch pattern of its node id without the "tests/" part): why it is marked}
 KNOWN: dict[str, dict[str, str]] = {

@@ -29,6 +29,22 @@ _CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "uns
            "double": "double", "weakfloat": "double"}
 _MASK_INT = {1: "char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
 
+def floor_div_helpers(qual: str, i64: str, u64: str) -> str:
+  """Python's floor division and modulo of signed integers, in a C dialect (qualifier and 64-bit type names)."""
+  return f"""/* an integer division by 0 gives 0 instead of a trap (it is computed even for lanes whose result is masked out),
+   and the one quotient that overflows, the most negative value by -1, wraps as two's complement does */
+{qual}{i64} th_fdiv({i64} a, {i64} b) {{
+  if (b == 0) return 0;
+  if (b == -1) return ({i64})(({u64})0 - ({u64})a);
+  {i64} q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}}
+{qual}{i64} th_fmod({i64} a, {i64} b) {{
+  if (b == 0 || b == -1) return 0;
+  {i64} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}}
+"""
+
+
 # Sources are self-contained, and several can be compiled as one file (runtime/compiler.py builds a schedule's
 # kernels together): the prelude, vector types and helpers are guarded, and a kernel's state lives inside its function.
 PRELUDE = """#ifndef TH_PRELUDE
@@ -47,16 +63,7 @@ typedef __fp16 th_half;
 #else
 #define TH_CONTRACT
 #endif
-/* an integer division by 0 gives 0 instead of a trap: it is computed even for lanes whose result is masked out */
-static inline long long th_fdiv(long long a, long long b) {
-  if (b == 0) return 0;
-  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline long long th_fmod(long long a, long long b) {
-  if (b == 0) return 0;
-  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-static inline float th_bf2f(unsigned short b) { union { unsigned int u; float f; } v; v.u = (unsigned int)b << 16; return v.f; }
+""" + floor_div_helpers("static inline ", "long long", "unsigned long long") + """static inline float th_bf2f(unsigned short b) { union { unsigned int u; float f; } v; v.u = (unsigned int)b << 16; return v.f; }
 static inline unsigned short th_f2bf(float f) {
   union { float f; unsigned int u; } v; v.f = f;
   if ((v.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((v.u >> 16) | 0x40u);  /* keep NaN a NaN */
@@ -251,11 +258,21 @@ class CStyleWriter:
     if op in (Ops.FLOORDIV, Ops.FLOORMOD):
       a, b = u.src
       if a.vmin >= 0 and b.op is Ops.CONST and b.arg > 0: return f"({s[0]} {'/' if op is Ops.FLOORDIV else '%'} {s[1]})"
-      return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
-    if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float and not (u.src[1].op is Ops.CONST and u.src[1].arg != 0):
-      return f"({s[1]} == 0 ? ({t})0 : ({t})({s[0]} {_INFIX[op]} {s[1]}))"
+      # unsigned: floor is truncation, and the signed helpers would read values from 2**63 up as negative
+      if not dtypes.is_unsigned(dt): return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
+      op = Ops.CDIV if op is Ops.FLOORDIV else Ops.CMOD
+    if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float: return self.trunc_div(op, u.src[1], dt, t, s)
     if op in _INFIX: return self.infix(op, dt, t, s)  # a division by a nonzero constant
     raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+
+  def trunc_div(self, op: Ops, b: UOp, dt: DType, t: str, s: list[str]) -> str:
+    """C's integer division or remainder, guarded: a divisor of 0 gives 0 (the lane may be masked out), and a signed
+    quotient by -1 wraps (the most negative value by -1 traps on x86)."""
+    if b.op is Ops.CONST and b.arg != 0 and (b.arg != -1 or dtypes.is_unsigned(dt)): return self.infix(op, dt, t, s)
+    if dtypes.is_unsigned(dt): return f"({s[1]} == 0 ? ({t})0 : ({t})({s[0]} {_INFIX[op]} {s[1]}))"
+    if op is Ops.CMOD: return f"(({s[1]} == 0 || {s[1]} == -1) ? ({t})0 : ({t})({s[0]} % {s[1]}))"
+    u64 = self.scalar(dtypes.uint64)
+    return f"({s[1]} == 0 ? ({t})0 : {s[1]} == -1 ? ({t})(({u64})0 - ({u64}){s[0]}) : ({t})({s[0]} / {s[1]}))"
 
   def name(self, u: UOp) -> None:
     """Names a node: constants and GEPs stay inline, anything else gets a local."""

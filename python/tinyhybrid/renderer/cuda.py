@@ -14,7 +14,7 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.renderer.cstyle import MATH
+from tinyhybrid.renderer.cstyle import floor_div_helpers, MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -34,16 +34,7 @@ _PRELUDE = """#ifndef TH_PRELUDE
 #define TH_PRELUDE
 #define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
-/* an integer division by 0 gives 0 instead of a trap: it is computed even for lanes whose result is masked out */
-__device__ inline long long th_fdiv(long long a, long long b) {
-  if (b == 0) return 0;
-  long long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-__device__ inline long long th_fmod(long long a, long long b) {
-  if (b == 0) return 0;
-  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-__device__ inline float th_fma(float a, float b, float c) { return fmaf(a, b, c); }
+""" + floor_div_helpers('__device__ inline ', 'long long', 'unsigned long long') + """__device__ inline float th_fma(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ inline double th_fma(double a, double b, double c) { return fma(a, b, c); }
 template <typename T> __device__ inline T th_fma(T a, T b, T c) { return a * b + c; }
 template <typename To, typename From> __device__ inline To th_bitcast(From x) { To r; memcpy(&r, &x, sizeof(r)); return r; }

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
-from tinyhybrid.renderer.cstyle import MATH
+from tinyhybrid.renderer.cstyle import floor_div_helpers, MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -29,16 +29,7 @@ _MASK_INT = {1: "char", 2: "short", 4: "int", 8: "long"}  # a vector comparison'
 _PRELUDE = """#ifndef TH_PRELUDE
 #define TH_PRELUDE
 #pragma OPENCL FP_CONTRACT OFF
-{extensions}/* an integer division by 0 gives 0 instead of a trap: it is computed even for lanes whose result is masked out */
-inline long th_fdiv(long a, long b) {{
-  if (b == 0) return 0;
-  long q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}}
-inline long th_fmod(long a, long b) {{
-  if (b == 0) return 0;
-  long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}}
-inline float th_bf2f(ushort b) {{ return as_float((uint)b << 16); }}
+{extensions}""" + floor_div_helpers('inline ', 'long', 'ulong').replace("{", "{{").replace("}", "}}") + """inline float th_bf2f(ushort b) {{ return as_float((uint)b << 16); }}
 inline ushort th_f2bf(float f) {{
   uint u = as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);  /* keep NaN a NaN */
