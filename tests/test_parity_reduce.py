@@ -310,6 +310,27 @@ def test_sort_argsort_topk(descending):
   with pytest.raises(IndexError): Tensor.ones(4).sort(1)
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_argsort_topk_with_nan(descending):
+  b = Batch()
+  x = np.array([[3, NAN, 1, NAN, -INF, 2, INF, 1], [NAN] * 8, [0, -0.0, NAN, 5, 5, NAN, -1, 0]], dtype=np.float32)
+  (v, i), (tv, ti) = Tensor(x).sort(1, descending), torch.tensor(x).sort(dim=1, descending=descending, stable=True)
+  b.add("sort", v, tv, 0, 0)
+  b.add("sort idx", i, ti, 0, 0, dtype=dtypes.int32)
+  b.add("argsort", Tensor(x).argsort(1, descending), ti, 0, 0)
+  b.add("sort dim 0", Tensor(x).sort(0, descending)[0], torch.tensor(x).sort(dim=0, descending=descending, stable=True)[0], 0, 0)
+  for k in (1, 3, 8):
+    tv, ti = torch.tensor(x).topk(k, 1, not descending)
+    v, i = Tensor(x).topk(k, 1, not descending)
+    b.add(f"topk {k}", v, tv, 0, 0)
+    b.add(f"topk {k} idx in range", ((i >= 0) & (i < 8)).all(), np.array(True))
+  b.check()
+  for row in range(x.shape[0]):  # the indices are a permutation, and they give the values back
+    idx = Tensor(x).argsort(1, descending).numpy()[row]
+    assert sorted(idx.tolist()) == list(range(8))
+    np.testing.assert_array_equal(x[row][idx], torch.tensor(x[row]).sort(descending=descending, stable=True)[0].numpy())
+
+
 RED = ["mean", "sum", "none"]
 
 

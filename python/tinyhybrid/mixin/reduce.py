@@ -384,14 +384,19 @@ class ReduceMixin:
 
   # ** sorting **
   def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-    """Values and int32 indices of a stable sort along dim, as torch.sort(stable=True). Each element's place is the
-    number of elements that come before it (smaller, or equal and earlier), so the cost is n^2 compares per row."""
+    """Values and int32 indices of a stable sort along dim, as torch.sort(stable=True), NaN sorting above every other
+    value. Each element's place is the number of elements that come before it (smaller, or equal and earlier), so the
+    cost is n^2 compares per row."""
     d = self._resolve_dim(dim)
     if self.ndim == 0 or (isinstance(n := self.shape[d], int) and n <= 1): return self, self.zeros_like(dtype=dtypes.int32)
     x = self.transpose(d, -1)
     a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a[..., i, j] = x_i, b[..., i, j] = x_j
     ar = self.arange(n, device=self.device)
-    before = ((b > a) if descending else (b < a)) | ((b == a) & (ar.reshape(1, n) < ar.reshape(n, 1)))
+    lo, hi = (a, b) if descending else (b, a)
+    less, same = lo < hi, b == a
+    if dtypes.is_float(x.dtype):  # NaN is the largest value, as in torch: last ascending, first descending
+      less, same = less | ((hi != hi) & (lo == lo)), same | ((a != a) & (b != b))
+    before = less | (same & (ar.reshape(1, n) < ar.reshape(n, 1)))
     rank = before.cast(dtypes.int32).sum(-1)
     hit = rank.unsqueeze(-2) == ar.reshape(n, 1)  # hit[..., r, i]: element i goes to place r
     vals = hit.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype) if x.dtype is not dtypes.bool else (hit & x.unsqueeze(-2)).any(-1)
