@@ -209,6 +209,32 @@ def test_torch_load_plain_tensor_and_module(tmp_path):
   assert "Linear" in repr(obj) and np.array_equal(obj.state["_parameters"]["weight"].numpy(), lin.weight.detach().numpy())
 
 
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy"])
+def test_torch_load_keeps_an_expand_an_expand(tmp_path, zipped):
+  from tinyhybrid.helpers import GlobalCounters
+  huge = 10**12  # 4 TB if it were gathered
+  ref = {"z": torch.zeros(1).expand(huge), "rows": torch.arange(3.0).reshape(3, 1).expand(3, 50_000_000),
+         "mixed": torch.arange(6.0).reshape(2, 1, 3).expand(2, 4, 3)}
+  torch.save(ref, fn := tmp_path / "expanded.pt", _use_new_zipfile_serialization=zipped)
+  assert fn.stat().st_size < 4096
+  before = GlobalCounters.mem_used
+  out = torch_load(fn)
+  assert GlobalCounters.mem_used - before < 1024  # the storages' few elements, not the expands
+  assert out["z"].shape == (huge,) and out["rows"].shape == (3, 50_000_000)
+  assert out["z"][123_456_789:123_456_791].tolist() == [0.0, 0.0]
+  np.testing.assert_array_equal(out["rows"][:, 49_999_998:].numpy(), ref["rows"][:, 49_999_998:].numpy())
+  np.testing.assert_array_equal(out["mixed"].numpy(), ref["mixed"].numpy())
+
+
+def test_torch_load_bounds_overlapping_strides_by_the_storage(tmp_path):
+  base = torch.arange(8.0)
+  ok = base.as_strided((6, 3), (1, 1))  # an unfold: overlapping rows, a few times the storage
+  torch.save({"ok": ok}, fn := tmp_path / "unfold.pt")
+  np.testing.assert_array_equal(torch_load(fn)["ok"].numpy(), ok.numpy())
+  torch.save({"bad": torch.zeros(8000).as_strided((4000, 4000), (1, 1))}, bad := tmp_path / "overlap.pt")
+  with pytest.raises(ValueError, match="asks for 16000000 elements from a storage of 8000"): torch_load(bad)
+
+
 def test_torch_load_malformed(tmp_path):
   torch.save({"w": torch.ones(8, 8)}, good := tmp_path / "good.pt")
   torch.save({"w": torch.ones(8, 8)}, legacy := tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)

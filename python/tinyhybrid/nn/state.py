@@ -240,6 +240,10 @@ def _torch_unpickler(f: io.BytesIO, storage: Callable[[tuple], _Storage] | None 
   return TorchUnpickler(f)  # type: ignore[return-value]  # a pickle.Unpickler in pure Python
 
 
+# how many times its storage's elements a tensor of overlapping strides (an unfold) may gather
+_MAX_GATHER = 16
+
+
 def _rebuild_from(raw: Callable[[str], bytes]) -> Rebuild:
   """rebuild() for _torch_unpickler, reading storages through raw(key) -> bytes (each read once)."""
   cache: dict[str, bytes] = {}
@@ -251,11 +255,16 @@ def _rebuild_from(raw: Callable[[str], bytes]) -> Rebuild:
     if len(size) != len(stride) or min(size + stride + (start,)) < 0: raise ValueError(f"bad tensor size {size}, stride {stride}, offset {start}")
     if 0 in size: return _from_raw(buf[:0], dtype, size)
     # torch allows any strides (transposed, expanded, overlapping): gather the elements on the host, after checking
-    # against the storage's size, so a malformed file cannot make this read past it
+    # against the storage's size, so a malformed file cannot make this read past it. A dimension of stride 0 stays an
+    # expand (a tiny file can hold zeros(1).expand(10**9)), and what is gathered is bounded by the storage
     if start + sum((n - 1) * s for n, s in zip(size, stride)) >= len(buf):
       raise ValueError(f"a tensor of size {size}, stride {stride}, offset {start} reads past its storage of {len(buf)} elements")
-    out = np.lib.stride_tricks.as_strided(buf[start:], size, tuple(s * buf.itemsize for s in stride))
-    return _from_raw(np.ascontiguousarray(out).reshape(-1), dtype, size)
+    base = tuple(1 if s == 0 else n for n, s in zip(size, stride))
+    if prod(base) > _MAX_GATHER * len(buf):
+      raise ValueError(f"a tensor of size {size}, stride {stride} asks for {prod(base)} elements from a storage of {len(buf)}")
+    out = np.lib.stride_tricks.as_strided(buf[start:], base, tuple(s * buf.itemsize for s in stride))
+    t = _from_raw(np.ascontiguousarray(out).reshape(-1), dtype, base)
+    return t if base == size else t.expand(size)
   return rebuild
 
 
