@@ -159,5 +159,10 @@ def _to_np_dtype(dtype: DType) -> type | None:
 
 
 def _from_np_dtype(npdtype: object) -> DType:
+  """The dtype of a NumPy dtype (tinygrad's name); one with no Tensor dtype (object, complex, strings, dates) is a
+  TypeError."""
   import numpy as np
-  return DTYPES_DICT[np.dtype(npdtype).name]  # type: ignore[call-overload]
+  d = np.dtype(npdtype)  # type: ignore[call-overload]
+  if d.kind not in "biuf" or (dt := DTYPES_DICT.get(d.name)) is None:
+    raise TypeError(f"NumPy arrays of dtype {d} have no Tensor dtype (bool, ints and floats do)")
+  return dt

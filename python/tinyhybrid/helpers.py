@@ -73,13 +73,15 @@ class Context(contextlib.ContextDecorator):
     unknown = [k for k in kwargs if k not in ContextVar._cache]
     if unknown: raise KeyError(f"unknown ContextVar(s): {', '.join(unknown)}")
     self.kwargs = kwargs
+    # one instance is entered again and again when it decorates a recursive function: each entry keeps its own old values
+    self.olds: list[dict[str, int | str]] = []
 
   def __enter__(self) -> None:
-    self.old = {k: ContextVar._cache[k].value for k in self.kwargs}
+    self.olds.append({k: ContextVar._cache[k].value for k in self.kwargs})
     for k, v in self.kwargs.items(): ContextVar._cache[k].value = v
 
   def __exit__(self, *exc: object) -> None:
-    for k, v in self.old.items(): ContextVar._cache[k].value = v
+    for k, v in self.olds.pop().items(): ContextVar._cache[k].value = v
 
 
 DEBUG = ContextVar("DEBUG", 0)

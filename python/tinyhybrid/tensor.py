@@ -14,7 +14,7 @@ import numpy as np
 
 from tinyhybrid.device import Buffer, Device, np_storage
 from tinyhybrid.engine import realize as engine
-from tinyhybrid.dtype import DType, DTypeLike, dtypes, strong_dtype, to_dtype
+from tinyhybrid.dtype import DType, DTypeLike, _from_np_dtype, dtypes, strong_dtype, to_dtype
 # names tinygrad's programs and tests import from tinygrad.tensor
 from tinyhybrid.dtype import _to_np_dtype, least_upper_dtype, least_upper_float, sum_acc_dtype  # noqa: F401
 from tinyhybrid.helpers import fetch, prod
@@ -26,12 +26,6 @@ from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, 
 from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, select_shard, shard_bounds
 
 ConstType = int | float | bool
-
-
-def _np_to_dtype(d: np.dtype) -> DType:
-  return {np.bool_: dtypes.bool, np.int8: dtypes.int8, np.uint8: dtypes.uint8, np.int16: dtypes.int16, np.uint16: dtypes.uint16,
-          np.int32: dtypes.int32, np.uint32: dtypes.uint32, np.int64: dtypes.int64, np.uint64: dtypes.uint64,
-          np.float16: dtypes.float16, np.float32: dtypes.float32, np.float64: dtypes.float64}[d.type]
 
 
 def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
@@ -132,7 +126,7 @@ class Tensor(TensorAPI):
       dt = dt or dtypes.uint8
     elif isinstance(data, np.ndarray):
       arr = data
-      if dt is None: dt = _np_to_dtype(arr.dtype)
+      if dt is None: dt = _from_np_dtype(arr.dtype)
     elif isinstance(data, (list, tuple)):
       flat, shape = _flatten_list(data)
       dt = strong_dtype(dt or (dtypes.from_py(flat) if flat else dtypes.default_float))

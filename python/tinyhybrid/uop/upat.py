@@ -175,6 +175,9 @@ class PatternMatcher:
 
   def __init__(self, patterns: Sequence[tuple[UPat, Callable]] | None = None, native: _core.PatternMatcher | None = None):
     self.patterns: list[tuple[UPat, Callable]] = list(patterns or [])
+    for i, rule in enumerate(self.patterns):
+      if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], UPat) and callable(rule[1])):
+        raise TypeError(f"PatternMatcher: rule {i} is {rule!r}, not a (UPat, function) pair")
     self.native = native if native is not None else _core.PatternMatcher([_compile_rule(p, fn) for p, fn in self.patterns])
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher:

@@ -100,9 +100,14 @@ std::string repr(const UOpRef& u) {
 
 std::string render(const UOpRef& root) {
   if (!root) return "None";
-  // Bottom-up over the toposort, so deep expressions do not recurse.
+  // Bottom-up over the toposort, so deep expressions do not recurse. A node's text is dropped once its last user has
+  // read it: keeping every level's text of a deep chain would take memory quadratic in its depth.
+  const auto order = toposort(root.get());
+  std::unordered_map<const UOp*, size_t> readers;
+  for (const UOp* n : order)
+    for (const UOpRef& s : n->src()) ++readers[s.get()];
   std::unordered_map<const UOp*, std::string> text;
-  for (const UOp* n : toposort(root.get())) {
+  for (const UOp* n : order) {
     auto s = [&](size_t i) -> const std::string& { return text[n->src(i).get()]; };
     std::string r;
     const Ops op = n->op();
@@ -133,8 +138,10 @@ std::string render(const UOpRef& root) {
       r += ")";
     }
     text[n] = std::move(r);
+    for (const UOpRef& src : n->src())
+      if (--readers[src.get()] == 0) text.erase(src.get());
   }
-  return text[root.get()];
+  return std::move(text[root.get()]);
 }
 
 }  // namespace th

@@ -185,8 +185,11 @@ PyObject* matcher_new(PyTypeObject*, PyObject* args, PyObject*) {
     for (Py_ssize_t i = 0; i < n; ++i) {
       PyObject *pt, *fn, *name, *pass, *location = nullptr;
       int wants_ctx;
-      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OOUOp|U", &pt, &fn, &name, &pass, &wants_ctx, &location))
-        return nullptr;
+      PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+      if (!PyTuple_Check(item))  // PyArg_ParseTuple on a non-tuple is a SystemError
+        return PyErr_Format(PyExc_TypeError, "PatternMatcher: rule %zd is a %s, not a compiled rule tuple", i,
+                            Py_TYPE(item)->tp_name);
+      if (!PyArg_ParseTuple(item, "OOUOp|U", &pt, &fn, &name, &pass, &wants_ctx, &location)) return nullptr;
       Rule r;
       if (!pattern_from(pt, r.pattern)) return nullptr;
       r.name = PyUnicode_AsUTF8(name);
