@@ -3,9 +3,11 @@ namespace, the promotion lattice and conversions to NumPy."""
 from __future__ import annotations
 
 import functools
-from typing import Final, TypeAlias
+import math
+from typing import Callable, Final, TypeAlias
 
 from tinyhybrid import _core
+from tinyhybrid.uop import AddrSpace  # noqa: F401 (tinygrad's import path: tinygrad.dtype.AddrSpace)
 from tinyhybrid.helpers import DEFAULT_FLOAT, DEFAULT_INT
 
 DType = _core.DType
@@ -166,3 +168,53 @@ def _from_np_dtype(npdtype: object) -> DType:
   if d.kind not in "biuf" or (dt := DTYPES_DICT.get(d.name)) is None:
     raise TypeError(f"NumPy arrays of dtype {d} have no Tensor dtype (bool, ints and floats do)")
   return dt
+
+
+# torch's names of the dtypes (torch.float8_e4m3fn is fp8e4m3): for its files, the safetensors library's specs, and
+# tensors handed over to torch
+TORCH_NAMES: dict[DType, str] = {
+  dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16", dtypes.uint16: "uint16",
+  dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64", dtypes.uint64: "uint64", dtypes.float16: "float16",
+  dtypes.bfloat16: "bfloat16", dtypes.float32: "float32", dtypes.float64: "float64", dtypes.fp8e4m3: "float8_e4m3fn",
+  dtypes.fp8e5m2: "float8_e5m2", dtypes.fp8e4m3fnuz: "float8_e4m3fnuz", dtypes.fp8e5m2fnuz: "float8_e5m2fnuz"}
+
+
+def _to_torch_dtype(dtype: DType) -> object | None:
+  """torch's dtype of a dtype (tinygrad's name), None for one torch lacks."""
+  import torch
+  return getattr(torch, TORCH_NAMES.get(strong_dtype(dtype), ""), None)
+
+
+def _from_torch_dtype(torchdtype: object) -> DType:
+  """The dtype of a torch dtype (tinygrad's name); one with no Tensor dtype (complex, quantized) is a TypeError."""
+  name = str(torchdtype).removeprefix("torch.")
+  if (dt := next((d for d, n in TORCH_NAMES.items() if n == name), None)) is None: raise TypeError(f"torch's {torchdtype} has no Tensor dtype")
+  return dt
+
+
+def _commit(dtype: DType, x: ConstType) -> ConstType:
+  from tinyhybrid.uop.ops import UOp
+  return UOp.const(dtype, x).arg
+
+
+# truncate[dtype](x): the Python value x as dtype holds it (ints wrap, floats round, fp8 saturates as its casts do), as
+# tinygrad's; it is what a constant of that dtype is committed to in the graph, so the two always agree
+truncate: dict[DType, Callable[[ConstType], ConstType]] = {d: functools.partial(_commit, d) for d in (*TORCH_NAMES, dtypes.weakint, dtypes.weakfloat)}
+
+
+# fp8 formats: exponent bits, mantissa bits, bias; fnuz ones have no -0 and no infinities (0x80 is their NaN), e4m3
+# has no infinities (all ones is its NaN), e5m2 is IEEE's layout
+_FP8 = {dtypes.fp8e4m3: (4, 3, 7), dtypes.fp8e5m2: (5, 2, 15), dtypes.fp8e4m3fnuz: (4, 3, 8), dtypes.fp8e5m2fnuz: (5, 2, 16)}
+
+
+def fp8_to_float(x: int, dtype: DType) -> float:
+  """The value of the fp8 bit pattern x (0..255) of dtype (tinygrad's name)."""
+  if dtype not in _FP8: raise ValueError(f"fp8_to_float: {dtype} is not an fp8 dtype")
+  if not 0 <= x <= 255: raise ValueError(f"fp8_to_float: {x} is not a byte")
+  ebits, mbits, bias = _FP8[dtype]
+  sign, e, m = -1.0 if x & 0x80 else 1.0, (x >> mbits) & ((1 << ebits) - 1), x & ((1 << mbits) - 1)
+  fnuz = dtype in (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
+  if fnuz and x == 0x80: return math.nan
+  if dtype is dtypes.fp8e4m3 and (x & 0x7f) == 0x7f: return math.nan
+  if dtype is dtypes.fp8e5m2 and e == 31: return math.nan if m else sign * math.inf
+  return sign * (m / (1 << mbits) * 2.0 ** (1 - bias) if e == 0 else (1 + m / (1 << mbits)) * 2.0 ** (e - bias))

@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import gzip
 import hashlib
 import os
 import pathlib
+import pickle
+import re
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
 
@@ -238,3 +241,98 @@ def mv_address(mv: memoryview) -> int:
   """The address of a memoryview's first byte (read-only ones too)."""
   import numpy as np
   return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
+
+
+# ** tinygrad's small helpers, which its scripts and tests import from here **
+
+def time_to_str(t: float, w: int = 8) -> str:
+  """A duration in seconds as a fixed-width string in s, ms or us."""
+  return next((f"{t * d:{w}.2f}{unit}" for d, unit in ((1, "s "), (1e3, "ms")) if t > 10 / d), f"{t * 1e6:{w}.2f}us")
+
+
+def ansistrip(s: str) -> str: return re.sub(r"\x1b\[(K|.*?m)", "", s)
+def cdiv(x: int, y: int) -> int: return abs(x) // abs(y) * (1, -1)[x * y < 0] if y != 0 else 0  # C's division, 0 by 0
+def getbits(value: int, start: int, end: int) -> int: return (value >> start) & ((1 << (end - start + 1)) - 1)  # bits start..end
+def polyN(x: Any, p: Sequence[float]) -> Any: return functools.reduce(lambda acc, c: acc * x + c, p, 0.0)  # noqa: N802 (tinygrad's name)
+
+
+def partition(items: Iterable[T], pred: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+  """(the items pred holds for, the others), each in order."""
+  yes: list[T] = []
+  no: list[T] = []
+  for x in items: (yes if pred(x) else no).append(x)
+  return yes, no
+
+
+def unwrap(x: T | None) -> T:
+  if x is None: raise ValueError("unwrap: got None")
+  return x
+
+
+def get_single_element(x: Sequence[T]) -> T:
+  if len(x) != 1: raise ValueError(f"expected one element, got {len(x)}: {x!r}")
+  return x[0]
+
+
+def to_mv(ptr: int, size: int) -> memoryview: return memoryview((ctypes.c_uint8 * size).from_address(ptr)).cast("B")
+def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any: return (to_type * len(mv)).from_buffer(mv)
+def flat_mv(mv: memoryview) -> memoryview: return mv if len(mv) == 0 else mv.cast("B", shape=(mv.nbytes,))
+
+
+class Profiling(contextlib.ContextDecorator):
+  """cProfile around a block; prints the top `frac` of functions by `sort` (and writes the stats to fn, if given)."""
+  def __init__(self, enabled: bool = True, sort: str = "cumtime", frac: float = 0.2, fn: str | None = None, ts: float = 1):
+    self.enabled, self.sort, self.frac, self.fn, self.scale = enabled, sort, frac, fn, 1e3 / ts
+
+  def __enter__(self) -> None:
+    import cProfile
+    self.pr = cProfile.Profile()
+    if self.enabled: self.pr.enable()
+
+  def __exit__(self, *exc: object) -> None:
+    if not self.enabled: return
+    self.pr.disable()
+    if self.fn: self.pr.dump_stats(self.fn)
+    import pstats
+    stats = pstats.Stats(self.pr).strip_dirs().sort_stats(self.sort)
+    fcns = stats.fcn_list  # type: ignore[attr-defined]
+    for fcn in fcns[:int(len(fcns) * self.frac)]:
+      _, calls, tottime, cumtime, _ = stats.stats[fcn]  # type: ignore[attr-defined]
+      print(f"n:{calls:8d}  tm:{tottime * self.scale:7.2f}ms  tot:{cumtime * self.scale:7.2f}ms", colored(f"{fcn[0]}:{fcn[1]}:{fcn[2]}", "yellow"))
+
+
+# tinygrad's key-value cache (diskcache_get/put, @diskcache), kept as entries of our on-disk cache: a value is pickled,
+# so, as there, only a cache this user wrote should be read
+def _kv_path(table: str, key: Any) -> pathlib.Path:
+  from tinyhybrid.runtime import diskcache
+  return diskcache.subdir("kv") / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', table)}-{hashlib.sha256(pickle.dumps(key)).hexdigest()[:32]}"
+
+
+def diskcache_get(table: str, key: Any) -> Any:
+  """The value put under (table, key), or None."""
+  from tinyhybrid.runtime import diskcache
+  blob = diskcache.read(_kv_path(table, key))
+  return None if blob is None else pickle.loads(blob)
+
+
+def diskcache_put(table: str, key: Any, val: Any, prepickled: bool = False) -> Any:
+  from tinyhybrid.runtime import diskcache
+  diskcache.write(_kv_path(table, key), val if prepickled else pickle.dumps(val))
+  return val
+
+
+def diskcache_clear() -> None:
+  import shutil
+
+  from tinyhybrid.runtime import diskcache
+  shutil.rmtree(diskcache.cache_root() / "kv", ignore_errors=True)
+
+
+def diskcache(fn: Callable[..., T]) -> Callable[..., T]:
+  """Memoizes fn on disk by its arguments (which must pickle)."""
+  @functools.wraps(fn)
+  def cached(*args: Any, **kwargs: Any) -> T:
+    table, key = f"cache_{fn.__name__}", hashlib.sha256(pickle.dumps((args, kwargs))).hexdigest()
+    if (ret := diskcache_get(table, key)) is not None: return ret
+    return diskcache_put(table, key, fn(*args, **kwargs))
+  return cached

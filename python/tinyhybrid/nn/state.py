@@ -18,7 +18,7 @@ import numpy as np
 import safetensors
 
 from tinyhybrid.device import Buffer, Device, np_storage
-from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.dtype import TORCH_NAMES, DType, dtypes
 from tinyhybrid.helpers import DEBUG, prod
 from tinyhybrid.schedule.kernelize import buffer_uop
 from tinyhybrid.tensor import Tensor
@@ -114,12 +114,6 @@ _SAFE_DTYPES: dict[str, DType] = {
   "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64, "F16": dtypes.float16, "BF16": dtypes.bfloat16,
   "F32": dtypes.float32, "F64": dtypes.float64, "F8_E4M3": dtypes.fp8e4m3, "F8_E5M2": dtypes.fp8e5m2,
   "F8_E4M3FNUZ": dtypes.fp8e4m3fnuz, "F8_E5M2FNUZ": dtypes.fp8e5m2fnuz}
-# the library's TensorSpec takes torch-style names
-_SPEC_NAMES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16", dtypes.uint16: "uint16",
-               dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64", dtypes.uint64: "uint64",
-               dtypes.float16: "float16", dtypes.bfloat16: "bfloat16", dtypes.float32: "float32", dtypes.float64: "float64",
-               dtypes.fp8e4m3: "float8_e4m3fn", dtypes.fp8e5m2: "float8_e5m2", dtypes.fp8e4m3fnuz: "float8_e4m3fnuz",
-               dtypes.fp8e5m2fnuz: "float8_e5m2fnuz"}
 
 
 def _safe_parse(data: bytes, name: str) -> tuple[dict[str, dict[str, Any]], int, dict[str, Any]]:
@@ -158,7 +152,7 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
     raise TypeError(f"safe_save: metadata must map str to str, got {metadata!r}")
   arrays = {k: _raw_bytes(t) for k, t in tensors.items()}  # kept alive here: the specs below only point at them
-  specs = {k: safetensors.TensorSpec(dtype=_SPEC_NAMES[t.dtype], shape=list(t.shape), data_ptr=arrays[k].ctypes.data,
+  specs = {k: safetensors.TensorSpec(dtype=TORCH_NAMES[t.dtype], shape=list(t.shape), data_ptr=arrays[k].ctypes.data,
                                      data_len=arrays[k].nbytes) for k, t in tensors.items()}
   safetensors.serialize_file(specs, str(fn), metadata=metadata)
 
@@ -169,12 +163,7 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
 # a restricted unpickler rebuilds tensors from the storages and lets through only plain containers; any other class
 # becomes an inert placeholder, so loading a file never runs code from it.
 
-_TORCH_DTYPES: dict[str, DType] = {
-  "float64": dtypes.float64, "float32": dtypes.float32, "float16": dtypes.float16, "bfloat16": dtypes.bfloat16,
-  "int64": dtypes.int64, "int32": dtypes.int32, "int16": dtypes.int16, "int8": dtypes.int8, "uint8": dtypes.uint8,
-  "uint16": dtypes.uint16, "uint32": dtypes.uint32, "uint64": dtypes.uint64, "bool": dtypes.bool,
-  "float8_e4m3fn": dtypes.fp8e4m3, "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
-  "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
+_TORCH_DTYPES: dict[str, DType] = {name: dt for dt, name in TORCH_NAMES.items()}
 _TORCH_STORAGES: dict[str, DType] = {
   "DoubleStorage": dtypes.float64, "FloatStorage": dtypes.float32, "HalfStorage": dtypes.float16, "BFloat16Storage": dtypes.bfloat16,
   "LongStorage": dtypes.int64, "IntStorage": dtypes.int32, "ShortStorage": dtypes.int16, "CharStorage": dtypes.int8,

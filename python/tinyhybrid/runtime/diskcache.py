@@ -18,7 +18,7 @@ _MAGIC = b"THCACHE1"
 # time eviction goes by only when the last refresh is older than this
 _RECENT_S = 60.0
 # what eviction walks: the cache's own entries (downloads are the user's files; PoCL keeps its own cache)
-_EVICTABLE = ("kernels", "cl", "cuda", "beam", "oob")
+_EVICTABLE = ("kernels", "cl", "cuda", "beam", "oob", "kv")
 
 
 def cache_root() -> Path:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from tinyhybrid import _core
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
-from tinyhybrid.uop import GroupOp, Ops
+from tinyhybrid.uop import AddrSpace, AxisType, GroupOp, Ops  # noqa: F401 (AddrSpace, AxisType: tinygrad's import path)
 
 
 class NotANumber(ValueError, TypeError):
@@ -333,3 +333,12 @@ def unbind_arg(arg: Any) -> Any:
 def unbind_all(x: sint) -> sint:
   """x with its BINDs replaced by their variables."""
   return map_binds(x, lambda b: b.src[0]) if isinstance(x, UOp) else x
+
+
+def __getattr__(name: str) -> Any:
+  # tinygrad's scripts import the rewrite API from tinygrad.uop.ops; ours is defined in uop/upat.py, which builds on
+  # this module, so it is looked up when first asked for
+  if name in ("UPat", "PatternMatcher", "graph_rewrite"):
+    from tinyhybrid.uop import upat
+    return getattr(upat, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,73 @@
+"""Names tinygrad's tests and examples import from its modules exist at the same paths here and mean the same."""
+import math
+import pickle
+
+import pytest
+import torch
+
+from tinyhybrid import UOp
+
+
+def test_rewrite_api_from_uop_ops():
+  from tinyhybrid.uop.ops import AxisType, Ops, PatternMatcher, UPat, graph_rewrite
+  from tinyhybrid.uop.upat import PatternMatcher as PM
+  assert PatternMatcher is PM and AxisType.REDUCE.name == "REDUCE"
+  pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: x * 2 if c.arg == 0 else None)])
+  v = UOp.variable("a", 0, 9)
+  assert graph_rewrite(v + 0, pm) is v * 2
+
+
+def test_dtype_names():
+  from tinyhybrid.dtype import AddrSpace, _from_torch_dtype, _to_torch_dtype, dtypes, fp8_to_float, truncate
+  from tinyhybrid.uop import AddrSpace as A
+  assert AddrSpace is A
+  assert truncate[dtypes.int8](300) == 44 and truncate[dtypes.uint32](-1) == 2**32 - 1 and truncate[dtypes.bool](3) is True
+  assert truncate[dtypes.float32](1.1) == torch.tensor(1.1, dtype=torch.float32).item()
+  assert truncate[dtypes.float16](1e6) == math.inf and truncate[dtypes.bfloat16](1.1) == torch.tensor(1.1).bfloat16().item()
+  assert truncate[dtypes.float32](1.1) == UOp.const(dtypes.float32, 1.1).arg  # the graph's constants agree
+  for dt in dtypes.fp8s:
+    ref = torch.arange(256, dtype=torch.uint8).view(_to_torch_dtype(dt)).float().tolist()
+    ours = [fp8_to_float(x, dt) for x in range(256)]
+    assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(ours, ref)), dt
+  assert _to_torch_dtype(dtypes.bfloat16) is torch.bfloat16 and _from_torch_dtype(torch.uint16) is dtypes.uint16
+  with pytest.raises(TypeError): _from_torch_dtype(torch.complex64)
+  with pytest.raises(ValueError): fp8_to_float(1, dtypes.float32)
+
+
+def test_helpers():
+  from tinyhybrid.helpers import (Profiling, ansistrip, cdiv, colored, flat_mv, from_mv, get_single_element, getbits, partition, polyN,
+                                  time_to_str, to_mv, unwrap)
+  assert [cdiv(7, 2), cdiv(-7, 2), cdiv(7, -2), cdiv(5, 0)] == [3, -3, -3, 0]
+  assert getbits(0b101100, 2, 4) == 0b011 and polyN(2.0, [1, 0, -1]) == 3.0
+  assert partition(range(6), lambda x: x % 2 == 0) == ([0, 2, 4], [1, 3, 5])
+  assert ansistrip(colored("hi", "red")) == "hi"
+  assert time_to_str(25.0) == "   25.00s " and time_to_str(0.025) == "   25.00ms" and time_to_str(2.5e-6) == "    2.50us"
+  assert unwrap(3) == 3 and get_single_element([4]) == 4
+  with pytest.raises(ValueError): unwrap(None)
+  with pytest.raises(ValueError): get_single_element([1, 2])
+  buf = bytearray(b"abcd")
+  arr = from_mv(memoryview(buf))
+  assert bytes(to_mv(__import__("ctypes").addressof(arr), 4)) == b"abcd"
+  assert flat_mv(memoryview(bytearray(8)).cast("I")).nbytes == 8 and flat_mv(memoryview(bytearray(8)).cast("I")).format == "B"
+  with Profiling(enabled=False): pass
+
+
+def test_key_value_cache(tmp_path, monkeypatch):
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
+  from tinyhybrid.helpers import diskcache, diskcache_clear, diskcache_get, diskcache_put
+  assert diskcache_get("t", "k") is None
+  assert diskcache_put("t", "k", {"a": [1, 2]}) == {"a": [1, 2]}
+  assert diskcache_get("t", "k") == {"a": [1, 2]} and diskcache_get("t", {"key": "k", "n": 1}) is None
+  diskcache_put("t", {"key": "k", "n": 1}, b"raw", prepickled=False)
+  assert diskcache_get("t", {"key": "k", "n": 1}) == b"raw"
+  diskcache_put("t", 5, pickle.dumps(7), prepickled=True)
+  assert diskcache_get("t", 5) == 7
+  calls = []
+
+  @diskcache
+  def square(x):
+    calls.append(x)
+    return x * x
+  assert square(3) == 9 and square(3) == 9 and calls == [3]
+  diskcache_clear()
+  assert diskcache_get("t", "k") is None
