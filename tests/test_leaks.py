@@ -125,3 +125,18 @@ def test_no_node_outlives_a_realize_once_caches_drop_it(monkeypatch):
     realize.schedule_cache.clear(); realize.kernel_cache.clear()
     gc.collect()
   assert _core.live_uop_count() == before
+
+
+def test_simplify_keeps_its_answer_on_the_node_and_frees_both():
+  gc.collect()
+  live = _core.live_uop_count()
+  x, y, z = (UOp.variable(n, 0, 10, dtypes.weakint) for n in ("keep_x", "keep_y", "keep_z"))
+  e = (x * 4 + y * 8) // (z * 2)
+  s = e.simplify()
+  assert s is not e and e.simplify() is s  # the second call reads the answer kept on e
+  assert s.simplify() is s  # an answer is a fixed point: it keeps nothing of its own
+  del s
+  assert e.simplify().render() == e.simplify().render()  # the answer lives as long as e, without a Python reference
+  del e, x, y, z
+  gc.collect()
+  assert _core.live_uop_count() == live  # e's reference to its answer went with e: no cycle

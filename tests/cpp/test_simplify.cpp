@@ -110,6 +110,21 @@ void test_extend_symbolic_matcher() {
   CHECK_EQ(render(graph_rewrite(e, pm)), std::string("(x+8)"));
 }
 
+// simplify() keeps its answer on the node: the same object again, and nothing outlives the expression.
+void test_answer_kept_on_the_node() {
+  const size_t live = live_uop_count();
+  {
+    UOpRef x = var("kx", 0, 10), y = var("ky", 0, 10);
+    UOpRef e = idiv(add(mul(x, 4), mul(y, 8)), 4);
+    UOpRef s = simplify(e);
+    CHECK(s.get() != e.get());
+    CHECK(simplify(e).get() == s.get());
+    CHECK(simplify(s).get() == s.get());
+    CHECK_EQ(render(s), std::string("(kx+(ky*2))"));
+  }
+  CHECK_EQ(live_uop_count(), live);
+}
+
 }  // namespace
 
 int main() {
@@ -117,6 +132,7 @@ int main() {
   test_sums_and_divmod();
   test_values_kept();
   test_extend_symbolic_matcher();
+  test_answer_kept_on_the_node();
   std::puts("test_simplify: ok");
   return 0;
 }

@@ -424,6 +424,10 @@ NodeFacts compute(const UOp* n) {
 
 }  // namespace
 
+NodeFacts::~NodeFacts() {
+  if (const UOp* s = simplified.load(std::memory_order_relaxed)) UOpRef::adopt(s);  // released here
+}
+
 const NodeFacts& facts_of(const UOp* u) {
   if (const NodeFacts* f = u->facts()) return *f;
   // The common case in a rewrite: a new node over sources that already have their facts. No walk needed.

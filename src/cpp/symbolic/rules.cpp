@@ -284,6 +284,17 @@ const PatternMatcher& symbolic_matcher() {
   return pm;
 }
 
-UOpRef simplify(const UOpRef& u) { return graph_rewrite(u, symbolic_matcher(), nullptr, false, "simplify"); }
+UOpRef simplify(const UOpRef& u) {
+  if (!u) return u;
+  if (const NodeFacts* f = u->facts())
+    if (const UOp* s = f->simplified.load(std::memory_order_acquire)) return UOpRef(s);
+  UOpRef r = graph_rewrite(u, symbolic_matcher(), nullptr, false, "simplify");
+  if (r.get() != u.get()) {
+    const UOp* expected = nullptr;
+    UOpRef kept = r;
+    if (facts_of(u.get()).simplified.compare_exchange_strong(expected, kept.get(), std::memory_order_acq_rel)) kept.release();
+  }
+  return r;
+}
 
 }  // namespace th
