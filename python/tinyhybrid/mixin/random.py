@@ -172,6 +172,34 @@ class RandomMixin:
     out = ((mant << (23 - nmant)) | 0x3F800000).bitcast(dtypes.float32) - 1.0
     return out if dt is dtypes.float32 else out.cast(dt)
 
+  # ** the generator's parts, as tinygrad names them **
+  def threefry(self: Tensor, seed: Tensor) -> Tensor:
+    """threefry-2x32-20 of uint64 counters under uint64 keys (each split into its low and high words), elementwise."""
+    if self.dtype is not dtypes.uint64 or seed.dtype is not dtypes.uint64:
+      raise TypeError(f"threefry: counters and keys are uint64, got {self.dtype} and {seed.dtype}")
+    lo, hi = (lambda t: t.cast(dtypes.uint32)), (lambda t: (t >> 32).cast(dtypes.uint32))
+    x0, x1 = threefry2x32(lo(seed), hi(seed), lo(self), hi(self))
+    return x1.cast(dtypes.uint64) << 32 | x0.cast(dtypes.uint64)
+
+  @classmethod
+  def random_bits(cls, key: Tensor, counter: Tensor, num: int) -> Tensor:
+    """num uint32 words of tinygrad's stream for a uint32 key [k0, k1] and a 64-bit counter [low, high]: the call's key
+    is threefry(key, counter + i) for each chunk i of up to 2**32 - 1 words, and word w of a chunk of n is the first
+    output word of block (w, w + ceil(n / 2)) for w < ceil(n / 2), the second of block w - ceil(n / 2) after."""
+    if key.shape != (2,) or counter.shape != (2,) or key.dtype is not dtypes.uint32 or counter.dtype is not dtypes.uint32:
+      raise ValueError(f"random_bits: key and counter are 2 uint32 words, got {key.shape} {key.dtype} and {counter.shape} {counter.dtype}")
+    low, high = counter[0:1], counter[1:2]
+    chunks = []
+    for i in range(0, num, _M32):
+      n, h = min(num - i, _M32), -(-min(num - i, _M32) // 2)
+      c_low = low + (i & _M32)
+      c_high = high + (i >> 32) + (c_low < low).cast(dtypes.uint32)
+      k0, k1 = threefry2x32(key[0:1], key[1:2], c_low, c_high)
+      idx = type(key).arange(h, dtype=dtypes.uint32, device=key.device)
+      x0, x1 = threefry2x32(k0, k1, idx, idx + h)
+      chunks.append(x0.cat(x1)[:n])
+    return chunks[0].cat(*chunks[1:]) if chunks else counter[0:0]
+
   @staticmethod
   def _finish(t: Tensor, requires_grad: bool | None) -> Tensor:
     if requires_grad is not None: t.requires_grad = requires_grad
