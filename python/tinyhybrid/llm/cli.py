@@ -17,6 +17,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p.add_argument("--max_context", type=int, default=4096, help="context length (capped at the model's), default 4096")
   p.add_argument("--serve", nargs="?", type=int, const=8000, metavar="PORT", help="serve the OpenAI-compatible API and a chat page (default port 8000)")
   p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+  p.add_argument("--allowed-hosts", default="", metavar="NAME[,NAME...]",
+                 help="served on a loopback address: Host names to answer besides localhost, 127.0.0.1 and [::1] (* for any)")
   p.add_argument("--prompt", "-p", help="answer this prompt and exit (as one chat turn; with --raw as plain text to continue)")
   p.add_argument("--raw", action="store_true", help="with --prompt: continue the text as it is, without the chat template")
   p.add_argument("--benchmark", nargs="?", type=int, const=20, metavar="COUNT", help="print prefill and decode tokens/s (default 20 decode steps)")
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.warmup or args.serve is not None: m.warmup()
   if args.serve is not None:
     from tinyhybrid.llm.serve import serve
-    serve(llm, args.host, args.serve, args.max_tokens)
+    serve(llm, args.host, args.serve, args.max_tokens, [h for h in args.allowed_hosts.split(",") if h.strip()])
     return 0
   if args.benchmark is not None:
     benchmark(llm, args.benchmark)
