@@ -66,7 +66,9 @@ class Allocator:
       self._cache.setdefault(mem.nbytes, []).append(mem)
       self._cached += mem.nbytes
 
-  def copyin(self, dest: Any, src: memoryview) -> None: dest[:] = np.frombuffer(src, dtype=np.uint8)
+  def copyin(self, dest: Any, src: memoryview, offset: int = 0) -> None:
+    """src's bytes into dest from byte `offset` on (the whole of it by default)."""
+    dest[offset:offset + len(src)] = np.frombuffer(src, dtype=np.uint8)
   def copyout(self, dest: memoryview, src: Any) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
 
 

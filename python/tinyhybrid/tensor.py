@@ -675,6 +675,9 @@ def _run_view_writes(tensors: list[Tensor]) -> None:
   reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
   for w in pending:
     if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads:
+      # out of the list while it runs: a write whose value comes from another device is realized through
+      # _realize_across, which plans again and would find it pending
+      _view_writes[:] = [x for x in _view_writes if x is not w]
       for st in _plan([w], view_writes=False): engine.run_step(st)  # (one may be listed twice)
 
 

@@ -210,10 +210,10 @@ class CLAllocator(Allocator):
     check(err[0], f"clCreateBuffer over host memory on {self.dev.name}")
     return ffi.gc(mem, lib.clReleaseMemObject)
 
-  def copyin(self, dest: Any, src: memoryview) -> None:
+  def copyin(self, dest: Any, src: memoryview, offset: int = 0) -> None:
     ffi, lib = _api()
     if not len(src): return
-    check(lib.clEnqueueWriteBuffer(self.dev.queue, dest, 1, 0, len(src), ffi.from_buffer(src), 0, ffi.NULL, ffi.NULL), "copy to the device")
+    check(lib.clEnqueueWriteBuffer(self.dev.queue, dest, 1, offset, len(src), ffi.from_buffer(src), 0, ffi.NULL, ffi.NULL), "copy to the device")
 
   def copyout(self, dest: memoryview, src: Any) -> None:
     ffi, lib = _api()

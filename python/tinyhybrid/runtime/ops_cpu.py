@@ -105,10 +105,10 @@ class CPUAllocator(Allocator):
     self.dev.queue.synchronize()
     profile_events.append(ProfileEvent(f"{name} {nbytes} B", self.dev.name, int(stamps[0]), int(stamps[1]), kind="copy"))
 
-  def copyin(self, dest: np.ndarray, src: memoryview) -> None:
-    if not PROFILE or not len(src): return super().copyin(dest, src)
+  def copyin(self, dest: np.ndarray, src: memoryview, offset: int = 0) -> None:
+    if not PROFILE or not len(src): return super().copyin(dest, src, offset)
     host = np.frombuffer(src, dtype=np.uint8)  # a view: the queue reads the caller's memory, which outlives the wait
-    self._queued_copy(dest.ctypes.data, host.ctypes.data, len(host), "copyin")
+    self._queued_copy(dest.ctypes.data + offset, host.ctypes.data, len(host), "copyin")
 
   def copyout(self, dest: memoryview, src: np.ndarray) -> None:
     if not PROFILE or not src.nbytes: return super().copyout(dest, src)

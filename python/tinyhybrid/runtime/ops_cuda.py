@@ -145,18 +145,18 @@ class CUDAAllocator(Allocator):
       self._staging = PinnedMemory(p[0], STAGING_BYTES)
     return self._staging
 
-  def copyin(self, dest: Any, src: memoryview) -> None:
+  def copyin(self, dest: Any, src: memoryview, offset: int = 0) -> None:
     ffi, lib = _api()
     src = src.cast("B")
     if len(src) < PINNED_FROM:  # small: one direct copy costs less than the extra host copy
-      if len(src): check(lib.cuMemcpyHtoD_v2(dest.ptr, ffi.from_buffer(src), len(src)), f"copy to {self.dev.name}")
+      if len(src): check(lib.cuMemcpyHtoD_v2(dest.ptr + offset, ffi.from_buffer(src), len(src)), f"copy to {self.dev.name}")
       return
     st = self.staging()
     view = ffi.buffer(st.ptr, st.nbytes)
     for off in range(0, len(src), st.nbytes):
       n = min(st.nbytes, len(src) - off)
       view[0:n] = src[off:off + n]
-      check(lib.cuMemcpyHtoD_v2(dest.ptr + off, st.ptr, n), f"copy to {self.dev.name}")
+      check(lib.cuMemcpyHtoD_v2(dest.ptr + offset + off, st.ptr, n), f"copy to {self.dev.name}")
 
   def copyout(self, dest: memoryview, src: Any) -> None:
     ffi, lib = _api()
