@@ -235,6 +235,13 @@ def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = Non
   return model
 
 
+def write_tiny_chat(path: str | pathlib.Path, ctx: int) -> str:
+  """A tiny llama chat model (Q8_0, llama-3's template, a 600-token BPE) at path, for the server and page tests."""
+  kv = tokenizer_kv(train_bpe("llama-bpe", 600), "llama-bpe", "<|begin_of_text|>", "<|eot_id|>", LLAMA3_TEMPLATE)
+  write_gguf(path, TinySpec(vocab=len(kv["tokens"]), ctx=ctx, seed=4), quant="Q8_0", tok_kv=kv, name="tiny-chat")
+  return str(path)
+
+
 SPM_SPECIALS = ["<unk>", "<s>", "</s>"]
 
 

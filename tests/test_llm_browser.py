@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(bool(MISSING) and not IN_CI, reason=MISSING + " 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-from llm_models import LLAMA3_TEMPLATE, TinySpec, tokenizer_kv, train_bpe, write_gguf  # noqa: E402
+from llm_models import write_tiny_chat  # noqa: E402
 
 from tinyhybrid.llm.runner import LLM  # noqa: E402
 from tinyhybrid.llm.serve import LLMServer  # noqa: E402
@@ -38,11 +38,8 @@ ARTIFACTS = os.getenv("LLM_ARTIFACTS") or os.path.join(os.path.dirname(os.path.d
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-  hf_tok = train_bpe("llama-bpe", 600)
-  kv = tokenizer_kv(hf_tok, "llama-bpe", "<|begin_of_text|>", "<|eot_id|>", LLAMA3_TEMPLATE)
-  path = tmp_path_factory.mktemp("page") / "chat.gguf"
-  write_gguf(path, TinySpec(vocab=len(kv["tokens"]), ctx=256, seed=4), quant="Q8_0", tok_kv=kv, name="tiny-chat")
-  srv = LLMServer(("127.0.0.1", 0), LLM.load(str(path)), log=False, max_tokens=24)  # random weights never end a turn
+  path = write_tiny_chat(tmp_path_factory.mktemp("page") / "chat.gguf", 256)
+  srv = LLMServer(("127.0.0.1", 0), LLM.load(path), log=False, max_tokens=24)  # random weights never end a turn
   threading.Thread(target=srv.serve_forever, daemon=True).start()
   yield f"http://127.0.0.1:{srv.server_address[1]}/"
   srv.shutdown()

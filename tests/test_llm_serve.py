@@ -19,7 +19,7 @@ pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
 openai = pytest.importorskip("openai")
-from llm_models import LLAMA3_TEMPLATE, TinySpec, tokenizer_kv, train_bpe, write_gguf  # noqa: E402
+from llm_models import write_tiny_chat  # noqa: E402
 
 from tinyhybrid.llm import cli  # noqa: E402
 from tinyhybrid.llm.runner import LLM  # noqa: E402
@@ -30,11 +30,8 @@ CTX = 160
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-  hf_tok = train_bpe("llama-bpe", 600)
-  kv = tokenizer_kv(hf_tok, "llama-bpe", "<|begin_of_text|>", "<|eot_id|>", LLAMA3_TEMPLATE)
-  path = tmp_path_factory.mktemp("serve") / "chat.gguf"
-  write_gguf(path, TinySpec(vocab=len(kv["tokens"]), ctx=CTX, seed=4), quant="Q8_0", tok_kv=kv, name="tiny-chat")
-  return str(path)
+  path = write_tiny_chat(tmp_path_factory.mktemp("serve") / "chat.gguf", CTX)
+  return path
 
 
 @pytest.fixture(scope="module")

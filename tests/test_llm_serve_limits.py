@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 pytest.importorskip("tokenizers")
 pytest.importorskip("transformers")
 pytest.importorskip("jinja2")
-from llm_models import LLAMA3_TEMPLATE, TinySpec, tokenizer_kv, train_bpe, write_gguf  # noqa: E402
+from llm_models import write_tiny_chat  # noqa: E402
 
 from tinyhybrid.llm import cli  # noqa: E402
 from tinyhybrid.llm import serve as serve_mod  # noqa: E402
@@ -32,11 +32,8 @@ HI = [{"role": "user", "content": "Hello, who are you?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-  hf_tok = train_bpe("llama-bpe", 600)
-  kv = tokenizer_kv(hf_tok, "llama-bpe", "<|begin_of_text|>", "<|eot_id|>", LLAMA3_TEMPLATE)
-  path = tmp_path_factory.mktemp("serve_limits") / "chat.gguf"
-  write_gguf(path, TinySpec(vocab=len(kv["tokens"]), ctx=CTX, seed=4), quant="Q8_0", tok_kv=kv, name="tiny-chat")
-  srv = LLMServer(("127.0.0.1", 0), LLM.load(str(path)), log=False, idle_timeout=IDLE)
+  path = write_tiny_chat(tmp_path_factory.mktemp("serve_limits") / "chat.gguf", CTX)
+  srv = LLMServer(("127.0.0.1", 0), LLM.load(path), log=False, idle_timeout=IDLE)
   threading.Thread(target=srv.serve_forever, daemon=True).start()
   yield srv, srv.server_address[1]
   srv.shutdown()

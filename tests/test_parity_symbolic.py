@@ -11,7 +11,7 @@ import pytest
 
 from tinyhybrid import Tensor, TinyJit, Variable, dtypes, nn
 from tinyhybrid.uop import Ops
-from tinyhybrid.tensor import _np_to_dtype
+from tinyhybrid.dtype import _from_np_dtype
 from tinyhybrid.uop.ops import UOp, resolve, smax, smin, srender, sym_infer
 
 RNG = np.random.default_rng(13)
@@ -299,4 +299,4 @@ def test_symbolic_dropout_and_rand_are_errors():
 
 
 def _to_dtype(np_type: type) -> dtypes:
-  return _np_to_dtype(np.dtype(np_type))
+  return _from_np_dtype(np_type)
