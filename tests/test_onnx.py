@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import warnings
 
 import ml_dtypes
@@ -154,3 +156,152 @@ def test_torch_export_dynamic_batch():
   for n in (1, 3):
     x = torch.randn(n, 3, 6, 6)
     np.testing.assert_allclose(runner({"x": x.numpy()})["y"].numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ***** loading: external data, malformed models *****
+
+def _external_model(location, offset=None, length=None):
+  """y = x + w, with w's two floats kept in an external file."""
+  w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2], data_location=TensorProto.EXTERNAL)
+  for k, v in (("location", location), ("offset", offset), ("length", length)):
+    if v is not None: w.external_data.add(key=k, value=str(v))
+  return _model([helper.make_node("Add", ["x", "w"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w])
+
+
+def test_external_data_next_to_the_model(tmp_path):
+  (tmp_path / "sub").mkdir()
+  (tmp_path / "w.bin").write_bytes(b"pad!" + np.array([1, 2, 3], np.float32).tobytes())
+  os.symlink(tmp_path / "w.bin", tmp_path / "sub" / "link.bin")  # a link that stays inside the directory is followed
+  for loc, off, n in (("w.bin", 4, 8), ("w.bin", 8, None), ("sub/../w.bin", 4, 8), ("sub/link.bin", 4, 8)):
+    onnx.save(_external_model(loc, off, n), tmp_path / "m.onnx")
+    want = [2.0, 3.0] if off == 4 else [3.0, 4.0]
+    np.testing.assert_equal(OnnxRunner(tmp_path / "m.onnx")({"x": np.ones(2, np.float32)})["y"].numpy(), want, err_msg=loc)
+
+
+def test_external_data_without_a_directory_is_refused(tmp_path, monkeypatch):
+  # the file sits in the working directory, which is where a model from bytes used to read it
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "w.bin").write_bytes(np.ones(2, np.float32).tobytes())
+  m = _external_model("w.bin")
+  for src in (m.SerializeToString(), Tensor(m.SerializeToString()), m):
+    with pytest.raises(ValueError, match=r"tensor 'w' of the .* keeps its data in the external file 'w.bin', but .* no directory"): OnnxRunner(src)
+  assert m.graph.initializer[0].data_location == TensorProto.EXTERNAL  # the caller's proto is left as it was
+  # a Constant's tensor inside an If branch is found too
+  w = m.graph.initializer[0]
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+  branch = helper.make_graph([helper.make_node("Constant", [], ["y"], value=w)], "b", [], [y])
+  m2 = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)],
+              [helper.make_tensor_value_info("c", TensorProto.BOOL, [])], [y])
+  with pytest.raises(ValueError, match="tensor 'w' of the .* keeps its data in the external file 'w.bin'"): OnnxRunner(m2.SerializeToString())
+  onnx.save(m2, tmp_path / "m2.onnx")  # from its path the same model reads the file
+  np.testing.assert_equal(OnnxRunner(tmp_path / "m2.onnx")({"c": np.array(True)})["y"].numpy(), [1.0, 1.0])
+
+
+def test_external_data_outside_the_directory_is_refused(tmp_path):
+  (d := tmp_path / "model").mkdir()
+  (tmp_path / "secret.bin").write_bytes(np.ones(2, np.float32).tobytes())
+  os.symlink(tmp_path / "secret.bin", d / "link.bin")
+  (d / "sub").mkdir()
+  os.mkfifo(d / "fifo")  # opened without blocking, then refused
+  cases = {"../secret.bin": "outside the model's directory", str(tmp_path / "secret.bin"): "an absolute path",
+           "link.bin": "outside the model's directory", "sub/../../secret.bin": "outside the model's directory", ".": "not a regular file",
+           "sub": "not a regular file", "fifo": "not a regular file", "missing.bin": "cannot be opened", "": "not a file name"}
+  for loc, why in cases.items():
+    onnx.save(_external_model(loc), d / "m.onnx")
+    with pytest.raises(ValueError, match=rf"tensor 'w' of '.*m\.onnx' keeps its data in the external file {loc!r}.*{why}"): OnnxRunner(d / "m.onnx")
+
+
+def test_external_data_span_is_checked_against_the_file(tmp_path):
+  (tmp_path / "w.bin").write_bytes(np.ones(2, np.float32).tobytes())
+  cases = {(9, None): r"its data \(offset 9\) reaches past the end of the 8-byte file",
+           (4, 8): r"its data \(offset 4, length 8\) reaches past the end of the 8-byte file", (0, 2**62): "reaches past the end",
+           (-1, None): "its offset '-1' is not a byte count", (None, "8x"): "its length '8x' is not a byte count",
+           (None, "9" * 5000): "its length '9999.*' is not a byte count",
+           (4, None): r"is not a valid ONNX model: tensor 'w' is malformed"}  # the 4 bytes left hold one float, not two
+  for (off, n), why in cases.items():
+    onnx.save(_external_model("w.bin", off, n), tmp_path / "m.onnx")
+    with pytest.raises(ValueError, match=why): OnnxRunner(tmp_path / "m.onnx")
+
+
+def test_malformed_models_are_value_errors(tmp_path):
+  x, y = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+  bad_type = TensorProto(name="w", data_type=110, dims=[2], raw_data=bytes(8))  # no such element type: onnx raises KeyError
+  undefined = TensorProto(name="w", data_type=TensorProto.UNDEFINED, dims=[2], raw_data=bytes(8))  # onnx raises TypeError
+  short = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2], raw_data=bytes(4))
+  for w in (bad_type, undefined, short):
+    m = _model([helper.make_node("Add", ["x", "w"], ["y"])], [x], [y], [w])
+    with pytest.raises(ValueError, match=r"the \d+ bytes given is not a valid ONNX model: tensor 'w'"): OnnxRunner(m.SerializeToString())
+  # a Constant's tensor is read the same way
+  c = _model([helper.make_node("Constant", [], ["y"], value=short)], [], [y])
+  with pytest.raises(ValueError, match=r"the ModelProto given is not a valid ONNX model: tensor 'w' is malformed") as e: OnnxRunner(c)
+  assert e.value.__cause__ is not None
+  # onnx.load reads these by the file's extension: each format's parse error is a ValueError naming the file, chained
+  for name, text in (("m.json", "{garbage"), ("m.textproto", "garbage {"), ("m.onnxtxt", "garbage {")):
+    (tmp_path / name).write_text(text)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # onnx calls its text format experimental
+      with pytest.raises(ValueError, match=rf"'.*{name}' is not an ONNX model") as e: OnnxRunner(tmp_path / name)
+    assert e.value.__cause__ is not None
+  with pytest.raises(ValueError, match="the 3 bytes given is not an ONNX model") as e: OnnxRunner(b"\xff\xff\xff")
+  assert type(e.value.__cause__).__name__ == "DecodeError"
+  # an input of an element type that does not exist (DataType.Name raised a ValueError naming nothing)
+  bad_input = _model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", 77, [2])], [y])
+  with pytest.raises(ValueError, match="ONNX: 77 is not an element type"): OnnxRunner(bad_input)({"x": np.zeros(2, np.float32)})
+
+
+def _with_functions(funcs, nodes):
+  x, y = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+  return helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                           functions=funcs)
+
+
+def test_invalid_local_functions_are_value_errors():
+  def fn(name, *nodes): return helper.make_function("local", name, ["a"], ["b"], list(nodes), [helper.make_opsetid("", 17)])
+  def call(name, ins=("a",), outs=("b",)): return helper.make_node(name, list(ins), list(outs), domain="local")
+  add = helper.make_node("Add", ["a", "a"], ["b"])
+  # onnx 1.23 raises its checker's ValidationError (no ValueError) for the first three; 1.17 to 1.19 crash on a cycle
+  cases = {r"calls itself \(local::F -> local::F\)": _with_functions([fn("F", call("F"))], [call("F", ["x"], ["y"])]),
+           r"calls itself \(local::G -> local::H -> local::G\)": _with_functions(
+             [fn("F", call("G")), fn("G", call("H")), fn("H", helper.make_node("If", ["a"], ["b"], then_branch=helper.make_graph(
+               [call("G")], "t", [], [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])]), else_branch=helper.make_graph(
+               [add], "e", [], [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])))], [call("F", ["x"], ["y"])]),
+           "two local functions local::F": _with_functions([fn("F", add), fn("F", add)], [call("F", ["x"], ["y"])]),
+           # a C++ assertion of the inliner, which arrives as RuntimeError
+           "cannot be inlined": _with_functions([fn("F", add)], [call("F", ["x", "x"], ["y"])])}
+  for why, m in cases.items():
+    with pytest.raises(ValueError, match=f"the ModelProto given is not a valid ONNX model: .*{why}") as e: OnnxRunner(m)
+    assert e.value.__cause__ is not None
+    with pytest.raises(ValueError, match=r"the \d+ bytes given is not a valid ONNX model"): OnnxRunner(m.SerializeToString())
+  # a call graph that shares a function without a cycle inlines
+  ok = _with_functions([fn("F", call("G", outs=["c"]), helper.make_node("Add", ["c", "a"], ["b"])), fn("G", call("H")), fn("H", add)],
+                       [call("F", ["x"], ["y0"]), call("G", ["y0"], ["y"])])
+  np.testing.assert_equal(OnnxRunner(ok)({"x": np.ones(2, np.float32)})["y"].numpy(), [6.0, 6.0])
+
+
+def test_local_functions_without_onnx_inliner_imported():
+  # onnx.inliner is a submodule `import onnx` does not load: a fresh process, as another test here may have imported it
+  code = """if 1:
+    import numpy as np
+    from onnx import TensorProto, helper
+    from tinyhybrid.nn.onnx import OnnxRunner
+    f = helper.make_function("local", "Double", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])], [helper.make_opsetid("", 17)])
+    g = helper.make_graph([helper.make_node("Double", ["x"], ["y"], domain="local")], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)], functions=[f])
+    print(OnnxRunner(m)({"x": np.ones(2, np.float32)})["y"].numpy().tolist())"""
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0 and out.stdout.strip() == "[2.0, 2.0]", out.stderr[-2000:]
+
+
+def test_old_onnx_bfloat16_arrays():
+  # onnx < 1.19 gives bfloat16 as a structured uint16 array of the raw bits: values, not bits, reach the model
+  old = np.array([0x3FC0, 0xC000], np.uint16).view(np.dtype((np.uint16, {"bfloat16": (np.uint16, 0)})))
+  m = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+  np.testing.assert_equal(OnnxRunner(m)({"x": old})["y"].numpy(), [1.5, -2.0])
+  mel = _model([helper.make_node("MelWeightMatrix", ["b", "n", "r", "lo", "hi"], ["y"], output_datatype=TensorProto.BFLOAT16)], [],
+               [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, None)],
+               [onnx.numpy_helper.from_array(np.array(v, dt), k) for k, v, dt in
+                (("b", 4, np.int64), ("n", 16, np.int64), ("r", 8000, np.int64), ("lo", 0.0, np.float32), ("hi", 4000.0, np.float32))])
+  assert OnnxRunner(mel)({})["y"].dtype is dtypes.bfloat16

@@ -9,11 +9,16 @@ and SequenceMap run their subgraphs from Python, reading their conditions back w
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Iterator
 from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
 import onnx
+import onnx.inliner  # submodules `import onnx` leaves out
+import onnx.parser
+from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, numpy_helper
 
@@ -30,6 +35,10 @@ _DTYPES: dict[int, DType] = {
   TensorProto.FLOAT16: dtypes.float16, TensorProto.DOUBLE: dtypes.float64, TensorProto.UINT32: dtypes.uint32,
   TensorProto.UINT64: dtypes.uint64, TensorProto.BFLOAT16: dtypes.bfloat16}
 
+# onnx < 1.19 gives bfloat16, float8 and int4 values as structured arrays of its own (the bits in one named field)
+_ML_FIELDS = {"bfloat16": ml_dtypes.bfloat16, "e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+              "e5m2": ml_dtypes.float8_e5m2, "e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4}
+
 # host values with at most this many elements take part in host evaluation (shape arithmetic, not data)
 HOST_MAX = 1024
 
@@ -37,8 +46,36 @@ HOST_MAX = 1024
 def onnx_dtype(elem_type: int) -> DType:
   """The DType of an ONNX TensorProto.DataType."""
   if (dt := _DTYPES.get(elem_type)) is None:
+    # DataType.Name would raise its own ValueError, naming neither the model nor the runner
+    if elem_type not in TensorProto.DataType.values(): raise ValueError(f"ONNX: {elem_type} is not an element type (a malformed model)")
     raise NotImplementedError(f"ONNX dtype {TensorProto.DataType.Name(elem_type)} is not supported")
   return dt
+
+
+def np_of(dt: DType) -> np.dtype:
+  """The numpy dtype of host values of `dt` (ml_dtypes' bfloat16, not its raw bits)."""
+  return np.dtype(ml_dtypes.bfloat16) if dt is dtypes.bfloat16 else np_storage(dt)
+
+
+def _ml(arr: np.ndarray) -> np.ndarray:
+  """The array with an old onnx's structured stand-in for bfloat16, float8 or int4 viewed as the ml_dtypes type."""
+  names = arr.dtype.names
+  return arr.view(_ML_FIELDS[names[0]]) if names and len(names) == 1 and names[0] in _ML_FIELDS else arr
+
+
+class _Malformed(ValueError):
+  """A tensor of the model that cannot be read; OnnxRunner names the model in the ValueError it raises instead."""
+
+
+def _array(t: TensorProto) -> np.ndarray:
+  """The values of a TensorProto whose external data is already read in (OnnxRunner does that when it loads a model)."""
+  if t.data_type == TensorProto.UNDEFINED or t.data_type not in TensorProto.DataType.values():
+    raise _Malformed(f"tensor {t.name!r} has no valid element type ({t.data_type})")
+  # numpy_helper would read remaining external data relative to the working directory: never let it
+  if t.data_location == TensorProto.EXTERNAL: raise _Malformed(f"tensor {t.name!r} has external data that was not loaded")
+  try: arr = numpy_helper.to_array(t)
+  except (ValueError, TypeError, KeyError) as e: raise _Malformed(f"tensor {t.name!r} is malformed: {e}") from e
+  return _ml(arr)
 
 
 def np_dtype(arr: np.ndarray) -> DType:
@@ -62,7 +99,7 @@ def _attr(a: AttributeProto, opsets: dict[str, int]) -> Any:
   if a.type == T.FLOAT: return a.f
   if a.type == T.INT: return a.i
   if a.type == T.STRING: return a.s.decode()
-  if a.type == T.TENSOR: return numpy_helper.to_array(a.t)
+  if a.type == T.TENSOR: return _array(a.t)
   if a.type == T.GRAPH: return Graph(a.g, opsets)
   if a.type == T.FLOATS: return list(a.floats)
   if a.type == T.INTS: return list(a.ints)
@@ -133,7 +170,7 @@ class Graph:
   """A GraphProto ready to run: initializers as Tensors (with a host copy), nodes with their ops looked up."""
 
   def __init__(self, g: onnx.GraphProto, opsets: dict[str, int]):
-    self.inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    self.inits: dict[str, np.ndarray] = {t.name: _array(t) for t in g.initializer}
     self.input_names = [i.name for i in g.input if i.name not in self.inits]
     self.input_types = {i.name: i.type for i in g.input}
     self.output_names = [o.name for o in g.output]
@@ -162,12 +199,27 @@ class OnnxRunner:
 
   def __init__(self, model: str | os.PathLike | bytes | Tensor | onnx.ModelProto):
     if isinstance(model, Tensor): model = model.numpy().tobytes()
-    if isinstance(model, (str, os.PathLike, bytes, bytearray)): model = _parse(model)
-    if not isinstance(model, onnx.ModelProto): raise TypeError(f"OnnxRunner: expected a path, bytes or ModelProto, got {type(model).__name__}")
-    # model-local functions are expanded into their callers, so the runner only ever sees standard ops
-    if len(model.functions): model = cast(onnx.ModelProto, onnx.inliner.inline_local_functions(model))  # type: ignore[attr-defined]
-    self.opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
-    self.graph = Graph(model.graph, self.opsets)
+    if not isinstance(model, (str, os.PathLike, bytes, bytearray, onnx.ModelProto)):
+      raise TypeError(f"OnnxRunner: expected a path, bytes or ModelProto, got {type(model).__name__}")
+    # external data is looked for only in the model file's directory: bytes and a ModelProto have none
+    if isinstance(model, (str, os.PathLike)):
+      path = os.fsdecode(os.fspath(model))
+      what, base = repr(path), os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    else: what, base = "the ModelProto given" if isinstance(model, onnx.ModelProto) else f"the {len(model)} bytes given", None
+    if not isinstance(model, onnx.ModelProto): model = _parse(model, what)
+    try:
+      _load_external(model, base, what)
+      # model-local functions are expanded into their callers, so the runner only ever sees standard ops
+      if len(model.functions):
+        _check_functions(model)
+        # the inliner's C++ assertions (a call with more inputs than the function has, ...) arrive as RuntimeError; and
+        # onnx 1.17 re-parses the C++ result in Python, which can fail (DecodeError) for a model C++ read without complaint
+        try: model = cast(onnx.ModelProto, onnx.inliner.inline_local_functions(model))
+        except (RuntimeError, DecodeError) as e: raise _Malformed(f"its local functions cannot be inlined: {e}") from e
+      self.opsets = {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+      self.graph = Graph(model.graph, self.opsets)
+    # onnx's C++ checks raise a ValidationError of their own (no ValueError); _Malformed carries numpy_helper's and the inliner's errors
+    except (_Malformed, onnx.checker.ValidationError) as e: raise ValueError(f"OnnxRunner: {what} is not a valid ONNX model: {e}") from e
     self.inputs: dict[str, onnx.TypeProto] = {n: self.graph.input_types[n] for n in self.graph.input_names}
 
   def __call__(self, inputs: dict[str, Any]) -> dict[str, Value]:
@@ -178,14 +230,122 @@ class OnnxRunner:
     return {n: to_tensor(v) if isinstance(v, np.ndarray) else v for n, v in zip(self.graph.output_names, self.graph.run(feeds))}
 
 
-def _parse(model: str | os.PathLike | bytes | bytearray) -> onnx.ModelProto:
+# what onnx.load raises for a file that is not a model: binary protobuf, its text and JSON forms, and onnx's own text
+_PARSE_ERRORS = (DecodeError, text_format.ParseError, json_format.ParseError, onnx.parser.ParseError)
+
+
+def _parse(model: str | os.PathLike | bytes | bytearray, what: str) -> onnx.ModelProto:
   """A serialized model parsed; input that is not one raises ValueError naming it (not protobuf's DecodeError)."""
-  what = repr(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else f"the {len(model)} bytes given"
-  try: proto = onnx.load(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else onnx.load_from_string(bytes(model))
-  except DecodeError as e: raise ValueError(f"OnnxRunner: {what} is not an ONNX model: {e}") from None
+  # the runner reads external data itself (_load_external), refusing locations outside the model's directory
+  try: proto = onnx.load(os.fspath(model), load_external_data=False) if isinstance(model, (str, os.PathLike)) else onnx.load_from_string(bytes(model))
+  except _PARSE_ERRORS as e: raise ValueError(f"OnnxRunner: {what} is not an ONNX model: {e}") from e
   # protobuf reads many byte strings as some message (every field is optional): a model has at least a graph
   if not proto.HasField("graph") or not proto.opset_import: raise ValueError(f"OnnxRunner: {what} is not an ONNX model: it has no graph or no opset")
   return proto
+
+
+def _tensors(m: onnx.ModelProto) -> Iterator[TensorProto]:
+  """Every TensorProto of the model: initializers and tensor attributes, in subgraphs and model-local functions too."""
+  # a stack, not recursion: subgraphs nest as deep as protobuf lets them
+  graphs, nodes = [m.graph], [n for f in m.functions for n in f.node]
+  while graphs or nodes:
+    if graphs:
+      g = graphs.pop()
+      yield from g.initializer
+      for sp in g.sparse_initializer: yield from (sp.values, sp.indices)
+      nodes.extend(g.node)
+      continue
+    for a in nodes.pop().attribute:
+      if a.HasField("t"): yield a.t
+      yield from a.tensors
+      for sp in [*([a.sparse_tensor] if a.HasField("sparse_tensor") else []), *a.sparse_tensors]: yield from (sp.values, sp.indices)
+      graphs.extend([*([a.g] if a.HasField("g") else []), *a.graphs])
+
+
+def _load_external(m: onnx.ModelProto, base: str | None, what: str) -> None:
+  """Reads the data of every tensor kept in an external file into the tensor. A location is resolved against the
+  model's directory `base` and must stay inside it: the model is untrusted input, and an absolute path, a `..` or a
+  symbolic link out of the directory would let it read any file the process can (and a model given as bytes would
+  otherwise read relative to the working directory)."""
+  for t in _tensors(m):
+    if t.data_location != TensorProto.EXTERNAL: continue
+    info = {e.key: e.value for e in t.external_data}
+    loc = info.get("location", "")
+    where = f"OnnxRunner: tensor {t.name!r} of {what} keeps its data in the external file {loc!r}"
+    if base is None:
+      raise ValueError(f"{where}, but a model given as bytes or a ModelProto has no directory to find it in: load the model from its file")
+    if not loc or "\0" in loc: raise ValueError(f"{where}, which is not a file name")
+    if os.path.isabs(loc) or os.path.splitdrive(loc)[0]: raise ValueError(f"{where}: an absolute path, where only files in the model's directory {base!r} are read")
+    path = os.path.realpath(os.path.join(base, loc))
+    if os.path.commonpath([base, path]) != base:
+      raise ValueError(f"{where}, which resolves to {path!r}, outside the model's directory {base!r}")
+    t.raw_data = _read_span(path, info, where)
+    t.data_location = TensorProto.DEFAULT
+    del t.external_data[:]
+
+
+def _read_span(path: str, info: dict[str, str], where: str) -> bytes:
+  """The bytes at the tensor's offset and length in the file, both checked against its size before anything is read."""
+  def num(key: str) -> int | None:
+    if (v := info.get(key)) is None: return None
+    # at most 20 digits: int() of a longer string can be slow, or refused with a ValueError that names nothing
+    if not (v.isascii() and v.isdigit() and len(v) <= 20): raise ValueError(f"{where}: its {key} {v[:40]!r} is not a byte count")
+    return int(v)
+  offset, length = num("offset") or 0, num("length")
+  # O_NOFOLLOW: the path is resolved already, so a link here was swapped in since; O_NONBLOCK: a FIFO must not hang open()
+  flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+  try: fd = os.open(path, flags)
+  except OSError as e: raise ValueError(f"{where}, which cannot be opened: {e.strerror}") from e
+  try:
+    # checked on the descriptor, not the path: fdopen refuses a directory with IsADirectoryError of its own
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode): raise ValueError(f"{where}, which is not a regular file")
+    if offset > st.st_size or (length is not None and offset + length > st.st_size):
+      span = f"offset {offset}" + ("" if length is None else f", length {length}")
+      raise ValueError(f"{where}: its data ({span}) reaches past the end of the {st.st_size}-byte file")
+    f = os.fdopen(fd, "rb")
+  except BaseException:
+    os.close(fd)
+    raise
+  with f:
+    f.seek(offset)
+    data = f.read(st.st_size - offset if length is None else length)
+  if length is not None and len(data) != length: raise ValueError(f"{where}: the file ended after {len(data)} of its {length} bytes")
+  return data
+
+
+def _check_functions(m: onnx.ModelProto) -> None:
+  """Refuses duplicate or recursive model-local functions before onnx's inliner sees them: up to 1.19 at least, it
+  recurses around a cycle until the process crashes (a segfault, not an exception), and it takes one of two duplicates."""
+  Id = tuple[str, str, str]
+  ids: list[Id] = [(f.domain, f.name, f.overload) for f in m.functions]
+  if len(known := set(ids)) != len(ids):
+    d = next(i for n, i in enumerate(ids) if i in ids[:n])
+    raise _Malformed(f"it has two local functions {d[0]}::{d[1]}")
+  calls: dict[Id, list[Id]] = {}
+  for f, fid in zip(m.functions, ids):
+    nodes, calls[fid] = list(f.node), []
+    while nodes:  # the function's nodes, and those of the subgraphs in their attributes
+      n = nodes.pop()
+      if (c := (n.domain, n.op_type, n.overload)) in known: calls[fid].append(c)
+      for a in n.attribute: nodes.extend(nd for g in [*([a.g] if a.HasField("g") else []), *a.graphs] for nd in g.node)
+  # depth-first with a stack of its own, as a chain of calls can be long; `path` holds the functions being expanded
+  done: set[Id] = set()
+  for root in ids:
+    if root in done: continue
+    stack, path, on_path = [iter(calls[root])], [root], {root}
+    while stack:
+      if (nxt := next(stack[-1], None)) is None:
+        stack.pop()
+        done.add(p := path.pop())
+        on_path.discard(p)
+      elif nxt in on_path:
+        cycle = " -> ".join(f"{d}::{o}" for d, o, _ in path[path.index(nxt):] + [nxt])
+        raise _Malformed(f"its local function {nxt[0]}::{nxt[1]} calls itself ({cycle})")
+      elif nxt not in done:
+        stack.append(iter(calls[nxt]))
+        path.append(nxt)
+        on_path.add(nxt)
 
 
 def _input_value(x: Any, tp: onnx.TypeProto, name: str, dims: dict[str, int]) -> Value:
@@ -198,7 +358,8 @@ def _input_value(x: Any, tp: onnx.TypeProto, name: str, dims: dict[str, int]) ->
   want = onnx_dtype(tp.tensor_type.elem_type)
   # host data is converted to the declared type; a Tensor must already have it
   if isinstance(x, Tensor): t = x
-  else: t = to_tensor(np.asarray(x).astype(np.float32) if want is dtypes.bfloat16 else np.asarray(x, np_storage(want)), want)
+  # _ml: an old onnx's structured bfloat16 array holds the bits, which astype would read as integers
+  else: t = to_tensor(_ml(np.asarray(x)).astype(np.float32) if want is dtypes.bfloat16 else np.asarray(x, np_storage(want)), want)
   if t.dtype is not want: raise TypeError(f"OnnxRunner: input {name!r} must be {want}, got {t.dtype}")
   if tp.tensor_type.HasField("shape"):
     if (n := len(tp.tensor_type.shape.dim)) != t.ndim: raise ValueError(f"OnnxRunner: input {name!r} must have {n} dimensions, got shape {t.shape}")

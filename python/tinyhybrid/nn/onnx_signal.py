@@ -6,10 +6,9 @@ import math
 from typing import Any
 
 import numpy as np
-import onnx
 
 from tinyhybrid.dtype import dtypes
-from tinyhybrid.nn.onnx import onnx_dtype
+from tinyhybrid.nn.onnx import np_of, onnx_dtype
 from tinyhybrid.nn.onnx_ops import op, scalar
 from tinyhybrid.tensor import Tensor
 
@@ -91,5 +90,6 @@ def MelWeightMatrix(num_mel_bins: Any, dft_length: Any, sample_rate: Any, lower_
     if center == left: out[center, i] = 1
     else: out[left:center + 1, i] = (np.arange(left, center + 1) - left) / (center - left)
     if right > center: out[center:right, i] = (right - np.arange(center, right)) / (right - center)
-  return out.astype(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(output_datatype)))
+  # np_of, not onnx.helper's numpy type: onnx < 1.19 maps BFLOAT16 to float32
+  return out.astype(np_of(onnx_dtype(output_datatype)))
 
