@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tinyhybrid import Tensor
+from tinyhybrid import Tensor, dtypes
 from tinyhybrid.helpers import GlobalCounters
 from tinyhybrid.engine import realize as engine
 
@@ -161,3 +161,17 @@ def test_a_result_of_a_realized_tensor_keeps_the_way_back_to_its_parameters():
   z = (y * 2).realize()
   z.sum().backward()
   np.testing.assert_allclose(w.grad.numpy(), np.repeat(2 * x.sum(0)[:, None], 3, 1))
+
+
+def test_an_assign_through_a_same_size_bitcast_writes_the_memory():
+  # a bitcast of memory to a type of the same size is a view of it (tinygrad's disk-tensor tests write so): the write
+  # was computed into new memory and lost to the tensor that owns it
+  t = Tensor.zeros(4, dtype=dtypes.int32).contiguous().realize()
+  u = t.bitcast(dtypes.float32)
+  u.assign(Tensor([1.0, 2.0, -3.0, 0.5])).realize()
+  want = np.array([1.0, 2.0, -3.0, 0.5], dtype=np.float32)
+  np.testing.assert_array_equal(t.numpy(), want.view(np.int32))
+  np.testing.assert_array_equal(u.numpy(), want)
+  v = Tensor.zeros(2, 3, dtype=dtypes.uint32).contiguous().realize()
+  v[1].bitcast(dtypes.float32).assign(Tensor([1.5, 2.5, -1.0])).realize()  # through a view of part of the memory
+  np.testing.assert_array_equal(v.numpy(), np.array([[0, 0, 0], [1.5, 2.5, -1.0]], dtype=np.float32).view(np.uint32))

@@ -327,6 +327,11 @@ class Tensor(TensorAPI):
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
     if type(self.device) is tuple and x.uop.axis != self.uop.axis:
       raise RuntimeError(f"multi axis mismatch {self.uop.axis} != {x.uop.axis}")
+    if self.uop.op is Ops.BITCAST and buffer_view(src := self.uop.src[0]) and src.dtype.itemsize == self.dtype.itemsize:
+      # a bitcast of memory to a type of the same size is a view of it, as in tinygrad: the write lands in that memory
+      mem = Tensor(src, device=self.device).assign(x.bitcast(src.dtype))
+      self.uop = UOp(Ops.BITCAST, self.dtype, (mem.uop,))
+      return self
     if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
     if self.uop.op is Ops.AFTER: self.uop = self.uop.src[0]  # the graph kept for backward computed values this overwrites
     if self.uop.op in GroupOp.Movement: self._compute_base_of_view()
