@@ -219,6 +219,12 @@ class Compiled:
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner: return Runner(items, nslots, self.name)
 
+  def chain_runner(self, segments: list[tuple[str, list[tuple[CompiledProgram, list[int], Any]]]], nslots: int) -> Runner | None:
+    """One runner for runs of items on several devices (segments: (device, items), in order), each device's runs from
+    one command buffer and ordered between the queues by signals; None when these devices cannot (then each run gets
+    a runner of its own)."""
+    return None
+
   def synchronize(self) -> None: pass
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 from tinyhybrid._core import hcq
 
@@ -271,9 +271,7 @@ def batch_runners(devices: list[str], items: list[tuple[CompiledProgram, list[in
   one submit per device), with the items regrouped by device as far as their dependencies allow."""
   segments = _segments(devices, items)
   if len(segments) > 1 and not PROFILE:
-    from tinyhybrid.runtime.ops_cpu import CPUChainRunner, CPUDevice
-    if all(type(Device[d]) is CPUDevice for d, _ in segments) and all(len(a) <= hcq.MAX_EXEC_ARGS for _, a, _ in items):
-      order = group_by_device(devices, items)
-      chain = [(cast(CPUDevice, Device[d]), seg) for d, seg in _segments([devices[j] for j in order], [items[j] for j in order])]
-      return [CPUChainRunner(chain, nslots)]
+    order = group_by_device(devices, items)
+    regrouped = _segments([devices[j] for j in order], [items[j] for j in order])
+    if (chain := Device[devices[0]].chain_runner(regrouped, nslots)) is not None: return [chain]
   return [Device[d].runner(seg, nslots) for d, seg in segments]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, Device, ProfileEvent, Runner, profile_events, to_ctypes_words
 from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
@@ -169,6 +169,12 @@ class CPUDevice(Compiled):
     # a queue command carries a bounded number of arguments; a kernel past it is called directly
     if any(len(args) > hcq.MAX_EXEC_ARGS for _, args, _ in items): return Runner(items, nslots, self.name)
     return CPUQueueRunner(items, nslots, self)
+
+  def chain_runner(self, segments: list[tuple[str, list[tuple[CompiledProgram, list[int], int]]]], nslots: int) -> Runner | None:
+    # every device a CPU queue, and every kernel's arguments fit a queue command
+    cpus = [dev for d, _ in segments if isinstance(dev := Device[d], CPUDevice)]
+    if len(cpus) != len(segments) or any(len(a) > hcq.MAX_EXEC_ARGS for _, seg in segments for _, a, _ in seg): return None
+    return CPUChainRunner([(dev, seg) for dev, (_, seg) in zip(cpus, segments)], nslots)
 
   def synchronize(self) -> None: self.queue.synchronize()
 
