@@ -1,7 +1,7 @@
 """The package's layering, read from the source with ast (nothing is imported): the engine, runtime, codegen, renderer
 and schedule never import the Tensor API (tinyhybrid.tensor) or nn (a realize hands buffers back; Tensor applies
-them), codegen, renderer and the engine never import a runtime device module (runtime/ops_*.py), and nothing below
-the engine imports it."""
+them), codegen, renderer and the engine never import a runtime device module (runtime/ops_*.py), nothing below the
+engine imports it, and the IR (uop/) imports none of them."""
 from __future__ import annotations
 
 import ast
@@ -87,6 +87,15 @@ def test_codegen_renderers_and_engine_load_no_device(path: Path):
 def test_nothing_below_the_engine_imports_it(path: Path):
   bad = sorted(m for m in _imports(path) if _under(m, "tinyhybrid.engine"))
   assert not bad, f"{_name(path)} imports {bad}"
+
+
+@pytest.mark.parametrize("path", _modules("uop"), ids=_name)
+def test_the_ir_imports_nothing_above_it(path: Path):
+  # (device.py is below: it holds Buffer, the arg of a BUFFER node)
+  above = ("tinyhybrid.schedule", "tinyhybrid.engine", "tinyhybrid.runtime", "tinyhybrid.codegen", "tinyhybrid.renderer",
+           "tinyhybrid.tensor", "tinyhybrid.nn", "tinyhybrid.mixin")
+  bad = sorted(m for m in _imports(path) if _under(m, *above))
+  assert not bad, f"{_name(path)} imports {bad}: the IR's rules live in uop/, and the layers above use them"
 
 
 def test_realize_uops_hands_back_the_becomes_map():

@@ -22,9 +22,7 @@ from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.schedule.kernelize import buffer_view
 from tinyhybrid.uop.ops import UOp, movement
 from tinyhybrid.uop.shape import shape_of
-
-_PER_SHARD = GroupOp.Elementwise | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}
-_LEAVES = {Ops.CONST, Ops.UNIQUE, Ops.IOTA, Ops.BIND, Ops.DEFINE_VAR, Ops.NOOP}
+from tinyhybrid.uop.sharding import LEAVES, PER_SHARD, node_axis, shard_bounds
 
 
 class ShardingError(RuntimeError):
@@ -38,12 +36,6 @@ class Sharded:
   shards: tuple[UOp, ...]
   axis: int | None
   free: bool = False
-
-
-def shard_bounds(size: int, n: int) -> list[tuple[int, int]]:
-  """Each device's [start, end) along a sharded axis of `size`: equal consecutive pieces."""
-  sz = size // n
-  return [(i * sz, (i + 1) * sz) for i in range(n)]
 
 
 def check_shardable(shape: tuple, axis: int, n: int) -> None:
@@ -170,63 +162,41 @@ class _Lowerer:
         raise ShardingError(f"tensors sharded across different devices meet: {u.arg[0]} and {self.devices}")
       return Sharded(tuple(u.src), u.arg[1])
     # (a shard taken out of another sharded value belongs to a single-device graph: the shards of MSTACKs hold those)
-    if op in _LEAVES or op is Ops.MSELECT: return self.free(u)
+    if op in LEAVES or op is Ops.MSELECT: return self.free(u)
     srcs = [self.memo[s] for s in u.src]
-    if all(s.free for s in srcs): return self.free(u)
+    axis, free = node_axis(u, [(s.axis, s.free) for s in srcs], self.n)  # the IR's rule (uop/sharding.py)
+    if free: return self.free(u)
     if op is Ops.BUFFER or (op is Ops.COPY and u.arg not in self.devices):
       raise ShardingError(f"a tensor on {u.device} meets tensors sharded across {self.devices}; shard it or .to() it first")
     if op is Ops.AFTER: return srcs[0]
-    if op in _PER_SHARD or op is Ops.STORE:
-      # the first sharded operand sets the axis (a STORE's target); the others are sliced or resharded to it
-      axis = srcs[0].axis if op is Ops.STORE else next((s.axis for s in srcs if s.axis is not None), None)
+    if op in PER_SHARD or op is Ops.STORE:  # the other operands are sliced or resharded to the axis
       aligned = [self.to_axis(s, axis) for s in srcs]
       return Sharded(tuple(u.replace(src=tuple(a.shards[d] for a in aligned)) for d in range(self.n)), axis)
+    if op is Ops.ALLREDUCE: return Sharded(tuple(allreduce(u.arg, list(srcs[0].shards), self.devices)), axis)
     if op is Ops.REDUCE:
       x = srcs[0]
       # a shard whose reduced axes have one item (the sharded axis itself, one row per device) is its own reduce
       red = tuple(s if all(shape_of(s)[i] == 1 for i in u.arg[1]) else u.replace(src=(s,)) for s in x.shards)  # type: ignore[index]
-      if x.axis is None or x.axis not in u.arg[1]: return Sharded(red, x.axis)
-      return Sharded(tuple(allreduce(u.arg[0], list(red), self.devices)), None)
-    if op in GroupOp.Movement: return self._movement(u, srcs[0])
+      if axis == x.axis: return Sharded(red, axis)
+      return Sharded(tuple(allreduce(u.arg[0], list(red), self.devices)), None)  # a reduce over the sharded axis
+    if op in GroupOp.Movement: return self._movement(u, srcs[0], axis)
     raise ShardingError(f"{op.name} is not supported on sharded tensors")
 
-  def _movement(self, u: UOp, x: Sharded) -> Sharded:
-    op, arg, axis = u.op, u.arg, x.axis
-    if axis is None: return Sharded(tuple(u.replace(src=(s, *u.src[1:])) for s in x.shards), None)
+  def _movement(self, u: UOp, x: Sharded, axis: int | None) -> Sharded:
+    """u on each shard of x, where u's axis is `axis`: a movement that mixes items of several shards runs on a replica."""
+    if x.axis is not None and axis is None: x = self.replicate(x)
+    op, arg, n = u.op, u.arg, self.n
+    if x.axis is None: return Sharded(tuple(u.replace(src=(s, *u.src[1:])) for s in x.shards), None)
     in_shape = shape_of(u.src[0])
-    assert in_shape is not None
-    n = self.n
-    if op is Ops.PERMUTE: return Sharded(tuple(u.replace(src=(s,)) for s in x.shards), arg.index(axis))
-    if op is Ops.EXPAND:
+    assert in_shape is not None and axis is not None
+    if op is Ops.PERMUTE or op is Ops.FLIP: return Sharded(tuple(u.replace(src=(s,)) for s in x.shards), axis)
+    if op is Ops.EXPAND or op is Ops.RESHAPE:
       shard_arg = tuple(a // n if i == axis else a for i, a in enumerate(arg))
       return Sharded(tuple(movement(op, s, shard_arg) for s in x.shards), axis)
-    if op is Ops.RESHAPE:
-      new_axis = _reshape_axis(in_shape, arg, axis, n)
-      if new_axis is None:  # the reshape moves items across shards: run it on a replica
-        return self._movement(u, self.replicate(x))
-      shard_arg = tuple(a // n if i == new_axis else a for i, a in enumerate(arg))
-      return Sharded(tuple(movement(op, s, shard_arg) for s in x.shards), new_axis)
     if op is Ops.SHRINK or op is Ops.PAD:
-      untouched = arg[axis] == ((0, in_shape[axis]) if op is Ops.SHRINK else (0, 0))
-      if not untouched: return self._movement(u, self.replicate(x))
       shard_arg = tuple((0, in_shape[axis] // n) if (i == axis and op is Ops.SHRINK) else a for i, a in enumerate(arg))
       return Sharded(tuple(movement(op, s, shard_arg) for s in x.shards), axis)
-    if op is Ops.FLIP:
-      if arg[axis]: return self._movement(u, self.replicate(x))
-      return Sharded(tuple(u.replace(src=(s,)) for s in x.shards), axis)
     raise ShardingError(f"{op.name} is not supported on sharded tensors")
-
-
-def _reshape_axis(old: tuple, new: tuple, axis: int, n: int) -> int | None:
-  """Where a sharded axis lands after a reshape that keeps every shard's items together (None: it does not)."""
-  before = prod(old[:axis])
-  per_shard = old[axis] // n * prod(old[axis + 1:])
-  acc = 1
-  for j, d in enumerate(new):
-    if acc == before and isinstance(d, int) and d % n == 0 and per_shard == d // n * prod(new[j + 1:]): return j
-    acc *= d
-    if acc > before and not isinstance(acc, int): break
-  return None
 
 
 def is_realized_multi(u: UOp) -> bool:
@@ -243,13 +213,6 @@ def lower_multi(roots: list[UOp], devices: tuple[str, ...]) -> list[Sharded]:
   """Each root's graph on each device (see the module's notes)."""
   lw = _Lowerer(devices)
   return [lw.lower(r) for r in roots]
-
-
-def sharded_axes(root: UOp, devices: tuple[str, ...]) -> dict[UOp, int | None]:
-  """The sharded axis of every node of root's graph (UOp.axis)."""
-  lw = _Lowerer(devices)
-  lw.lower(root)
-  return {u: x.axis for u, x in lw.memo.items()}
 
 
 def lower_selects(roots: list[UOp]) -> list[UOp]:

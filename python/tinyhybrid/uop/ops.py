@@ -143,26 +143,24 @@ class UOp(_core.UOp):
     if self.op is Ops.MSTACK: return self.arg[1]
     if "_axis" in (own := self.__dict__): return own["_axis"]
     if type(devices := self.device) is not tuple: return None
-    from tinyhybrid.schedule.multi import sharded_axes
+    from tinyhybrid.uop.sharding import sharded_axes
     # kept on every node of the graph (a node never changes): an optimizer's assigns ask of graphs that share most nodes
-    for u, axis in sharded_axes(self, devices).items(): u.__dict__["_axis"] = axis
+    for u, axis in sharded_axes(self, len(devices)).items(): u.__dict__["_axis"] = axis
     return own["_axis"]
 
   @property
   def bounds(self) -> tuple[tuple[int, int], ...]:
     """Each device's [start, end) along the sharded axis of a sharded tensor's graph (tinygrad's UOp.bounds)."""
     if (axis := self.axis) is None: raise RuntimeError("bounds is not defined when axis is None")
-    from tinyhybrid.schedule.multi import shard_bounds
+    from tinyhybrid.uop.sharding import shard_bounds
     return tuple(shard_bounds(self.shape[axis], len(self.device)))  # type: ignore[index, arg-type]
 
   def allreduce(self, op: Ops, device: tuple[str, ...]) -> UOp:
     """A graph sharded as this sharded one is, each device's shard `op` (ADD, MUL, MAX, ...) of all the shards: the
     allreduce that a reduce over the sharded axis is made of (tinygrad's UOp.allreduce)."""
     if type(self.device) is not tuple: raise RuntimeError(f"allreduce of a graph on one device ({self.device})")
-    from tinyhybrid.schedule.multi import allreduce, lower_multi
-    devices = tuple(device)
-    x = lower_multi([self], devices)[0]
-    return UOp(Ops.MSTACK, self.dtype, tuple(allreduce(op, list(x.shards), devices)), (devices, x.axis))
+    if tuple(device) != self.device: raise RuntimeError(f"allreduce across {tuple(device)} of a graph sharded across {self.device}")
+    return UOp(Ops.ALLREDUCE, self.dtype, (self,), op)  # lowered by the scheduler (schedule/multi.py)
 
   def has_buffer_identity(self, after_ok: bool = False) -> bool:
     """Whether this node is a buffer's memory as a whole (a BUFFER, or a reshape of one)."""

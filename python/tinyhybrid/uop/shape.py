@@ -30,7 +30,7 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
   if op is Ops.PAD: return _canon(tuple(d + b + a for d, (b, a) in zip(s, u.arg)))
   if op is Ops.SHRINK: return _canon(tuple(e - b for b, e in u.arg))
   if op is Ops.FLIP: return s
-  if op is Ops.STORE: return s
+  if op is Ops.STORE or op is Ops.ALLREDUCE: return s
   if op is Ops.REDUCE: return tuple(1 if i in u.arg[1] else d for i, d in enumerate(s))
   if op is Ops.UNSHARD: return (u.arg[1],)  # flat pieces put together on one device (arg: device, items)
   if op is Ops.MSELECT:  # one device's shard of a sharded value (arg: devices, index, axis)
