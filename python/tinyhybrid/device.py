@@ -117,11 +117,14 @@ class Buffer:
   @property
   def address(self) -> int: return self._address or self.ensure_allocated()._address
 
-  def copyin(self, data: bytes | memoryview | np.ndarray) -> Buffer:
+  def copyin(self, data: bytes | memoryview | np.ndarray, offset: int | None = None) -> Buffer:
+    """The buffer's bytes from data: all of them, or (at a byte offset) the range data covers."""
     # (the ignores on memoryview(ndarray): numpy's stubs give ndarray the buffer protocol for Python 3.12+ only)
     raw = memoryview(np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) else data).cast("B")  # type: ignore[arg-type]
-    if len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
-    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw)
+    if offset is None and len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
+    if offset is not None and not 0 <= offset <= self.nbytes - len(raw):
+      raise ValueError(f"copyin: a copy of {len(raw)} bytes at {offset} runs past {self.device}'s buffer of {self.nbytes}")
+    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw, offset or 0)
     return self
 
   def numpy(self) -> np.ndarray:

@@ -94,10 +94,7 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
     if not spec.nbytes: continue
     if not (_host_memory(dst.device) and _host_memory(src.device)):
       # a device with memory of its own (CL, CUDA): through the host, with its allocator's blocking copies
-      staged = src.as_buffer()[spec.src_offset:spec.src_offset + spec.nbytes]
-      if spec.dst_offset + spec.nbytes > dst.nbytes:
-        raise ValueError(f"a copy of {spec.nbytes} bytes at {spec.dst_offset} runs past {dst.device}'s buffer of {dst.nbytes}")
-      Device[dst.device].allocator.copyin(dst.ensure_allocated()._mem, staged, spec.dst_offset)
+      dst.copyin(src.as_buffer()[spec.src_offset:spec.src_offset + spec.nbytes], spec.dst_offset)
       engine.count_runs(0, 0, 2 * spec.nbytes)
       continue
     if (q := _submit_copy(dst.device, dst.address + spec.dst_offset, src.address + spec.src_offset, spec.nbytes, src.device)) is not None:
