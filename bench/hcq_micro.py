@@ -38,7 +38,7 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     lib, fn = build_kernel(tmp)
     prog = hcq.Program(fn, "add")
-    dev = hcq.CPUDevice()
+    dev = hcq.CPUQueue()
     n = args.n
     a, b, out = np.ones(n, np.float32), np.ones(n, np.float32), np.zeros(n, np.float32)
     ptr = lambda x: x.ctypes.data

@@ -43,7 +43,7 @@ def addr(a:np.ndarray) -> int: return a.ctypes.data
 
 @pytest.fixture(scope="module")
 def dev():
-  return hcq.CPUDevice(num_threads=2)
+  return hcq.CPUQueue(num_threads=2)
 
 def test_exec_add(lib, dev):
   n = 1000
@@ -58,7 +58,7 @@ def test_exec_add(lib, dev):
   np.testing.assert_array_equal(out, a + b)
 
 def test_exec_split(lib):
-  d = hcq.CPUDevice(num_threads=3)
+  d = hcq.CPUQueue(num_threads=3)
   assert d.num_threads == 3
   for g, parts in [(1, 1), (2, 2), (100, 3)]:
     seen = np.zeros(8, dtype=np.uint32)
@@ -149,7 +149,7 @@ def test_wait_is_interruptible():
     signal.signal(signal.SIGALRM, old)
 
 def test_device_wait_signal_and_timeline(lib):
-  d = hcq.CPUDevice(num_threads=1, name="q")
+  d = hcq.CPUQueue(num_threads=1, name="q")
   gate, done = hcq.Signal("gate"), hcq.Signal("done")
   out, a = np.zeros(4, np.int32), np.arange(4, dtype=np.int32)
   cb = hcq.CommandBuffer()
@@ -196,13 +196,13 @@ def test_errors(lib, dev):
   with pytest.raises(ValueError, match="at most 56"): cb.exec(prog(lib, "add"), [0] * 57, patch=[0])
   with pytest.raises(ValueError, match="does not fit in 64 bits"): cb.exec(prog(lib, "add"), [1 << 64])
   with pytest.raises(ValueError, match="aligned"): cb.timestamp(3)
-  with pytest.raises(ValueError, match="power of two"): hcq.CPUDevice(ring_slots=12)
+  with pytest.raises(ValueError, match="power of two"): hcq.CPUQueue(ring_slots=12)
   assert len(cb) == 1 and cb.num_slots == 1  # rejected commands leave nothing behind
   dev.submit(cb, [np.int64(4)])  # numpy ints are ints
   dev.synchronize()
 
 def test_ring_wraparound_and_many_submits(lib):
-  d = hcq.CPUDevice(num_threads=2, ring_slots=8)
+  d = hcq.CPUQueue(num_threads=2, ring_slots=8)
   n = 16
   acc, one = np.zeros(n, np.float32), np.ones(n, np.float32)
   cb = hcq.CommandBuffer()

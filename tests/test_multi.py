@@ -637,13 +637,14 @@ def test_assign_through_a_view_of_a_sharded_tensor(realized):
 def test_runs_on_several_cpu_queues_are_one_chained_runner():
   from tinyhybrid.device import CopySpec
   from tinyhybrid.engine.multi import _copy_program, batch_runners
-  from tinyhybrid.runtime.ops_cpu import CPUChainRunner
+  from tinyhybrid.runtime.hcq import ChainRunner
   items = [(_copy_program("CPU:0", CopySpec(8)), [0, 1], 1), (_copy_program("CPU:1", CopySpec(8)), [2, 3], 1)]
   runners = batch_runners(["CPU:0", "CPU:1"], items, 4)
-  assert len(runners) == 1 and isinstance(runners[0], CPUChainRunner)  # the devices' capability, asked of them
+  assert len(runners) == 1 and isinstance(runners[0], ChainRunner)  # the devices' capability, asked of them
   a, b, c = (np.arange(2, dtype=np.float32) + k for k in range(3))
   d = np.zeros(2, dtype=np.float32)
   runners[0]([c.ctypes.data, a.ctypes.data, d.ctypes.data, b.ctypes.data])
+  for dev in ("CPU:0", "CPU:1"): Device[dev].synchronize()  # the call returns once submitted
   np.testing.assert_array_equal(c, a)
   np.testing.assert_array_equal(d, b)
-  assert len(batch_runners(["CPU:0"], items[:1], 4)) == 1 and not isinstance(batch_runners(["CPU:0"], items[:1], 4)[0], CPUChainRunner)
+  assert len(batch_runners(["CPU:0"], items[:1], 4)) == 1 and not isinstance(batch_runners(["CPU:0"], items[:1], 4)[0], ChainRunner)

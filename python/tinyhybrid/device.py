@@ -59,17 +59,25 @@ class Allocator:
     """Memory for the host memory at ptr, which its owner keeps alive and frees."""
     return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr))[:nbytes]
 
+  def idle(self, mem: Any, write: bool) -> None:
+    """Until the host may read mem (write: also write or free it): a device whose queue runs asynchronously waits here
+    for the submits that use it. Memory kept in the cache needs no wait: its next user's work is ordered after them."""
+
   def free(self, mem: Any) -> None:
     """Takes back memory alloc gave (its buffer is gone): kept for the next alloc of its size while the cache has room.
     A device with memory of its own releases it when the handle is dropped."""
     if self._cached + mem.nbytes <= self.CACHE_BYTES:
       self._cache.setdefault(mem.nbytes, []).append(mem)
       self._cached += mem.nbytes
+    else: self.idle(mem, True)
 
   def copyin(self, dest: Any, src: memoryview, offset: int = 0) -> None:
     """src's bytes into dest from byte `offset` on (the whole of it by default)."""
+    self.idle(dest, True)
     dest[offset:offset + len(src)] = np.frombuffer(src, dtype=np.uint8)
-  def copyout(self, dest: memoryview, src: Any) -> None: np.frombuffer(dest, dtype=np.uint8)[:] = src
+  def copyout(self, dest: memoryview, src: Any) -> None:
+    self.idle(src, False)
+    np.frombuffer(dest, dtype=np.uint8)[:] = src
 
 
 class Buffer:
@@ -103,10 +111,18 @@ class Buffer:
     if self._mem is not None: raise RuntimeError(f"attach: {self} already has memory")
     alloc = Device[self.device].allocator
     self._mem = alloc.wrap(ptr, self.nbytes)
-    self._address, self._external = alloc.address(self._mem), True
+    self._address, self._external, self._allocator = alloc.address(self._mem), True, alloc
     return self
 
+  def host_memory(self, write: bool = False) -> Any:
+    """The allocator's memory itself (a numpy array on the host), once the host may read it (write: also write it)."""
+    mem = self.ensure_allocated()._mem
+    Device[self.device].allocator.idle(mem, write)
+    return mem
+
   def __del__(self) -> None:
+    if self._mem is not None and self._external and self._allocator is not None:
+      self._allocator.idle(self._mem, True)  # its owner frees it next: not while a submit still uses it
     if self._mem is not None and not self._external:
       GlobalCounters.mem_used -= self.nbytes
       if self._allocator is not None:
@@ -155,6 +171,7 @@ class CompiledProgram:
   # runs the kernel and waits for it: its time in seconds as the device measured it (None: the host's clock around call)
   timed: Callable[[list[int], Any], float] | None = None
   outs: int = 1  # its first `outs` arguments are the buffers it writes (a kernel storing one value to several)
+  bufs: int = -1  # its first `bufs` arguments are buffers, the others variables' values (-1: all are buffers)
 
 
 @dataclass(frozen=True)
@@ -209,8 +226,9 @@ class Compiled:
     self.name, self.allocator, self.renderer, self._build = name, allocator, renderer, build_fn
     self._cache: dict[tuple[str, str], CompiledProgram] = {}
     self.max_threads = 1  # how many cores a kernel's outer loop is split across
-    # the runner class that replays many kernels as one submitted batch (tinygrad's graph), if the device has one
-    self.graph: type[Runner] | None = None
+    # the device's command queue (an hcq.Queue) when it runs through HCQ: submits then return at once, and copies
+    # between host-memory devices are commands on it (runtime/hcq.py)
+    self.hcq_queue: Any = None
 
   def compile(self, name: str, src: str) -> CompiledProgram: return self.compile_many([(name, src)])[0]
 

@@ -135,8 +135,7 @@ def _memory(t: Tensor, what: str) -> tuple[Tensor, np.ndarray]:
   if t.dtype not in _DT_CODE: raise TypeError(f"{what}: {t.dtype} cannot move over MPI")
   if any(type(d) is not int for d in t.shape): raise ValueError(f"{what}: symbolic shape {t.shape}")
   t = t.contiguous().realize()
-  buf = t._buffer().ensure_allocated()
-  return t, buf._mem.view(np_storage(t.dtype))  # type: ignore[union-attr]
+  return t, t._buffer().host_memory(write=True).view(np_storage(t.dtype))
 
 
 def _agree(w: _World, what: str, t: Tensor, extra: int = 0) -> None:
@@ -158,8 +157,7 @@ def _agree(w: _World, what: str, t: Tensor, extra: int = 0) -> None:
 def _empty_like(t: Tensor, shape: tuple[int, ...] | None = None, dtype: DType | None = None) -> tuple[Tensor, np.ndarray]:
   from tinyhybrid.tensor import Tensor
   out = Tensor.empty(*(shape if shape is not None else t.shape), dtype=dtype or t.dtype, device=t.device)
-  buf = out._buffer().ensure_allocated()
-  return out, buf._mem.view(np_storage(out.dtype))  # type: ignore[union-attr]
+  return out, out._buffer().host_memory(write=True).view(np_storage(out.dtype))
 
 
 def allreduce(t: Tensor, op: str = "sum") -> Tensor:
@@ -217,6 +215,8 @@ def average_gradients(params: Iterable[Tensor]) -> None:
   if w.grad_plan is None or len(w.grad_plan[0]) != len(grads) or any(a is not g.uop for a, g in zip(w.grad_plan[0], grads)):
     groups = _grad_groups(grads)
     w.grad_plan = (tuple(g.uop for g in grads), groups)
+  else:  # the plan's memory is used in place: once the submits that compute it (a replay) are done
+    for g in grads: g._buffer().host_memory(write=True)
   for dt, mems, flat in w.grad_plan[1]:
     meta = np.zeros(_MAX_DIMS + 3, np.int64)
     meta[:3] = (1, _DT_CODE[dt], flat.size)

@@ -55,7 +55,7 @@ CpuConfig config(uint32_t threads, uint32_t slots = 16384) {
 }
 
 void test_basic_submit() {
-  auto dev = CpuDevice::create(config(2));
+  auto dev = CpuQueue::create(config(2));
   CHECK_EQ(dev->num_threads(), 2u);
   CHECK_EQ(dev->timeline()->name(), std::string("cpu:timeline"));
   uint64_t counter = 0;
@@ -75,7 +75,7 @@ void test_basic_submit() {
 // One submit of 3x the ring size (it must be fed in parts) and many small ones through a tiny ring.
 void test_wraparound() {
   constexpr uint32_t kSlots = 8;
-  auto dev = CpuDevice::create(config(2, kSlots));
+  auto dev = CpuQueue::create(config(2, kSlots));
   CHECK_EQ(dev->ring_slots(), kSlots);
   std::vector<uint64_t> log(4 * kSlots + 20000);
   uint64_t count = 0;
@@ -103,7 +103,7 @@ void test_wraparound() {
 // 10^5 back-to-back submits of a tiny kernel and a signal: all run, in order, and the signals follow.
 void test_back_to_back() {
   constexpr uint64_t kN = 100000;
-  auto dev = CpuDevice::create(config(2));
+  auto dev = CpuQueue::create(config(2));
   auto sig = Signal::create("test:progress");
   std::vector<uint64_t> log(kN);
   uint64_t count = 0;
@@ -130,7 +130,7 @@ void test_back_to_back() {
 }
 
 void test_exec_split() {
-  auto dev = CpuDevice::create(config(4));
+  auto dev = CpuQueue::create(config(4));
   CHECK_EQ(dev->num_threads(), 4u);
   constexpr uint64_t kN = 1003;
   std::vector<float> in(kN), out(kN, -1.0f);
@@ -157,7 +157,7 @@ void test_exec_split() {
 }
 
 void test_copy() {
-  auto dev = CpuDevice::create(config(3));
+  auto dev = CpuQueue::create(config(3));
   // 3 MiB + 13 splits across the workers; the others run on one.
   for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(4097), uint64_t(3 << 20) + 13}) {
     std::vector<unsigned char> src(n + 1), dst(n + 1, 0xee);
@@ -175,7 +175,7 @@ void test_copy() {
 
 void test_copy_patch_offset() {
   // one slot per buffer serves every range of it: the field is the slot's value plus the Patch's offset
-  auto dev = CpuDevice::create(config(2));
+  auto dev = CpuQueue::create(config(2));
   std::vector<unsigned char> src(64), dst(16, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i);
   CommandBuffer cb;
@@ -216,7 +216,7 @@ void test_signal_timeout_message() {
 
 // A queued wait holds back the commands after it until the host raises the signal.
 void test_device_wait_and_sync_timeout() {
-  auto dev = CpuDevice::create(config(2));
+  auto dev = CpuQueue::create(config(2));
   auto gate = Signal::create("test:gate");
   uint64_t counter = 0;
   CommandBuffer cb;
@@ -244,7 +244,7 @@ void test_device_wait_and_sync_timeout() {
 }
 
 void test_timestamp_and_barrier() {
-  auto dev = CpuDevice::create(config(2));
+  auto dev = CpuQueue::create(config(2));
   auto t0 = Signal::create("test:t0"), t1 = Signal::create("test:t1");
   alignas(8) uint64_t raw = 0;
   CommandBuffer cb;
@@ -263,7 +263,7 @@ void test_timestamp_and_barrier() {
 }
 
 void test_errors() {
-  auto dev = CpuDevice::create(config(1));
+  auto dev = CpuQueue::create(config(1));
   CommandBuffer cb;
   const uint32_t s = cb.add_slot(7);
   cb.exec(Program("inc", k_increment), {Patch{s}});
@@ -276,13 +276,13 @@ void test_errors() {
   CHECK_THROWS(cb.timestamp(uint64_t(12)), std::invalid_argument);
   CHECK_THROWS(Program("null", KernelFn(nullptr)), std::invalid_argument);
   CHECK_THROWS(Program::load("/nonexistent/libnothing.so", "k"), std::runtime_error);
-  CHECK_THROWS(CpuDevice::create(config(1, 12)), std::invalid_argument);
+  CHECK_THROWS(CpuQueue::create(config(1, 12)), std::invalid_argument);
   CHECK_EQ(dev->last_submitted(), 0u);
 }
 
 // Submits from several host threads interleave but none is lost.
 void test_concurrent_submitters() {
-  auto dev = CpuDevice::create(config(2, 64));
+  auto dev = CpuQueue::create(config(2, 64));
   std::atomic<uint64_t> counter{0};
   CommandBuffer cb;
   cb.exec(Program("inc", k_atomic_inc), {addr(&counter)});
@@ -301,7 +301,7 @@ void test_concurrent_submitters() {
 void test_shutdown() {
   uint64_t counter = 0;
   {
-    auto dev = CpuDevice::create(config(2));
+    auto dev = CpuQueue::create(config(2));
     CommandBuffer cb;
     cb.exec(Program("sleep", k_sleep_ms), {1});
     cb.exec(Program("inc", k_increment), {addr(&counter)});
@@ -309,7 +309,7 @@ void test_shutdown() {
   }
   CHECK_EQ(counter, 5u);
   {
-    auto dev = CpuDevice::create(config(2, 4));
+    auto dev = CpuQueue::create(config(2, 4));
     auto never = Signal::create("test:never");
     CommandBuffer cb;
     cb.wait(never, 1);
@@ -322,7 +322,7 @@ void test_shutdown() {
 
 // The command buffer keeps what it references; a submit keeps it until the work is done.
 void test_lifetimes() {
-  auto dev = CpuDevice::create(config(2));
+  auto dev = CpuQueue::create(config(2));
   std::weak_ptr<Signal> weak;
   {
     auto gate = Signal::create("test:gate");

@@ -24,6 +24,7 @@ from tinyhybrid._core import hcq
 
 from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Device, Runner
 from tinyhybrid.engine import realize as engine
+from tinyhybrid.runtime import hcq as hcq_runtime
 from tinyhybrid.helpers import PROFILE, ContextVar, prod
 from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer, without_history
 from tinyhybrid.schedule.multi import Sharded, lower_multi, lower_selects
@@ -38,27 +39,25 @@ Realize = Callable[[list[UOp], list[str], bool], list[UOp]]
 def _copy_program(device: str, spec: CopySpec) -> CompiledProgram:
   """A copy of spec.nbytes from args[1] + spec.src_offset to args[0] + spec.dst_offset, as one command on `device`'s
   queue: a program like a kernel's, so TinyJit captures and replays it with the kernels."""
-  def call(args: list[int], threads: int) -> None:
-    if (queue := _submit_copy(device, args[0] + spec.dst_offset, args[1] + spec.src_offset, spec.nbytes)) is not None: queue.synchronize()
-  return CompiledProgram(f"copy {spec.nbytes}B -> {device}", "", 0, call, keepalive=spec, mem=2 * spec.nbytes)
+  def call(args: list[int], threads: int) -> None: _submit_copy(device, args[0], args[1], spec)
+  return CompiledProgram(f"copy {spec.nbytes}B -> {device}", "", 0, call, keepalive=spec, mem=2 * spec.nbytes, outs=1, bufs=2)
 
 
-def _submit_copy(device: str, dst: int, src: int, nbytes: int, src_device: str | None = None) -> Any:
-  """Submits a copy command to device's queue (without waiting); returns the queue (None: a device without one). It
-  runs after the work submitted so far to the source's queue (a signal wait on that queue's timeline)."""
-  queue = getattr(Device[device], "queue", None)
-  if queue is None: return None  # NULL: nothing to move
+def _submit_copy(device: str, dst: int, src: int, spec: CopySpec) -> None:
+  """Submits a copy command between the buffers at dst and src to device's queue, without waiting: the tracker orders
+  it after the work that uses those bytes, and what uses them later after it. A device without a queue (NULL) moves
+  nothing."""
+  if (queue := Device[device].hcq_queue) is None: return
   cb = hcq.CommandBuffer()
-  if src_device is not None and src_device != device and (sq := getattr(Device[src_device], "queue", None)) is not None:
-    cb.wait(sq.timeline, sq.last_submitted)
-  cb.copy(dst, src, nbytes)
-  queue.submit(cb)
-  return queue
+  cb.copy(dst + spec.dst_offset, src + spec.src_offset, spec.nbytes)
+  cb.access(dst, spec.dst_offset, spec.dst_offset + spec.nbytes, write=True)
+  cb.access(src, spec.src_offset, spec.src_offset + spec.nbytes)
+  hcq_runtime.submit(queue, cb)
 
 
 def _host_memory(device: str) -> bool:
   """Whether the device's buffers are host memory its queue's copy command can move (CPU:N)."""
-  return getattr(Device[device], "queue", None) is not None and type(Device[device].allocator).address is Allocator.address
+  return Device[device].hcq_queue is not None and type(Device[device].allocator).address is Allocator.address
 
 
 def _whole(u: UOp) -> Buffer | None:
@@ -87,9 +86,8 @@ def copy_buffer(dst: Buffer, src: Buffer, src_offset: int = 0) -> None:
 
 
 def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
-  """Each (dst, src, what) copy as a command on dst's device, all submitted before any is waited for (the queues run
-  them side by side); TinyJit captures each."""
-  queues: dict[int, Any] = {}
+  """Each (dst, src, what) copy as a command on dst's device, submitted without waiting (the queues run them side by
+  side, ordered by the memory they touch); TinyJit captures each."""
   for dst, src, spec in copies:
     if not spec.nbytes: continue
     if not (_host_memory(dst.device) and _host_memory(src.device)):
@@ -97,11 +95,9 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
       dst.copyin(src.as_buffer()[spec.src_offset:spec.src_offset + spec.nbytes], spec.dst_offset)
       engine.count_runs(0, 0, 2 * spec.nbytes)
       continue
-    if (q := _submit_copy(dst.device, dst.address + spec.dst_offset, src.address + spec.src_offset, spec.nbytes, src.device)) is not None:
-      queues[id(q)] = q
+    _submit_copy(dst.device, dst.address, src.address, spec)
     engine.count_runs(0, 0, 2 * spec.nbytes)
     if engine.capturing: engine.capturing[-1].runs.append((dst.device, _copy_program(dst.device, spec), [dst, src], 1))
-  for q in queues.values(): q.synchronize()
 
 
 # ZEROCOPY=0: every COPY between devices is a copy, even where the kernel could read the source in place (the graph's

@@ -124,7 +124,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   compiled = dict(zip(unique, dev.compile_many(unique))) if unique else {}
   for ck, (k, src) in fresh.items():
     prg = compiled[(k.name, src)]
-    prg.ops, prg.mem, prg.outs = k.ops, k.mem, k.outs
+    prg.ops, prg.mem, prg.outs, prg.bufs = k.ops, k.mem, k.outs, len(k.buffers)
     kernel_cache[ck] = (k, prg)
   phase_times["compile"] += time.perf_counter() - t1
   items = []

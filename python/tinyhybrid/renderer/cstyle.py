@@ -90,7 +90,19 @@ _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ
 _SPECIAL_INFIX = {Ops.CDIV, Ops.CMOD}  # an integer division guards against a divisor of 0
 _INLINE = {Ops.CONST, Ops.GEP}  # nodes written where they are used, never named
 MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
-MAX_CORES = 1024  # the CPU queue's thread limit: a GROUP kernel keeps one slot of partial results per core
+# The CPU kernel ABI's per-device state: a kernel whose source has a line "STATE_MARK<stride>" takes, after its buffers
+# and variables, the address of zeroed memory of state_bytes(stride, threads) that only its launches on one device use
+# (those never overlap): a chunk counter, a count of cores done, and each core's partial results at 64 + core * stride.
+# Static memory in the library instead would be shared by every device that loads it.
+STATE_MARK = "// th-state: "
+
+
+def state_bytes(src: str, threads: int) -> int:
+  """The bytes of per-device state a kernel's source asks for (0: none)."""
+  if (at := src.find(STATE_MARK)) < 0: return 0
+  return 64 + threads * int(src[at + len(STATE_MARK):src.index("\n", at)])
+
+
 CHUNKS = 64       # pieces the outermost THREAD loop is handed out in
 
 
@@ -140,7 +152,10 @@ class CStyleWriter:
     self.names: dict[UOp, str] = {}
     self.types: dict[str, str] = {}    # vector typedefs
     self.helpers: dict[str, str] = {}  # helper functions by name
-    self.statics: dict[str, str] = {}  # declarations at the top of the kernel's body
+    self.statics: dict[str, str] = {}  # declarations at the top of the kernel's body (a GPU kernel's local arrays)
+    # a kernel whose outermost loop is handed out in chunks, or that adds up its cores' partial results, keeps that
+    # state in per-device memory the runtime passes (STATE_MARK); part_stride: the bytes of one core's partials
+    self.stateful, self.part_stride = False, 0
     self.lines: list[str] = []
     self.counter = 0
     self.depth = 1
@@ -462,10 +477,10 @@ class CWriter(CStyleWriter):
       # the outermost loop is handed out in chunks, a chunk to whichever core asks first: a core that shares its
       # time with other work does less of it instead of holding up the rest (a loop inside another, e.g. a blocked
       # reduce's, keeps its fixed share: the next step of the outer loop reads what this core wrote)
-      self.statics["chunks"] = "static long long th_next;\nstatic unsigned int th_left;"
+      self.stateful = True
       nch = min(r.src[0].arg, CHUNKS) if r.src[0].op is Ops.CONST else CHUNKS
-      self.emit(f"for (long long th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED); th_c < {nch}; "
-                f"th_c = __atomic_fetch_add(&th_next, 1, __ATOMIC_RELAXED)) {{")
+      self.emit(f"for (long long th_c = __atomic_fetch_add(th_next, 1, __ATOMIC_RELAXED); th_c < {nch}; "
+                f"th_c = __atomic_fetch_add(th_next, 1, __ATOMIC_RELAXED)) {{")
       self.depth += 1
       self.emit(f"long long {nm}_lo = ((long long){end} * th_c) / {nch}, {nm}_hi = ((long long){end} * (th_c + 1)) / {nch};")
       self.emit(f"for (long long {nm} = {nm}_lo; {nm} < {nm}_hi; {nm}++) {{")
@@ -477,18 +492,20 @@ class CWriter(CStyleWriter):
 
   def end_loop(self, r: UOp) -> None:
     self.close_loop()
-    if "chunks" in self.statics and r is self.loops[0]:
+    if r.arg[1] is AxisType.THREAD and r is self.loops[0]:
       self.close_loop()
-      # the last core out resets the counters for the next launch (launches of a kernel never overlap)
-      self.emit("if (__atomic_add_fetch(&th_left, 1u, __ATOMIC_ACQ_REL) == num_cores) "
-                "{ __atomic_store_n(&th_next, 0, __ATOMIC_RELAXED); __atomic_store_n(&th_left, 0u, __ATOMIC_RELAXED); }")
+      # the last core out resets the counters for the next launch (launches of a kernel on one device never overlap)
+      self.emit("if (__atomic_add_fetch(th_left, 1u, __ATOMIC_ACQ_REL) == num_cores) "
+                "{ __atomic_store_n(th_next, 0, __ATOMIC_RELAXED); __atomic_store_n(th_left, 0u, __ATOMIC_RELAXED); }")
 
   def finish(self) -> str:
-    if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops):
-      size = sum(self.acc_bytes(a) for a in self.reduces)
-      self.statics["group"] = f"static unsigned char th_part[{MAX_CORES}][{size}] __attribute__((aligned(64)));\nstatic unsigned int th_done;"
     header = f"void {self.k.name}(const unsigned long long* args, unsigned int core_id, unsigned int num_cores) {{"
     statics = ["  " + line for v in self.statics.values() for line in v.split("\n")]
+    if self.stateful:
+      header = f"{STATE_MARK}{self.part_stride}\n{header}"
+      statics += [f"  unsigned char* th_state = (unsigned char*)args[{len(self.k.buffers) + len(self.k.vars)}];",
+                  "  long long* th_next = (long long*)th_state; unsigned int* th_left = (unsigned int*)(th_state + 8);",
+                  "  unsigned int* th_done = (unsigned int*)(th_state + 12); unsigned char* th_part = th_state + 64;"]
     # non-temporal stores are weakly ordered: they land before the kernel reports done
     fence = ["#ifdef __SSE2__", "  __builtin_ia32_sfence();", "#endif"] if any("nontemporal" in ln for ln in self.lines) else []
     return "\n".join([PRELUDE, *self.types.values(), *self.helpers.values(), header, *statics, *self.lines, *fence, "}\n"])
@@ -502,9 +519,10 @@ class CWriter(CStyleWriter):
     for acc in self.reduces:
       offs.append(off)
       off += self.acc_bytes(acc)
-    for acc, o in zip(self.reduces, offs): self.emit(f"__builtin_memcpy(th_part[core_id] + {o}, &{self.names[acc]}, sizeof({self.names[acc]}));")
-    self.emit("if (__atomic_add_fetch(&th_done, 1u, __ATOMIC_ACQ_REL) != num_cores) return;")
-    self.emit("__atomic_store_n(&th_done, 0u, __ATOMIC_RELAXED);")
+    self.stateful, self.part_stride = True, -(-off // 64) * 64
+    for acc, o in zip(self.reduces, offs): self.emit(f"__builtin_memcpy(th_part + core_id * {self.part_stride} + {o}, &{self.names[acc]}, sizeof({self.names[acc]}));")
+    self.emit("if (__atomic_add_fetch(th_done, 1u, __ATOMIC_ACQ_REL) != num_cores) return;")
+    self.emit("__atomic_store_n(th_done, 0u, __ATOMIC_RELAXED);")
     self.emit("for (unsigned int th_c = 0; th_c < num_cores; th_c++) {")
     self.depth += 1
     self.emit("if (th_c == core_id) continue;")
@@ -512,7 +530,7 @@ class CWriter(CStyleWriter):
       t = self.ctype(acc)
       part = UOp(Ops.NOOP, acc.dtype, (), o)
       self.names[part] = f"th_p{o}"
-      self.emit(f"{{ {t} th_p{o}; __builtin_memcpy(&th_p{o}, th_part[th_c] + {o}, sizeof(th_p{o})); {self.update(acc, part)} }}")
+      self.emit(f"{{ {t} th_p{o}; __builtin_memcpy(&th_p{o}, th_part + th_c * {self.part_stride} + {o}, sizeof(th_p{o})); {self.update(acc, part)} }}")
     self.close_loop()
 
 

@@ -134,6 +134,14 @@ void CommandBuffer::timestamp(uint64_t address) {
 
 void CommandBuffer::barrier() { begin(Op::Barrier, 1); }
 
+void CommandBuffer::access(Operand buffer, uint64_t begin, uint64_t end, bool write) {
+  if (end < begin)
+    throw std::invalid_argument("CommandBuffer.access: range end " + std::to_string(end) + " is before its begin " + std::to_string(begin));
+  if (buffer.patched() && buffer.slot >= num_slots())
+    throw std::out_of_range("CommandBuffer.access: slot " + std::to_string(buffer.slot) + " of " + std::to_string(num_slots()));
+  accesses_.push_back({buffer, begin, end, write});
+}
+
 std::span<const uint64_t> CommandBuffer::command(size_t i) const {
   if (i >= offsets_.size()) throw std::out_of_range("CommandBuffer: no command " + std::to_string(i));
   const uint64_t* w = words_.data() + offsets_[i];

@@ -1,6 +1,7 @@
 #include "tinyhybrid/hcq/deps.h"
 
 #include <algorithm>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -43,7 +44,7 @@ void cut(std::vector<Entry>& entries, uint64_t begin, uint64_t end) {
 
 }  // namespace
 
-std::vector<Dep> DepsTracker::waits_for(uint64_t buffer, uint64_t begin, uint64_t end, bool write, const Signal* skip) const {
+std::vector<Dep> DepsTracker::waits_locked(uint64_t buffer, uint64_t begin, uint64_t end, bool write, const Signal* skip) const {
   check_range(begin, end);
   std::vector<Dep> out;
   const auto it = buffers_.find(buffer);
@@ -57,7 +58,7 @@ std::vector<Dep> DepsTracker::waits_for(uint64_t buffer, uint64_t begin, uint64_
   return out;
 }
 
-void DepsTracker::record_write(uint64_t buffer, uint64_t begin, uint64_t end, SignalRef signal, uint64_t value) {
+void DepsTracker::write_locked(uint64_t buffer, uint64_t begin, uint64_t end, SignalRef signal, uint64_t value) {
   check_range(begin, end);
   if (begin == end) return;
   if (!signal) throw std::invalid_argument("DepsTracker.record_write: null signal");
@@ -68,7 +69,7 @@ void DepsTracker::record_write(uint64_t buffer, uint64_t begin, uint64_t end, Si
   r.writes.push_back({begin, end, std::move(signal), value});
 }
 
-void DepsTracker::record_read(uint64_t buffer, uint64_t begin, uint64_t end, SignalRef signal, uint64_t value) {
+void DepsTracker::read_locked(uint64_t buffer, uint64_t begin, uint64_t end, SignalRef signal, uint64_t value) {
   check_range(begin, end);
   if (begin == end) return;
   if (!signal) throw std::invalid_argument("DepsTracker.record_read: null signal");
@@ -82,18 +83,104 @@ void DepsTracker::record_read(uint64_t buffer, uint64_t begin, uint64_t end, Sig
   r.reads.push_back({begin, end, std::move(signal), value});
 }
 
+std::vector<Dep> DepsTracker::waits_for(uint64_t buffer, uint64_t begin, uint64_t end, bool write, const Signal* skip) const {
+  const std::lock_guard lock(mu_);
+  return waits_locked(buffer, begin, end, write, skip);
+}
+
+void DepsTracker::record_write(uint64_t buffer, uint64_t begin, uint64_t end, SignalRef signal, uint64_t value) {
+  const std::lock_guard lock(mu_);
+  write_locked(buffer, begin, end, std::move(signal), value);
+  recorded();
+}
+
+void DepsTracker::record_read(uint64_t buffer, uint64_t begin, uint64_t end, SignalRef signal, uint64_t value) {
+  const std::lock_guard lock(mu_);
+  read_locked(buffer, begin, end, std::move(signal), value);
+  recorded();
+}
+
 std::vector<Dep> DepsTracker::access(uint64_t buffer, uint64_t begin, uint64_t end, bool write, const SignalRef& signal,
                                      uint64_t value, const Signal* skip) {
-  std::vector<Dep> deps = waits_for(buffer, begin, end, write, skip);
-  if (write) {
-    record_write(buffer, begin, end, signal, value);
-  } else {
-    record_read(buffer, begin, end, signal, value);
-  }
+  const std::lock_guard lock(mu_);
+  std::vector<Dep> deps = waits_locked(buffer, begin, end, write, skip);
+  write ? write_locked(buffer, begin, end, signal, value) : read_locked(buffer, begin, end, signal, value);
+  recorded();
   return deps;
 }
 
+std::vector<uint64_t> DepsTracker::submit(std::span<const Submission> group) {
+  struct Resolved {
+    uint64_t buffer, begin, end;
+    bool write;
+  };
+  std::vector<std::vector<Resolved>> accesses(group.size());
+  std::vector<std::vector<Dep>> waits(group.size());
+  const std::lock_guard lock(mu_);
+  // Every member's waits come from the state before the group: a member recorded first would make the next wait
+  // for all of it, where the group's own signals order only parts of it.
+  for (size_t i = 0; i < group.size(); ++i) {
+    const Submission& s = group[i];
+    const CommandBuffer& cb = *s.cmdbuf;
+    if (!s.patches.empty() && s.patches.size() != cb.num_slots())
+      throw std::invalid_argument(s.queue->name() + ": submit got " + std::to_string(s.patches.size()) +
+                                  " patch values for a command buffer with " + std::to_string(cb.num_slots()) + " slots");
+    const auto patches = s.patches.empty() ? cb.slot_defaults() : s.patches;
+    const Signal* own = s.queue->timeline().get();
+    for (const Access& a : cb.accesses()) {
+      const uint64_t base = a.buffer.patched() ? patches[a.buffer.slot] + a.buffer.value : a.buffer.value;
+      accesses[i].push_back({base, a.begin, a.end, a.write});
+      for (const Dep& d : waits_locked(base, a.begin, a.end, a.write, own))
+        if (d.signal->value() < d.value) add_dep(waits[i], d.signal, d.value);
+    }
+  }
+  std::vector<uint64_t> values;
+  values.reserve(group.size());
+  auto record = [&] {
+    for (size_t i = 0; i < values.size(); ++i) {
+      for (const Resolved& r : accesses[i])
+        r.write ? write_locked(r.buffer, r.begin, r.end, group[i].queue->timeline(), values[i])
+                : read_locked(r.buffer, r.begin, r.end, group[i].queue->timeline(), values[i]);
+      recorded(accesses[i].size());
+    }
+  };
+  try {
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (!waits[i].empty()) {
+        CommandBuffer before;
+        for (const Dep& d : waits[i]) before.wait(d.signal, d.value);
+        group[i].queue->submit(before);
+      }
+      values.push_back(group[i].queue->submit(*group[i].cmdbuf, group[i].patches));
+    }
+  } catch (...) {
+    record();  // what was submitted runs: later accesses must still wait for it
+    throw;
+  }
+  record();
+  return values;
+}
+
+uint64_t DepsTracker::submit(Queue& queue, const CommandBuffer& cb, std::span<const uint64_t> patches) {
+  const Submission one{&queue, &cb, patches};
+  return submit(std::span<const Submission>(&one, 1))[0];
+}
+
+void DepsTracker::recorded(size_t n) {
+  if ((records_ += n) < prune_at_) return;
+  records_ = 0;
+  prune_locked();
+  size_t live = 0;
+  for (const auto& [_, r] : buffers_) live += r.writes.size() + r.reads.size();
+  prune_at_ = std::max(kFirstPrune, 2 * live);
+}
+
 size_t DepsTracker::prune() {
+  const std::lock_guard lock(mu_);
+  return prune_locked();
+}
+
+size_t DepsTracker::prune_locked() {
   size_t dropped = 0;
   auto done = [&](const Entry& e) {
     const bool d = e.signal->value() >= e.value;
@@ -112,9 +199,18 @@ size_t DepsTracker::prune() {
   return dropped;
 }
 
-void DepsTracker::forget(uint64_t buffer) { buffers_.erase(buffer); }
+void DepsTracker::forget(uint64_t buffer) {
+  const std::lock_guard lock(mu_);
+  buffers_.erase(buffer);
+}
+
+void DepsTracker::clear() {
+  const std::lock_guard lock(mu_);
+  buffers_.clear();
+}
 
 size_t DepsTracker::entries(uint64_t buffer) const {
+  const std::lock_guard lock(mu_);
   const auto it = buffers_.find(buffer);
   return it == buffers_.end() ? 0 : it->second.writes.size() + it->second.reads.size();
 }

@@ -150,7 +150,7 @@ std::span<const uint64_t> to_patches(pb::handle patches, size_t want, const std:
       out[i] = u;
     } else {
       PyErr_Clear();
-      out[i] = to_word(items[i], "CPUDevice.submit");
+      out[i] = to_word(items[i], "CPUQueue.submit");
     }
   }
   return {out, n};
@@ -170,6 +170,50 @@ uint64_t submit(Queue& q, const CommandBuffer& cb, pb::handle patches) {
   return submit_values(q, cb, to_patches(patches, cb.num_slots(), q.name(), small, big));
 }
 
+uint64_t tracked_submit(DepsTracker& t, Queue& q, const CommandBuffer& cb, pb::handle patches) {
+  std::array<uint64_t, 64> small;
+  std::vector<uint64_t> big;
+  const auto values = to_patches(patches, cb.num_slots(), q.name(), small, big);
+  if (q.would_block(cb)) {
+    const pb::gil_scoped_release nogil;
+    return t.submit(q, cb, values);
+  }
+  return t.submit(q, cb, values);
+}
+
+std::vector<uint64_t> tracked_group(DepsTracker& t, const pb::sequence& members) {
+  std::vector<Submission> group;
+  std::vector<std::vector<uint64_t>> values(members.size());
+  group.reserve(members.size());
+  bool blocks = false;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const auto m = members[i].cast<pb::tuple>();
+    if (m.size() != 3) throw pb::value_error("DepsTracker.submit_group: each member is (queue, cmdbuf, patches)");
+    Queue& q = m[0].cast<Queue&>();
+    const CommandBuffer& cb = m[1].cast<const CommandBuffer&>();
+    std::array<uint64_t, 64> small;
+    const auto got = to_patches(m[2], cb.num_slots(), q.name(), small, values[i]);
+    if (got.data() == small.data()) values[i].assign(got.begin(), got.end());
+    group.push_back({&q, &cb, values[i]});
+    blocks = blocks || q.would_block(cb);
+  }
+  if (blocks) {
+    const pb::gil_scoped_release nogil;
+    return t.submit(group);
+  }
+  return t.submit(group);
+}
+
+// The host's wait before it touches memory: until every submit it must wait for (see DepsTracker) completed.
+void host_wait(const DepsTracker& t, uint64_t buffer, uint64_t begin, uint64_t end, bool write, std::optional<double> timeout_ms) {
+  for (const Dep& d : t.waits_for(buffer, begin, end, write)) {
+    if (d.signal->value() >= d.value) continue;
+    const auto limit = to_timeout(timeout_ms);
+    if (!wait_interruptible([&](std::chrono::milliseconds slice) { return d.signal->wait_for(d.value, slice); }, limit))
+      throw SignalTimeout(d.signal->name(), d.value, d.signal->value(), limit);
+  }
+}
+
 }  // namespace
 
 bool init_hcq(PyObject* module) {
@@ -177,7 +221,8 @@ bool init_hcq(PyObject* module) {
     auto parent = pb::reinterpret_borrow<pb::module_>(module);
     pb::module_ m = parent.def_submodule("hcq", "hardware command queues: signals, command buffers, the CPU device");
 
-    pb::register_exception<SignalTimeout>(m, "SignalTimeout", PyExc_TimeoutError);
+    // tinygrad raises RuntimeError for a device timeout; Python code that catches TimeoutError catches it too
+    pb::register_exception<SignalTimeout>(m, "SignalTimeout", pb::make_tuple(pb::handle(PyExc_TimeoutError), pb::handle(PyExc_RuntimeError)));
 
     pb::class_<Signal, SignalRef>(m, "Signal", "a 64-bit timeline value: waits end when it reaches a value")
         .def(pb::init([](std::string name, uint64_t value) { return Signal::create(std::move(name), value); }),
@@ -259,6 +304,13 @@ bool init_hcq(PyObject* module) {
         .def("timestamp", [](CommandBuffer& cb, pb::handle address) { cb.timestamp(to_word(address, "CommandBuffer.timestamp")); },
              pb::arg("address"))
         .def("barrier", &CommandBuffer::barrier)
+        .def("access",
+             [](CommandBuffer& cb, pb::handle buffer, uint64_t begin, std::optional<uint64_t> end, bool write) {
+               cb.access(to_operand(buffer, "CommandBuffer.access"), begin, end.value_or(Access::kWhole), write);
+             },
+             pb::arg("buffer"), pb::arg("begin") = 0, pb::arg("end") = pb::none(), pb::arg("write") = false,
+             "declares that a submit reads (or writes) bytes [begin, end) of the memory at `buffer` (an address or a Patch; "
+             "end None: to its end), for the dependency tracker")
         .def("__len__", &CommandBuffer::size)
         .def_property_readonly("num_slots", &CommandBuffer::num_slots)
         .def_property_readonly("slot_defaults", [](const CommandBuffer& cb) {
@@ -267,32 +319,41 @@ bool init_hcq(PyObject* module) {
         .def_property_readonly("words", [](const CommandBuffer& cb) { return std::vector<uint64_t>(cb.words().begin(), cb.words().end()); },
                                "the encoded stream (for inspection)");
 
-    pb::class_<CpuDevice>(m, "CPUDevice", "a command ring run by worker threads of this process")
-        .def(pb::init([](uint32_t num_threads, uint32_t ring_slots, std::string name, uint32_t idle_spin_us) {
+    pb::class_<Queue>(m, "Queue", "where command buffers run, in order; its timeline rises by one per submit")
+        .def_property_readonly("name", &Queue::name)
+        .def_property_readonly("timeline", &Queue::timeline)
+        .def_property_readonly("last_submitted", &Queue::last_submitted)
+        .def("submit", [](Queue& q, const CommandBuffer& cb, pb::handle patches) { return submit(q, cb, patches); },
+             pb::arg("cmdbuf"), pb::arg("patches") = pb::none(),
+             "patch (one int per slot, or None for the defaults) and run; returns the timeline value that marks it done")
+        .def("would_block", &Queue::would_block, pb::arg("cmdbuf"))
+        .def("synchronize", [](Queue& q, std::optional<double> timeout_ms) { wait_queue(q, q.last_submitted(), timeout_ms); },
+             pb::arg("timeout_ms") = double(kDefaultTimeout.count()),
+             "until all submits completed (GIL released); SignalTimeout after timeout_ms (None: never)")
+        .def("wait", [](Queue& q, uint64_t value, std::optional<double> timeout_ms) { wait_queue(q, value, timeout_ms); },
+             pb::arg("value"), pb::arg("timeout_ms") = double(kDefaultTimeout.count()),
+             "until the submit that returned `value` (and all before it) completed");
+
+    pb::class_<CoreShare, std::shared_ptr<CoreShare>>(m, "CoreShare", "cores split among the CPU queues that have work at once")
+        .def(pb::init<>())
+        .def_property_readonly("busy", [](const CoreShare& s) { return s.busy.load(); }, "sharing queues with work now");
+
+    pb::class_<CpuQueue, Queue>(m, "CPUQueue", "a command ring run by worker threads of this process")
+        .def(pb::init([](uint32_t num_threads, uint32_t ring_slots, std::string name, uint32_t idle_spin_us, std::shared_ptr<CoreShare> share) {
                CpuConfig c;
                c.name = std::move(name);
                c.num_threads = num_threads;
                c.ring_slots = ring_slots;
                c.idle_spin = std::chrono::microseconds(idle_spin_us);
-               return CpuDevice::create(c);
+               c.share = std::move(share);
+               return CpuQueue::create(c);
              }),
              pb::arg("num_threads") = 0, pb::arg("ring_slots") = 16384, pb::arg("name") = "cpu", pb::arg("idle_spin_us") = 200,
-             "num_threads=0: NUM_CPU_THREADS or the usable CPUs (affinity, cgroup quota)")
-        .def_property_readonly("name", &CpuDevice::name)
-        .def_property_readonly("num_threads", &CpuDevice::num_threads)
-        .def_property_readonly("ring_slots", &CpuDevice::ring_slots)
-        .def_property_readonly("timeline", &CpuDevice::timeline)
-        .def_property_readonly("last_submitted", &CpuDevice::last_submitted)
-        .def("submit", [](CpuDevice& d, const CommandBuffer& cb, pb::handle patches) { return submit(d, cb, patches); },
-             pb::arg("cmdbuf"), pb::arg("patches") = pb::none(),
-             "patch (one int per slot, or None for the defaults) and run; returns the timeline value that marks it done")
-        .def("would_block", &CpuDevice::would_block, pb::arg("cmdbuf"))
-        .def("synchronize", [](CpuDevice& d, std::optional<double> timeout_ms) { wait_queue(d, d.last_submitted(), timeout_ms); },
-             pb::arg("timeout_ms") = double(kDefaultTimeout.count()),
-             "until all submits completed (GIL released); SignalTimeout after timeout_ms (None: never)")
-        .def("wait", [](CpuDevice& d, uint64_t value, std::optional<double> timeout_ms) { wait_queue(d, value, timeout_ms); },
-             pb::arg("value"), pb::arg("timeout_ms") = double(kDefaultTimeout.count()),
-             "until the submit that returned `value` (and all before it) completed");
+             pb::arg("share") = pb::none(), "num_threads=0: NUM_CPU_THREADS or the usable CPUs (affinity, cgroup quota)")
+        .def_property_readonly("num_threads", &CpuQueue::num_threads)
+        .def_property_readonly("ring_slots", &CpuQueue::ring_slots)
+        .def_property("parallelism", &CpuQueue::parallelism, &CpuQueue::set_parallelism,
+                      "the most workers an exec or copy runs on, in [1, num_threads]");
 
     pb::class_<DepsTracker>(m, "DepsTracker", "which submits an access of a buffer's byte range must wait for")
         .def(pb::init<>())
@@ -315,6 +376,13 @@ bool init_hcq(PyObject* module) {
              },
              pb::arg("buffer"), pb::arg("begin"), pb::arg("end"), pb::arg("write"), pb::arg("signal"), pb::arg("value"),
              pb::arg("skip") = SignalRef())
+        .def("submit", &tracked_submit, pb::arg("queue"), pb::arg("cmdbuf"), pb::arg("patches") = pb::none(),
+             "queue.submit after the waits the buffer's declared accesses need on other queues; records the accesses")
+        .def("submit_group", &tracked_group, pb::arg("members"),
+             "[(queue, cmdbuf, patches)] submitted in order, each after its waits on earlier work (not on one another)")
+        .def("wait", &host_wait, pb::arg("buffer"), pb::arg("begin") = 0, pb::arg("end") = Access::kWhole,
+             pb::arg("write") = false, pb::arg("timeout_ms") = double(kDefaultTimeout.count()),
+             "until the host may read (or, write=True, write or free) the range: the submits it must wait for completed")
         .def("prune", &DepsTracker::prune)
         .def("forget", &DepsTracker::forget, pb::arg("buffer"))
         .def("entries", &DepsTracker::entries, pb::arg("buffer"));
@@ -322,6 +390,7 @@ bool init_hcq(PyObject* module) {
     m.def("usable_cpu_count", &usable_cpu_count, "CPUs this process may use (affinity, cgroup quota)");
     m.def("default_cpu_threads", &default_cpu_threads, "NUM_CPU_THREADS or usable_cpu_count()");
     m.attr("MAX_EXEC_ARGS") = layout::kMaxExecArgs;
+    m.attr("WHOLE") = Access::kWhole;
     return true;
   } catch (pb::error_already_set& e) {
     e.restore();

@@ -68,6 +68,16 @@ struct Dims {
   constexpr Dims(Operand x_, Operand y_ = Operand(1), Operand z_ = Operand(1)) : x(x_), y(y_), z(z_) {}  // NOLINT
 };
 
+// A byte range of memory that a submit reads or writes, declared beside the commands (not encoded): the dependency
+// tracker orders submits of different queues, and the host's accesses, by them. `buffer` names the memory (its base
+// address, usually patched); [begin, end) is relative to it, and end = kWhole reaches to the buffer's end.
+struct Access {
+  static constexpr uint64_t kWhole = UINT64_MAX;
+  Operand buffer;
+  uint64_t begin = 0, end = kWhole;
+  bool write = false;
+};
+
 class CommandBuffer {
  public:
   // One command field that takes its value from a slot at submit (plus a fixed addend).
@@ -97,6 +107,10 @@ class CommandBuffer {
   void timestamp(const SignalRef& signal);  // the signal's word receives the time (a profiling slot)
   void timestamp(uint64_t address);         // an 8-byte aligned host word the caller keeps alive
   void barrier();                           // later commands see all memory effects of earlier ones
+  // Declares that a submit of this buffer reads (or writes) bytes [begin, end) of `buffer`. Throws
+  // std::invalid_argument if end < begin, std::out_of_range for a bad slot.
+  void access(Operand buffer, uint64_t begin = 0, uint64_t end = Access::kWhole, bool write = false);
+  std::span<const Access> accesses() const noexcept { return accesses_; }
 
   // What queues read.
   size_t size() const noexcept { return offsets_.size(); }
@@ -127,6 +141,7 @@ class CommandBuffer {
   std::vector<uint32_t> offsets_;
   std::vector<PatchSite> sites_;
   std::vector<uint64_t> defaults_;
+  std::vector<Access> accesses_;
   std::shared_ptr<Refs> refs_;  // distinct references; copied on write while a submit shares them
   uint64_t version_ = 0;
   mutable const void* lowered_owner_ = nullptr;

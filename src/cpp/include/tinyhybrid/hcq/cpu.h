@@ -2,6 +2,7 @@
 // One worker (the leader) takes commands in order; an exec's parts run on the leader and helper workers
 // at once, and the next command starts after all parts finished.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,13 @@
 
 namespace th::hcq {
 
+// The cores of CPU queues that run side by side (CPU:0, CPU:1, ...): each exec of a sharing queue runs on its
+// parallelism divided by the number of sharing queues that have work, at least one worker, so that devices busy at
+// once split the cores instead of oversubscribing them, and a device busy alone still uses all of its workers.
+struct CoreShare {
+  std::atomic<uint32_t> busy{0};  // sharing queues whose leader has work now
+};
+
 struct CpuConfig {
   std::string name = "cpu";      // the timeline signal is "<name>:timeline"
   uint32_t num_threads = 0;      // workers; 0: default_cpu_threads()
@@ -18,6 +26,7 @@ struct CpuConfig {
   // How long an idle worker keeps polling before it sleeps: back-to-back submits (a JIT replay loop)
   // then find it awake, which saves a futex wake-up (~5-50 us) per submit.
   std::chrono::microseconds idle_spin{200};
+  std::shared_ptr<CoreShare> share;  // null: the queue uses its workers as if alone
 };
 
 // CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (v2 cpu.max or v1
@@ -26,12 +35,16 @@ uint32_t usable_cpu_count();
 // NUM_CPU_THREADS when set to a positive integer, else usable_cpu_count().
 uint32_t default_cpu_threads();
 
-class CpuDevice : public Queue {
+class CpuQueue : public Queue {
  public:
   // Starts the workers. Throws std::invalid_argument for a bad config.
-  static std::unique_ptr<CpuDevice> create(const CpuConfig& config = {});
+  static std::unique_ptr<CpuQueue> create(const CpuConfig& config = {});
   virtual uint32_t num_threads() const noexcept = 0;
   virtual uint32_t ring_slots() const noexcept = 0;
+  // How many workers an exec or a copy runs on at most, in [1, num_threads()] (num_threads() at first). Devices
+  // that run side by side share the cores by lowering it; it applies to commands started after the call.
+  virtual uint32_t parallelism() const noexcept = 0;
+  virtual void set_parallelism(uint32_t workers) = 0;  // std::invalid_argument outside [1, num_threads()]
 };
 
 }  // namespace th::hcq

@@ -47,18 +47,19 @@ void copy_part(const uint64_t* args, uint32_t part, uint32_t parts) {
               std::min(chunk, n - begin));
 }
 
-class CpuDeviceImpl final : public hcq::CpuDevice {
+class CpuQueueImpl final : public hcq::CpuQueue {
  public:
-  CpuDeviceImpl(const hcq::CpuConfig& cfg, uint32_t threads)
+  CpuQueueImpl(const hcq::CpuConfig& cfg, uint32_t threads)
       : name_(cfg.name),
         threads_(threads),
         idle_spin_(cfg.idle_spin),
+        share_(cfg.share),
         timeline_(hcq::Signal::create(cfg.name + ":timeline")),
         ring_(cfg.ring_slots),
         pool_(threads - 1, cfg.idle_spin),
         leader_([this] { leader_main(); }) {}
 
-  ~CpuDeviceImpl() override {
+  ~CpuQueueImpl() override {
     // The leader drains what was submitted (aborting device waits that can no longer complete), then exits.
     stop_.store(true, std::memory_order_seq_cst);
     leader_bell_.ring();
@@ -69,6 +70,12 @@ class CpuDeviceImpl final : public hcq::CpuDevice {
   const hcq::SignalRef& timeline() const noexcept override { return timeline_; }
   uint32_t num_threads() const noexcept override { return threads_; }
   uint32_t ring_slots() const noexcept override { return ring_.size(); }
+  uint32_t parallelism() const noexcept override { return parallelism_.load(std::memory_order_relaxed); }
+  void set_parallelism(uint32_t workers) override {
+    if (workers == 0 || workers > threads_)
+      throw std::invalid_argument(name_ + ": parallelism " + std::to_string(workers) + " outside [1, " + std::to_string(threads_) + "]");
+    parallelism_.store(workers, std::memory_order_relaxed);
+  }
   uint64_t last_submitted() const noexcept override { return submitted_.load(std::memory_order_acquire); }
 
   bool would_block(const hcq::CommandBuffer& cb) const override {
@@ -94,10 +101,13 @@ class CpuDeviceImpl final : public hcq::CpuDevice {
   bool wait_timeline(uint64_t want, std::chrono::milliseconds timeout);
   std::chrono::nanoseconds spin() const { return std::chrono::nanoseconds(spin_ns_.load(std::memory_order_relaxed)); }
   void execute(const Slot& slot);
+  uint32_t workers() const noexcept;  // this command's share of the workers
 
   const std::string name_;
   const uint32_t threads_;
+  std::atomic<uint32_t> parallelism_{threads_};
   const std::chrono::nanoseconds idle_spin_;
+  const std::shared_ptr<hcq::CoreShare> share_;
   const hcq::SignalRef timeline_;
   Ring ring_;
   Doorbell leader_bell_;  // the host wakes a sleeping leader
@@ -120,7 +130,7 @@ class CpuDeviceImpl final : public hcq::CpuDevice {
   std::thread leader_;  // last member: starts once everything it uses exists
 };
 
-uint64_t CpuDeviceImpl::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t> patches) {
+uint64_t CpuQueueImpl::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t> patches) {
   if (!patches.empty() && patches.size() != cb.num_slots())
     throw std::invalid_argument(name_ + ": submit got " + std::to_string(patches.size()) +
                                 " patch values for a command buffer with " + std::to_string(cb.num_slots()) + " slots");
@@ -153,7 +163,7 @@ uint64_t CpuDeviceImpl::submit(const hcq::CommandBuffer& cb, std::span<const uin
   return value;
 }
 
-void CpuDeviceImpl::publish(uint64_t put) {
+void CpuQueueImpl::publish(uint64_t put) {
   put_ = put;
   // seq_cst store, then seq_cst load of `sleeping`: pairs with the leader's store of `sleeping` and load
   // of `put` in idle_wait (see Doorbell).
@@ -161,7 +171,7 @@ void CpuDeviceImpl::publish(uint64_t put) {
   if (leader_bell_.sleeping.load(std::memory_order_seq_cst) != 0) leader_bell_.ring();
 }
 
-void CpuDeviceImpl::wait_space(uint64_t put) {
+void CpuQueueImpl::wait_space(uint64_t put) {
   // Let the leader start on what this submit has written so far, or the ring never drains.
   publish(put);
   const auto has_space = [&] {
@@ -173,19 +183,26 @@ void CpuDeviceImpl::wait_space(uint64_t put) {
                              " ms (is a queued wait on a signal nobody raises?); this submit was cut short");
 }
 
-void CpuDeviceImpl::release_completed() {
+void CpuQueueImpl::release_completed() {
   const uint64_t reached = timeline_->value();
   while (!inflight_.empty() && inflight_.front().first <= reached) inflight_.pop_front();
 }
 
-void CpuDeviceImpl::leader_main() {
+void CpuQueueImpl::leader_main() {
   pthread_setname_np(pthread_self(), "th-cpu-leader");
   uint64_t cur = 0;
+  bool busy = false;  // counted in share_->busy
   for (;;) {
     const uint64_t put = ring_.put.value.load(std::memory_order_acquire);
     if (cur == put) {
+      if (busy) share_->busy.fetch_sub(1, std::memory_order_relaxed);
+      busy = false;
       if (!idle_wait(cur)) return;
       continue;
+    }
+    if (!busy && share_) {
+      share_->busy.fetch_add(1, std::memory_order_relaxed);
+      busy = true;
     }
     for (; cur != put; ++cur) {
       execute(ring_.at(cur));
@@ -197,7 +214,7 @@ void CpuDeviceImpl::leader_main() {
 }
 
 // Returns false when the device stops with the ring drained.
-bool CpuDeviceImpl::idle_wait(uint64_t cur) {
+bool CpuQueueImpl::idle_wait(uint64_t cur) {
   const auto start = std::chrono::steady_clock::now();
   std::chrono::nanoseconds budget(spin_ns_.load(std::memory_order_relaxed));
   const Poll polled = poll_for(
@@ -227,14 +244,21 @@ bool CpuDeviceImpl::idle_wait(uint64_t cur) {
   return running;
 }
 
-bool CpuDeviceImpl::wait_timeline(uint64_t want, std::chrono::milliseconds timeout) {
+bool CpuQueueImpl::wait_timeline(uint64_t want, std::chrono::milliseconds timeout) {
   // A seq_cst load: it pairs with the leader's seq_cst timeline store and its check for sleepers.
   const std::atomic<uint64_t>* word = word_at(timeline_->address());
   return wait_on(
       done_bell_, [&] { return word->load(std::memory_order_seq_cst) >= want; }, spin(), timeout);
 }
 
-void CpuDeviceImpl::execute(const Slot& slot) {
+uint32_t CpuQueueImpl::workers() const noexcept {
+  const uint32_t mine = parallelism();
+  if (!share_) return mine;
+  const uint32_t busy = share_->busy.load(std::memory_order_relaxed);
+  return busy > 1 ? std::max<uint32_t>(1, mine / busy) : mine;
+}
+
+void CpuQueueImpl::execute(const Slot& slot) {
   const uint64_t* w = slot.w;
   switch (L::op_of(w[0])) {
     case hcq::Op::Barrier:
@@ -258,14 +282,14 @@ void CpuDeviceImpl::execute(const Slot& slot) {
       }
       break;
     case hcq::Op::Exec: {
-      const uint64_t parts = std::min<uint64_t>(w[L::kExecGlobal], threads_);
+      const uint64_t parts = std::min<uint64_t>(w[L::kExecGlobal], workers());
       pool_.run(reinterpret_cast<hcq::KernelFn>(w[L::kExecFn]), w + L::kExecArgs, static_cast<uint32_t>(parts));
       break;
     }
     case hcq::Op::Copy: {
       const uint64_t n = w[L::kCopySize];
       if (n == 0) break;
-      const uint64_t parts = std::clamp<uint64_t>(n / kCopySplitBytes, 1, threads_);
+      const uint64_t parts = std::clamp<uint64_t>(n / kCopySplitBytes, 1, workers());
       pool_.run(copy_part, w + L::kCopyDst, static_cast<uint32_t>(parts));
       break;
     }
@@ -281,7 +305,7 @@ void CpuDeviceImpl::execute(const Slot& slot) {
 
 namespace th::hcq {
 
-std::unique_ptr<CpuDevice> CpuDevice::create(const CpuConfig& config) {
+std::unique_ptr<CpuQueue> CpuQueue::create(const CpuConfig& config) {
   const uint32_t threads = config.num_threads != 0 ? config.num_threads : default_cpu_threads();
   if (threads > cpu::kMaxThreads)
     throw std::invalid_argument("cpu device '" + config.name + "': " + std::to_string(threads) + " threads (at most " +
@@ -290,7 +314,7 @@ std::unique_ptr<CpuDevice> CpuDevice::create(const CpuConfig& config) {
   if (slots == 0 || (slots & (slots - 1)) != 0 || slots > cpu::kMaxRingSlots)
     throw std::invalid_argument("cpu device '" + config.name + "': ring_slots must be a power of two in [1, " +
                                 std::to_string(cpu::kMaxRingSlots) + "], got " + std::to_string(slots));
-  return std::make_unique<cpu::CpuDeviceImpl>(config, threads);
+  return std::make_unique<cpu::CpuQueueImpl>(config, threads);
 }
 
 }  // namespace th::hcq

@@ -1,0 +1,152 @@
+"""The HCQ runtime every queue-backed device shares: submits go through one dependency tracker, which orders them
+across queues and devices by the memory they declare (hcq.CommandBuffer.access), and which the host asks before it
+reads, writes or frees memory. A submit returns at once (tinygrad's asynchronous realize); the host waits only when it
+touches memory a submit still uses, or on Device.synchronize(). SYNC=1 makes every submit wait, for debugging.
+
+A device plugs in with a queue (an hcq.Queue: the C++ CPU ring, later a GPU's command processor) and programs whose
+keepalive is an HCQProgram; QueueRunner and ChainRunner then run its schedules and TinyJit replays."""
+from __future__ import annotations
+
+import atexit
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tinyhybrid._core import hcq
+from tinyhybrid.device import CompiledProgram, CopySpec, ProfileEvent, Runner, profile_events
+from tinyhybrid.helpers import PROFILE, ContextVar
+
+SYNC = ContextVar("SYNC", 0)
+# the one tracker of this process: host-memory devices share addresses, so one table orders them all
+TRACKER = hcq.DepsTracker()
+_queues: weakref.WeakSet[hcq.Queue] = weakref.WeakSet()
+
+
+def submit(queue: hcq.Queue, cb: hcq.CommandBuffer, patches: list[int] | None = None) -> int:
+  """Runs cb on queue after the waits its accesses need; returns the timeline value that marks it done."""
+  _queues.add(queue)
+  value = TRACKER.submit(queue, cb, patches)
+  if SYNC: queue.wait(value)
+  return value
+
+
+def submit_group(members: list[tuple[hcq.Queue, hcq.CommandBuffer, list[int] | None]]) -> list[int]:
+  """Members that order themselves (signals between their queues), submitted together after their waits on earlier work."""
+  for q, _, _ in members: _queues.add(q)
+  values = TRACKER.submit_group(members)
+  if SYNC:
+    for (q, _, _), v in zip(members, values): q.wait(v)
+  return values
+
+
+def host_wait(address: int, write: bool = False, begin: int = 0, end: int = hcq.WHOLE) -> None:
+  """Until the host may read (write: also write or free) bytes [begin, end) of the memory at address."""
+  TRACKER.wait(address, begin, end, write)
+
+
+@atexit.register
+def _drain() -> None:
+  """Work still in flight at exit runs to its end before the memory it uses goes."""
+  for q in list(_queues): q.synchronize(None)
+
+
+@dataclass
+class HCQProgram:
+  """What a queue needs to run a compiled kernel: its program, the argument words every launch appends after the
+  kernel's own (the CPU's per-device state), and what must stay alive while it may run."""
+  program: hcq.Program
+  extra: list[int] = field(default_factory=list)
+  keep: Any = None
+
+
+def _declare(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], Any]]) -> None:
+  """The memory the items touch, one access per buffer slot (written if any item writes it) and one per copy range."""
+  written: dict[int, bool] = {}
+  for prg, args, _ in items:
+    if isinstance(prg.keepalive, CopySpec):
+      spec = prg.keepalive
+      cb.access(hcq.Patch(slots[args[0]]), spec.dst_offset, spec.dst_offset + spec.nbytes, True)
+      cb.access(hcq.Patch(slots[args[1]]), spec.src_offset, spec.src_offset + spec.nbytes, False)
+      continue
+    for k, a in enumerate(args[:prg.bufs if prg.bufs >= 0 else len(args)]): written[a] = written.get(a, False) or k < prg.outs
+  for a, w in written.items(): cb.access(hcq.Patch(slots[a]), write=w)
+
+
+def encode_items(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], Any]],
+                 stamps: np.ndarray | None = None) -> None:
+  """Kernels (and copies) over patch slots, each bracketed by timestamps into `stamps` when given, with their accesses."""
+  for k, (prg, args, threads) in enumerate(items):
+    if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
+    if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
+      spec = prg.keepalive
+      cb.copy(hcq.Patch(slots[args[0]], spec.dst_offset), hcq.Patch(slots[args[1]], spec.src_offset), spec.nbytes)
+    else:
+      hp: HCQProgram = prg.keepalive
+      cb.exec(hp.program, [*(hcq.Patch(slots[a]) for a in args), *hp.extra], global_size=(threads,))
+    if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
+  _declare(cb, slots, items)
+
+
+def fits(items: list[tuple[CompiledProgram, list[int], Any]]) -> bool:
+  """Whether every item's arguments fit a queue command."""
+  return all(isinstance(p.keepalive, CopySpec) or len(a) + len(p.keepalive.extra) <= hcq.MAX_EXEC_ARGS for p, a, _ in items)
+
+
+class QueueRunner(Runner):
+  """A schedule encoded once as a command buffer whose buffer addresses are patch slots: a run is one submit, which
+  returns before the work is done. With PROFILE=1 a second encoding (made on first use) brackets every item with
+  timestamps, and a run waits for them."""
+  def __init__(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int, queue: hcq.Queue, device: str):
+    super().__init__(items, nslots, device)
+    self.queue = queue
+    self.cb = self._encode(None)
+    self.profiled: tuple[hcq.CommandBuffer, np.ndarray] | None = None
+
+  def _encode(self, stamps: np.ndarray | None) -> hcq.CommandBuffer:
+    cb = hcq.CommandBuffer()
+    encode_items(cb, [cb.add_slot(0) for _ in range(self.nslots)], self.items, stamps)
+    return cb
+
+  def __call__(self, addresses: list[int]) -> None:
+    if not PROFILE:
+      submit(self.queue, self.cb, addresses)
+      return
+    if self.profiled is None:
+      stamps = np.zeros(2 * len(self.items), dtype=np.uint64)
+      self.profiled = (self._encode(stamps), stamps)
+    cb, stamps = self.profiled
+    self.queue.wait(submit(self.queue, cb, addresses))
+    for k, (prg, _, _) in enumerate(self.items):
+      profile_events.append(ProfileEvent(prg.name, self.device, int(stamps[2 * k]), int(stamps[2 * k + 1])))
+
+
+class ChainRunner(Runner):
+  """Kernels and copies on several queues that must run in the order given (a TinyJit replay of a sharded step): one
+  command buffer per queue, where a run of items waits, through a signal, for the run on another queue before it. A
+  call is one group submit and no wait, so no host round trip between runs and no Python per item. Each call's signal
+  values are the next ones on the signals' timelines (patched)."""
+  def __init__(self, segments: list[tuple[hcq.Queue, list[tuple[CompiledProgram, list[int], Any]]]], nslots: int):
+    super().__init__([it for _, seg in segments for it in seg], nslots)
+    self.queues = list({id(q): q for q, _ in segments}.values())
+    self.signals = {id(q): hcq.Signal(f"{q.name} chain") for q in self.queues}
+    self.cbs = {id(q): hcq.CommandBuffer() for q in self.queues}
+    slots = {id(q): [self.cbs[id(q)].add_slot(0) for _ in range(nslots)] for q in self.queues}
+    self.marks: dict[int, list[int]] = {id(q): [] for q in self.queues}  # per queue: the segment number of each value slot
+    self.period = len(segments)
+    for k, (q, seg) in enumerate(segments):
+      cb = self.cbs[id(q)]
+      if k and segments[k - 1][0] is not q:  # after the run before it, on its queue's signal
+        cb.wait(self.signals[id(segments[k - 1][0])], 0, patch=True)
+        self.marks[id(q)].append(k)
+      encode_items(cb, slots[id(q)], seg)
+      if k + 1 < len(segments) and segments[k + 1][0] is not q:
+        cb.signal(self.signals[id(q)], 0, patch=True)
+        self.marks[id(q)].append(k + 1)
+    self.calls = 0
+
+  def __call__(self, addresses: list[int]) -> None:
+    self.calls += 1
+    base = self.calls * self.period  # run k is done when its queue's signal reaches base + k + 1
+    submit_group([(q, self.cbs[id(q)], [*addresses, *(base + m for m in self.marks[id(q)])]) for q in self.queues])
