@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tinyhybrid import Context, Tensor, TinyJit
+from tinyhybrid import Context, Device, Tensor, TinyJit
 from tinyhybrid.engine.jit import JitError
 
 RNG = np.random.default_rng(3)
@@ -75,6 +75,7 @@ def test_profile_records_each_kernel_with_its_name():
   before = time.monotonic_ns()
   with Context(PROFILE=1):
     (a - (a + 1).sum()).realize()  # two kernels: the sum, then a read of it for every element
+    Device[Device.DEFAULT].synchronize()  # a run's events are recorded once it is done
   after = time.monotonic_ns()
   assert len(profile_events) >= 2, profile_events
   for ev in profile_events:

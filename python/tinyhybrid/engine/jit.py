@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, ProfileEvent, Runner, profile_events
+from tinyhybrid.device import Buffer, Device, ProfileEvent, Runner, profile_events
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.multi import batch_runners
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
@@ -193,6 +193,8 @@ class CapturedJit(Generic[ReturnType]):
       buf.copyin(base_buffer(redraw()).arg.numpy())
     first = len(profile_events)
     for runner in self.runners: runner(args)
+    if PROFILE:
+      for d in dict.fromkeys(self.devices): Device[d].synchronize()  # the runs' events are recorded once they are done
     if PROFILE and (ran := profile_events[first:]):
       # the replay as one span around the kernels it ran, from their own (queue) timestamps
       profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))

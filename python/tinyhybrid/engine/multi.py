@@ -1,8 +1,8 @@
 """Running work across devices: copies between devices as commands on the destination's queue, and realizing sharded
 tensors (schedule/multi.py lowers them to one graph per device; the COPY nodes of those graphs run here, in waves:
-the sources every ready copy needs are realized together, then the copies are submitted to their queues and waited
-for together, then the next wave). Devices' kernels do not run side by side: a CPU kernel may keep state between its
-cores in static memory, shared by every device that loaded it, and each device's kernels already use every core.
+the sources every ready copy needs are realized together, then the copies are submitted to their queues, then the
+next wave). Nothing here waits: the dependency tracker (runtime/hcq.py) orders each copy after the work that writes
+its source and the kernels that read its result after it, and devices' kernels run side by side.
 
 CPU:N devices share the host's memory, so a COPY between two of them that only feeds arithmetic moves nothing: the
 kernel on the destination reads the source's memory where it is (zero-copy), and an elementwise source over realized

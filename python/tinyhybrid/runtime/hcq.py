@@ -10,7 +10,7 @@ from __future__ import annotations
 import atexit
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -22,6 +22,25 @@ SYNC = ContextVar("SYNC", 0)
 # the one tracker of this process: host-memory devices share addresses, so one table orders them all
 TRACKER = hcq.DepsTracker()
 _queues: weakref.WeakSet[hcq.Queue] = weakref.WeakSet()
+# finalizers: (queue, timeline value, fn) to run once the queue's timeline reaches the value (a profiled run's
+# timestamps read into profile_events), in the order they were added
+_finalizers: list[tuple[hcq.Queue, int, Callable[[], None]]] = []
+
+
+def when_done(queue: hcq.Queue, value: int, fn: Callable[[], None]) -> None:
+  """Runs fn at the first submit, host wait or synchronize after queue's timeline reached value."""
+  _finalizers.append((queue, value, fn))
+
+
+def run_finalizers() -> None:
+  if not _finalizers: return
+  ready: list[Callable[[], None]] = []
+  waiting = []
+  for f in _finalizers:
+    if f[0].timeline.value >= f[1]: ready.append(f[2])
+    else: waiting.append(f)
+  _finalizers[:] = waiting
+  for fn in ready: fn()
 
 
 def submit(queue: hcq.Queue, cb: hcq.CommandBuffer, patches: list[int] | None = None) -> int:
@@ -29,7 +48,20 @@ def submit(queue: hcq.Queue, cb: hcq.CommandBuffer, patches: list[int] | None = 
   _queues.add(queue)
   value = TRACKER.submit(queue, cb, patches)
   if SYNC: queue.wait(value)
+  run_finalizers()
   return value
+
+
+def synchronize(queue: hcq.Queue) -> None:
+  """Until everything submitted to queue is done, and its finalizers ran."""
+  queue.synchronize()
+  run_finalizers()
+
+
+def synchronize_all() -> None:
+  """Until every queue's work is done (what reads the whole profile does this first)."""
+  for q in list(_queues): q.synchronize(None)
+  run_finalizers()
 
 
 def submit_group(members: list[tuple[hcq.Queue, hcq.CommandBuffer, list[int] | None]]) -> list[int]:
@@ -44,12 +76,11 @@ def submit_group(members: list[tuple[hcq.Queue, hcq.CommandBuffer, list[int] | N
 def host_wait(address: int, write: bool = False, begin: int = 0, end: int = hcq.WHOLE) -> None:
   """Until the host may read (write: also write or free) bytes [begin, end) of the memory at address."""
   TRACKER.wait(address, begin, end, write)
+  run_finalizers()
 
 
-@atexit.register
-def _drain() -> None:
-  """Work still in flight at exit runs to its end before the memory it uses goes."""
-  for q in list(_queues): q.synchronize(None)
+# work still in flight at exit runs to its end before the memory it uses goes
+atexit.register(synchronize_all)
 
 
 @dataclass
@@ -97,7 +128,7 @@ def fits(items: list[tuple[CompiledProgram, list[int], Any]]) -> bool:
 class QueueRunner(Runner):
   """A schedule encoded once as a command buffer whose buffer addresses are patch slots: a run is one submit, which
   returns before the work is done. With PROFILE=1 a second encoding (made on first use) brackets every item with
-  timestamps, and a run waits for them."""
+  timestamps, read into profile_events once the run is done (when_done)."""
   def __init__(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int, queue: hcq.Queue, device: str):
     super().__init__(items, nslots, device)
     self.queue = queue
@@ -117,9 +148,11 @@ class QueueRunner(Runner):
       stamps = np.zeros(2 * len(self.items), dtype=np.uint64)
       self.profiled = (self._encode(stamps), stamps)
     cb, stamps = self.profiled
-    self.queue.wait(submit(self.queue, cb, addresses))
-    for k, (prg, _, _) in enumerate(self.items):
-      profile_events.append(ProfileEvent(prg.name, self.device, int(stamps[2 * k]), int(stamps[2 * k + 1])))
+    self.profiled = None  # this run's stamps are read later: the next run encodes stamps of its own
+    def record() -> None:
+      for k, (prg, _, _) in enumerate(self.items):
+        profile_events.append(ProfileEvent(prg.name, self.device, int(stamps[2 * k]), int(stamps[2 * k + 1])))
+    when_done(self.queue, submit(self.queue, cb, addresses), record)
 
 
 class ChainRunner(Runner):

@@ -16,7 +16,7 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Device, Prof
 from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
-from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, fits, host_wait, submit
+from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, fits, host_wait, submit, synchronize
 
 
 class CPUAllocator(Allocator):
@@ -112,7 +112,7 @@ class CPUDevice(Compiled):
     if len(cpus) != len(segments) or not all(fits(seg) for _, seg in segments): return None
     return ChainRunner([(dev.queue, seg) for dev, (_, seg) in zip(cpus, segments)], nslots)
 
-  def synchronize(self) -> None: self.queue.synchronize()
+  def synchronize(self) -> None: synchronize(self.queue)
 
 
 def make_device(name: str) -> Compiled: return CPUDevice(name)

@@ -92,6 +92,8 @@ def chrome_trace(p: Profile) -> dict[str, Any]:
 
 def current() -> Profile:
   from tinyhybrid.device import profile_events, profile_mem
+  from tinyhybrid.runtime.hcq import synchronize_all
+  synchronize_all()  # a run's events are recorded once it is done
   return build([(e.name, e.device, e.start_ns, e.end_ns, e.kind, e.queue) for e in profile_events],
                [(m.device, m.ts_ns, m.nbytes) for m in profile_mem])
 
