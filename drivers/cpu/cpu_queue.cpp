@@ -14,6 +14,7 @@
 #include "drivers/cpu/ring.h"
 #include "drivers/cpu/workers.h"
 #include "tinyhybrid/hcq/cpu.h"
+#include "tinyhybrid/hcq/wait.h"
 
 namespace th::cpu {
 
@@ -46,6 +47,18 @@ void copy_part(const uint64_t* args, uint32_t part, uint32_t parts) {
   std::memcpy(reinterpret_cast<char*>(args[0]) + begin, reinterpret_cast<const char*>(args[1]) + begin,
               std::min(chunk, n - begin));
 }
+
+// The cores one command runs on, held from the shared budget while it runs.
+struct Cores {
+  hcq::CoreShare* share;
+  uint32_t n;
+  Cores(hcq::CoreShare* s, uint32_t want) : share(s), n(s ? s->acquire(want) : want) {}
+  ~Cores() {
+    if (share) share->release(n);
+  }
+  Cores(const Cores&) = delete;
+  Cores& operator=(const Cores&) = delete;
+};
 
 class CpuQueueImpl final : public hcq::CpuQueue {
  public:
@@ -282,15 +295,15 @@ void CpuQueueImpl::execute(const Slot& slot) {
       }
       break;
     case hcq::Op::Exec: {
-      const uint64_t parts = std::min<uint64_t>(w[L::kExecGlobal], workers());
-      pool_.run(reinterpret_cast<hcq::KernelFn>(w[L::kExecFn]), w + L::kExecArgs, static_cast<uint32_t>(parts));
+      const Cores cores(share_.get(), static_cast<uint32_t>(std::min<uint64_t>(w[L::kExecGlobal], workers())));
+      pool_.run(reinterpret_cast<hcq::KernelFn>(w[L::kExecFn]), w + L::kExecArgs, cores.n);
       break;
     }
     case hcq::Op::Copy: {
       const uint64_t n = w[L::kCopySize];
       if (n == 0) break;
-      const uint64_t parts = std::clamp<uint64_t>(n / kCopySplitBytes, 1, workers());
-      pool_.run(copy_part, w + L::kCopyDst, static_cast<uint32_t>(parts));
+      const Cores cores(share_.get(), static_cast<uint32_t>(std::clamp<uint64_t>(n / kCopySplitBytes, 1, workers())));
+      pool_.run(copy_part, w + L::kCopyDst, cores.n);
       break;
     }
     case hcq::Op::Timestamp:
@@ -304,6 +317,22 @@ void CpuQueueImpl::execute(const Slot& slot) {
 }  // namespace th::cpu
 
 namespace th::hcq {
+
+CoreShare::CoreShare(uint32_t cores) : cores_(cores != 0 ? cores : usable_cpu_count()), free_(cores_) {}
+
+uint32_t CoreShare::acquire(uint32_t want) noexcept {
+  want = std::max<uint32_t>(1, want);
+  Backoff backoff;
+  for (uint32_t f = free_.load(std::memory_order_acquire);;) {
+    if (f == 0) {
+      backoff.step();
+      f = free_.load(std::memory_order_acquire);
+      continue;
+    }
+    const uint32_t take = std::min(f, want);
+    if (free_.compare_exchange_weak(f, f - take, std::memory_order_acquire)) return take;
+  }
+}
 
 std::unique_ptr<CpuQueue> CpuQueue::create(const CpuConfig& config) {
   const uint32_t threads = config.num_threads != 0 ? config.num_threads : default_cpu_threads();

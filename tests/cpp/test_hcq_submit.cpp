@@ -1,6 +1,7 @@
 // Submits through the dependency tracker on two CPU queues: a read after a held write waits for it, disjoint bytes
 // do not, a write after a read waits for the read, a group's members do not wait on one another, and the host's
 // waits_for names what it must wait for. Also the CPU queue's parallelism bounds and a shared core budget.
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -95,6 +96,25 @@ void test_group_members_do_not_wait_on_each_other() {
   CHECK_THROWS(t.submit(*a, ca, std::vector<uint64_t>{1}), std::invalid_argument);  // a patch for no slot
 }
 
+void test_core_budget() {
+  CoreShare s(2);
+  CHECK_EQ(s.cores(), 2u);
+  CHECK_EQ(s.acquire(5), 2u);  // as many as are free
+  std::atomic<bool> got{false};
+  std::thread t([&] {
+    CHECK_EQ(s.acquire(1), 1u);  // none free: waits for a release
+    got = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  CHECK(!got.load());
+  s.release(2);
+  t.join();
+  CHECK(got.load());
+  s.release(1);
+  CHECK_EQ(s.acquire(0), 1u);  // at least one
+  s.release(1);
+}
+
 void test_parallelism_and_shared_cores() {
   auto share = std::make_shared<CoreShare>();
   auto a = make_queue("A", share);
@@ -120,6 +140,7 @@ void test_parallelism_and_shared_cores() {
 int main() {
   test_raw_waw_war_across_queues();
   test_group_members_do_not_wait_on_each_other();
+  test_core_budget();
   test_parallelism_and_shared_cores();
   std::cout << "test_hcq_submit: ok\n";
   return 0;

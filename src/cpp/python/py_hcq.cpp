@@ -335,7 +335,8 @@ bool init_hcq(PyObject* module) {
              "until the submit that returned `value` (and all before it) completed");
 
     pb::class_<CoreShare, std::shared_ptr<CoreShare>>(m, "CoreShare", "cores split among the CPU queues that have work at once")
-        .def(pb::init<>())
+        .def(pb::init<uint32_t>(), pb::arg("cores") = 0, "cores=0: the usable CPUs")
+        .def_property_readonly("cores", &CoreShare::cores)
         .def_property_readonly("busy", [](const CoreShare& s) { return s.busy.load(); }, "sharing queues with work now");
 
     pb::class_<CpuQueue, Queue>(m, "CPUQueue", "a command ring run by worker threads of this process")

@@ -12,11 +12,23 @@
 
 namespace th::hcq {
 
-// The cores of CPU queues that run side by side (CPU:0, CPU:1, ...): each exec of a sharing queue runs on its
-// parallelism divided by the number of sharing queues that have work, at least one worker, so that devices busy at
-// once split the cores instead of oversubscribing them, and a device busy alone still uses all of its workers.
-struct CoreShare {
+// The cores of CPU queues that run side by side (CPU:0, CPU:1, ...): each exec of a sharing queue asks for its
+// parallelism divided by the number of sharing queues that have work, and runs on as many of the free cores as it
+// gets, at least one (waiting for one when none is free). Devices busy at once split the cores instead of
+// oversubscribing them, and a device busy alone still uses all of its workers.
+class CoreShare {
+ public:
+  explicit CoreShare(uint32_t cores = 0);  // 0: usable_cpu_count()
+  uint32_t cores() const noexcept { return cores_; }
+  // Up to `want` cores (at least 1), waiting while none is free; give them back with release().
+  uint32_t acquire(uint32_t want) noexcept;
+  void release(uint32_t n) noexcept { free_.fetch_add(n, std::memory_order_release); }
+
   std::atomic<uint32_t> busy{0};  // sharing queues whose leader has work now
+
+ private:
+  uint32_t cores_;
+  std::atomic<uint32_t> free_;
 };
 
 struct CpuConfig {
