@@ -48,10 +48,7 @@ def _submit_copy(device: str, dst: int, src: int, spec: CopySpec) -> None:
   it after the work that uses those bytes, and what uses them later after it. A device without a queue (NULL) moves
   nothing."""
   if (queue := Device[device].hcq_queue) is None: return
-  cb = hcq.CommandBuffer()
-  cb.copy(dst + spec.dst_offset, src + spec.src_offset, spec.nbytes)
-  cb.access(dst, spec.dst_offset, spec.dst_offset + spec.nbytes, write=True)
-  cb.access(src, spec.src_offset, spec.src_offset + spec.nbytes)
+  hcq_runtime.encode_copy(cb := hcq.CommandBuffer(), dst, src, spec)
   hcq_runtime.submit(queue, cb)
 
 

@@ -43,9 +43,13 @@ def run_finalizers() -> None:
   for fn in ready: fn()
 
 
+def register(queue: hcq.Queue) -> None:
+  """A device's queue, drained at exit (the device registers it once, off the submit path)."""
+  _queues.add(queue)
+
+
 def submit(queue: hcq.Queue, cb: hcq.CommandBuffer, patches: list[int] | None = None) -> int:
   """Runs cb on queue after the waits its accesses need; returns the timeline value that marks it done."""
-  _queues.add(queue)
   value = TRACKER.submit(queue, cb, patches)
   if SYNC: queue.wait(value)
   run_finalizers()
@@ -66,7 +70,6 @@ def synchronize_all() -> None:
 
 def submit_group(members: list[tuple[hcq.Queue, hcq.CommandBuffer, list[int] | None]]) -> list[int]:
   """Members that order themselves (signals between their queues), submitted together after their waits on earlier work."""
-  for q, _, _ in members: _queues.add(q)
   values = TRACKER.submit_group(members)
   if SYNC:
     for (q, _, _), v in zip(members, values): q.wait(v)
@@ -92,15 +95,20 @@ class HCQProgram:
   keep: Any = None
 
 
+def encode_copy(cb: hcq.CommandBuffer, dst: int | hcq.Patch, src: int | hcq.Patch, spec: CopySpec) -> None:
+  """A copy of spec's bytes between the buffers at dst and src (addresses or patch slots), with its accesses."""
+  def at(base: int | hcq.Patch, offset: int) -> int | hcq.Patch:
+    return hcq.Patch(base.slot, base.offset + offset) if isinstance(base, hcq.Patch) else base + offset
+  cb.copy(at(dst, spec.dst_offset), at(src, spec.src_offset), spec.nbytes)
+  cb.access(dst, spec.dst_offset, spec.dst_offset + spec.nbytes, write=True)
+  cb.access(src, spec.src_offset, spec.src_offset + spec.nbytes)
+
+
 def _declare(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], Any]]) -> None:
-  """The memory the items touch, one access per buffer slot (written if any item writes it) and one per copy range."""
+  """The memory the kernels touch, one access per buffer slot (written if any kernel writes it); copies declare theirs."""
   written: dict[int, bool] = {}
   for prg, args, _ in items:
-    if isinstance(prg.keepalive, CopySpec):
-      spec = prg.keepalive
-      cb.access(hcq.Patch(slots[args[0]]), spec.dst_offset, spec.dst_offset + spec.nbytes, True)
-      cb.access(hcq.Patch(slots[args[1]]), spec.src_offset, spec.src_offset + spec.nbytes, False)
-      continue
+    if isinstance(prg.keepalive, CopySpec): continue
     for k, a in enumerate(args[:prg.bufs if prg.bufs >= 0 else len(args)]): written[a] = written.get(a, False) or k < prg.outs
   for a, w in written.items(): cb.access(hcq.Patch(slots[a]), write=w)
 
@@ -111,8 +119,7 @@ def encode_items(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[Comp
   for k, (prg, args, threads) in enumerate(items):
     if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
     if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
-      spec = prg.keepalive
-      cb.copy(hcq.Patch(slots[args[0]], spec.dst_offset), hcq.Patch(slots[args[1]], spec.src_offset), spec.nbytes)
+      encode_copy(cb, hcq.Patch(slots[args[0]]), hcq.Patch(slots[args[1]]), prg.keepalive)
     else:
       hp: HCQProgram = prg.keepalive
       cb.exec(hp.program, [*(hcq.Patch(slots[a]) for a in args), *hp.extra], global_size=(threads,))

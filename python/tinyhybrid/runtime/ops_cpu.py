@@ -16,7 +16,7 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Device, Prof
 from tinyhybrid.helpers import PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
-from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, fits, host_wait, submit, synchronize
+from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, fits, host_wait, register, submit, synchronize
 
 
 class CPUAllocator(Allocator):
@@ -58,6 +58,7 @@ class CPUDevice(Compiled):
   def __init__(self, name: str):
     super().__init__(name, CPUAllocator(self), CRenderer(16 if is_clang() else 1), self._build_kernels)
     self.hcq_queue = self.queue = hcq.CPUQueue(name=name, share=_CORES)
+    register(self.queue)
     self.max_threads = self.queue.num_threads
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
