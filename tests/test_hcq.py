@@ -193,7 +193,7 @@ def test_errors(lib, dev):
   with pytest.raises(ValueError, match="1 slots"): dev.submit(cb, [1, 2])
   with pytest.raises(TypeError, match="expected an int or hcq.Patch"): cb.exec(prog(lib, "add"), ["x"])
   with pytest.raises(IndexError, match="Patch\\(5\\) names no slot"): cb.exec(prog(lib, "add"), [hcq.Patch(5)])
-  with pytest.raises(ValueError, match="at most 56"): cb.exec(prog(lib, "add"), [0] * 57, patch=[0])
+  with pytest.raises(ValueError, match="at most 55"): cb.exec(prog(lib, "add"), [0] * 56, patch=[0])
   with pytest.raises(ValueError, match="does not fit in 64 bits"): cb.exec(prog(lib, "add"), [1 << 64])
   with pytest.raises(ValueError, match="aligned"): cb.timestamp(3)
   with pytest.raises(ValueError, match="power of two"): hcq.CPUQueue(ring_slots=12)
@@ -229,4 +229,4 @@ def test_deps_tracker():
 def test_usable_cpus():
   assert 1 <= hcq.usable_cpu_count() <= (os.cpu_count() or 1)
   assert hcq.default_cpu_threads() >= 1
-  assert hcq.MAX_EXEC_ARGS == 56
+  assert hcq.MAX_EXEC_ARGS == 55

@@ -100,8 +100,11 @@ class CpuQueueImpl final : public hcq::CpuQueue {
 
   bool wait(uint64_t value, std::chrono::milliseconds timeout) override {
     if (!wait_timeline(value, timeout)) return false;
-    const std::lock_guard lock(mu_);
-    release_completed();
+    {
+      const std::lock_guard lock(mu_);
+      release_completed();
+    }
+    timeline_->check(value);
     return true;
   }
 
@@ -114,6 +117,7 @@ class CpuQueueImpl final : public hcq::CpuQueue {
   bool wait_timeline(uint64_t want, std::chrono::milliseconds timeout);
   std::chrono::nanoseconds spin() const { return std::chrono::nanoseconds(spin_ns_.load(std::memory_order_relaxed)); }
   void execute(const Slot& slot);
+  void faulted(const std::string& what);  // the running submit's work stops; its timeline value reports `what`
   uint32_t workers() const noexcept;  // this command's share of the workers
 
   const std::string name_;
@@ -130,6 +134,9 @@ class CpuQueueImpl final : public hcq::CpuQueue {
   // and idle_spin_. Written by the leader only; a host reads it as a hint.
   std::atomic<int64_t> spin_ns_{idle_spin_.count()};
   std::atomic<bool> stop_{false};
+  // Leader only: the submit being run (its timeline value), and whether a fault ended its work.
+  uint64_t running_ = 1;
+  bool abandoned_ = false;
 
   // Host side: submits are serialised by mu_.
   std::mutex mu_;
@@ -203,6 +210,7 @@ void CpuQueueImpl::release_completed() {
 
 void CpuQueueImpl::leader_main() {
   pthread_setname_np(pthread_self(), "th-cpu-leader");
+  const FaultStack fault_stack;
   uint64_t cur = 0;
   bool busy = false;  // counted in share_->busy
   for (;;) {
@@ -271,9 +279,18 @@ uint32_t CpuQueueImpl::workers() const noexcept {
   return busy > 1 ? std::max<uint32_t>(1, mine / busy) : mine;
 }
 
+void CpuQueueImpl::faulted(const std::string& what) {
+  timeline_->fault(running_, name_ + ": " + what + " in submit " + std::to_string(running_) +
+                                 "; the rest of that submit did not run");
+  abandoned_ = true;
+}
+
 void CpuQueueImpl::execute(const Slot& slot) {
   const uint64_t* w = slot.w;
-  switch (L::op_of(w[0])) {
+  const hcq::Op op = L::op_of(w[0]);
+  // After a fault the submit's remaining work is skipped; its waits and signals still run, so nothing waits forever.
+  if (abandoned_ && (op == hcq::Op::Exec || op == hcq::Op::Copy)) return;
+  switch (op) {
     case hcq::Op::Barrier:
       // Commands already run one after another, each finished (all parts joined) before the next.
       break;
@@ -290,20 +307,24 @@ void CpuQueueImpl::execute(const Slot& slot) {
         // The end of a submit: wake a host sleeping in synchronize (seq_cst: see Doorbell).
         word_at(w[L::kSignalAddr])->store(w[L::kSignalValue], std::memory_order_seq_cst);
         if (done_bell_.sleeping.load(std::memory_order_seq_cst) != 0) done_bell_.ring();
+        running_ = w[L::kSignalValue] + 1;
+        abandoned_ = false;
       } else {
         word_at(w[L::kSignalAddr])->store(w[L::kSignalValue], std::memory_order_release);
       }
       break;
     case hcq::Op::Exec: {
       const Cores cores(share_.get(), static_cast<uint32_t>(std::min<uint64_t>(w[L::kExecGlobal], workers())));
-      pool_.run(reinterpret_cast<hcq::KernelFn>(w[L::kExecFn]), w + L::kExecArgs, cores.n);
+      if (const Fault f = pool_.run(reinterpret_cast<hcq::KernelFn>(w[L::kExecFn]), w + L::kExecArgs, cores.n))
+        faulted("kernel '" + std::string(reinterpret_cast<const char*>(w[L::kExecName])) + "' faulted: " + f.describe());
       break;
     }
     case hcq::Op::Copy: {
       const uint64_t n = w[L::kCopySize];
       if (n == 0) break;
       const Cores cores(share_.get(), static_cast<uint32_t>(std::clamp<uint64_t>(n / kCopySplitBytes, 1, workers())));
-      pool_.run(copy_part, w + L::kCopyDst, cores.n);
+      if (const Fault f = pool_.run(copy_part, w + L::kCopyDst, cores.n))
+        faulted("a copy of " + std::to_string(n) + " bytes faulted: " + f.describe());
       break;
     }
     case hcq::Op::Timestamp:

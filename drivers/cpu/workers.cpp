@@ -54,12 +54,10 @@ void HelperPool::stop() {
   threads_.clear();
 }
 
-void HelperPool::run(hcq::KernelFn fn, const uint64_t* args, uint32_t parts) {
-  if (parts <= 1) {
-    if (parts == 1) fn(args, 0, 1);
-    return;
-  }
+Fault HelperPool::run(hcq::KernelFn fn, const uint64_t* args, uint32_t parts) {
+  if (parts <= 1) return parts == 1 ? run_guarded(fn, args, 0, 1) : Fault{};
   pending_.store(parts - 1, std::memory_order_relaxed);
+  faulted_.store(false, std::memory_order_relaxed);
   for (uint32_t p = 1; p < parts; ++p) {
     Mailbox& box = boxes_[p - 1];
     box.fn = fn;
@@ -68,17 +66,20 @@ void HelperPool::run(hcq::KernelFn fn, const uint64_t* args, uint32_t parts) {
     box.parts = parts;
     box.bell.ring();  // seq_cst: publishes the job fields above to the helper's acquire of seq
   }
-  fn(args, 0, parts);
+  const Fault mine = run_guarded(fn, args, 0, parts);
   // The leader's own part usually ends close to the others: poll, then let the atomic wait sleep.
   if (poll_for([&] { return pending_.load(std::memory_order_acquire) == 0; }, std::chrono::microseconds(50)) != Poll::Ready) {
     for (uint32_t left; (left = pending_.load(std::memory_order_acquire)) != 0;) pending_.wait(left, std::memory_order_acquire);
   }
+  // pending_'s acquire above made a helper's fault_ visible
+  return mine ? mine : faulted_.load(std::memory_order_relaxed) ? fault_ : Fault{};
 }
 
 void HelperPool::helper_main(uint32_t index) {
   const std::string name = "th-cpu-h" + std::to_string(index + 1);
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
   Mailbox& box = boxes_[index];
+  const FaultStack fault_stack;
   uint32_t seen = 0;
   for (;;) {
     // Poll for a while: split execs tend to come in runs, and a futex wake-up costs more than the poll.
@@ -90,7 +91,8 @@ void HelperPool::helper_main(uint32_t index) {
     }
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
-    box.fn(box.args, box.part, box.parts);
+    if (const Fault f = run_guarded(box.fn, box.args, box.part, box.parts); f && !faulted_.exchange(true, std::memory_order_relaxed))
+      fault_ = f;
     // The last helper to finish wakes the leader in case it stopped spinning (cheap when nobody waits).
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }

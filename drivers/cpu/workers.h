@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "drivers/cpu/fault.h"
 #include "tinyhybrid/hcq/program.h"
 #include "tinyhybrid/hcq/wait.h"
 
@@ -95,8 +96,9 @@ class HelperPool {
 
   uint32_t helpers() const noexcept { return static_cast<uint32_t>(threads_.size()); }
   // fn(args, i, parts) for every i in [0, parts) with parts <= helpers() + 1; the caller runs part 0.
-  // Returns once all parts finished, with their memory effects visible to the caller.
-  void run(hcq::KernelFn fn, const uint64_t* args, uint32_t parts);
+  // Returns once all parts finished, with their memory effects visible to the caller, and the first part's fault
+  // if any faulted (the caller's thread holds a FaultStack).
+  Fault run(hcq::KernelFn fn, const uint64_t* args, uint32_t parts);
 
  private:
   // One per helper, so the leader never rewrites a job another helper may still be reading.
@@ -112,6 +114,9 @@ class HelperPool {
   std::chrono::nanoseconds idle_spin_;
   std::unique_ptr<Mailbox[]> boxes_;
   alignas(64) std::atomic<uint32_t> pending_{0};
+  // A helper's fault in the current run: the first to take `faulted_` writes `fault_`.
+  std::atomic<bool> faulted_{false};
+  Fault fault_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
 };

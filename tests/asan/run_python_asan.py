@@ -18,7 +18,7 @@ import time
 # realize end to end. The resident-memory bounds of test_leaks.py do not hold under ASan, which keeps freed memory in
 # quarantine; its live-node tests run.
 CORE_FILES = ["test_uop_basic.py", "test_rewrite.py", "test_symbolic.py", "test_vmin_vmax.py", "test_fold.py",
-              "test_hcq.py", "test_spec.py", "test_leaks.py", "test_realize.py"]
+              "test_hcq.py", "test_device_fault.py", "test_spec.py", "test_leaks.py", "test_realize.py"]
 DESELECT = "not rss_flat"
 
 

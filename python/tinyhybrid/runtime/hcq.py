@@ -1,7 +1,8 @@
 """The HCQ runtime every queue-backed device shares: submits go through one dependency tracker, which orders them
 across queues and devices by the memory they declare (hcq.CommandBuffer.access), and which the host asks before it
 reads, writes or frees memory. A submit returns at once (tinygrad's asynchronous realize); the host waits only when it
-touches memory a submit still uses, or on Device.synchronize(). SYNC=1 makes every submit wait, for debugging.
+touches memory a submit still uses, or on Device.synchronize(). SYNC=1 makes every submit wait, for debugging. A kernel
+that faults on its device raises hcq.DeviceFault (a RuntimeError naming it) at the first wait that covers it.
 
 A device plugs in with a queue (an hcq.Queue: the C++ CPU ring, later a GPU's command processor) and programs whose
 keepalive is an HCQProgram; QueueRunner and ChainRunner then run its schedules and TinyJit replays."""
@@ -63,9 +64,14 @@ def synchronize(queue: hcq.Queue) -> None:
 
 
 def synchronize_all() -> None:
-  """Until every queue's work is done (what reads the whole profile does this first)."""
-  for q in list(_queues): q.synchronize(None)
+  """Until every queue's work is done (what reads the whole profile does this first). Every queue is drained before
+  the first device fault met is raised."""
+  fault: hcq.DeviceFault | None = None
+  for q in list(_queues):
+    try: q.synchronize(None)
+    except hcq.DeviceFault as e: fault = fault or e
   run_finalizers()
+  if fault is not None: raise fault
 
 
 def submit_group(members: list[tuple[hcq.Queue, hcq.CommandBuffer, list[int] | None]]) -> list[int]:

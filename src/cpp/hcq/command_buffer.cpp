@@ -102,6 +102,9 @@ void CommandBuffer::exec(const Program& program, std::span<const Operand> args, 
   Rollback rb{words_, offsets_, sites_};
   begin(Op::Exec, layout::kExecArgs + static_cast<uint32_t>(args.size()));
   words_.push_back(program.address());
+  if (!names_) keep(names_ = std::make_shared<std::deque<std::string>>());
+  if (names_->empty() || names_->back() != program.name()) names_->push_back(program.name());
+  words_.push_back(reinterpret_cast<uint64_t>(names_->back().c_str()));
   const Operand dims[6] = {global.x, global.y, global.z, local.x, local.y, local.z};
   for (uint32_t i = 0; i < 6; ++i) words_.push_back(field(dims[i], layout::kExecGlobal + i));
   for (uint32_t i = 0; i < args.size(); ++i) words_.push_back(field(args[i], layout::kExecArgs + i));

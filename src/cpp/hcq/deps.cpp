@@ -183,7 +183,8 @@ size_t DepsTracker::prune() {
 size_t DepsTracker::prune_locked() {
   size_t dropped = 0;
   auto done = [&](const Entry& e) {
-    const bool d = e.signal->value() >= e.value;
+    // a faulted signal's entries stay: a host wait on their memory is where the fault surfaces
+    const bool d = e.signal->value() >= e.value && !e.signal->faulted();
     dropped += d;
     return d;
   };

@@ -17,6 +17,9 @@ std::string timeout_message(const std::string& signal, uint64_t wanted, uint64_t
 SignalTimeout::SignalTimeout(const std::string& signal, uint64_t wanted, uint64_t seen, std::chrono::milliseconds timeout)
     : std::runtime_error(timeout_message(signal, wanted, seen, timeout)), signal_(signal), wanted_(wanted), seen_(seen) {}
 
+DeviceFault::DeviceFault(const std::string& signal, uint64_t value, const std::string& what)
+    : std::runtime_error(what), signal_(signal), value_(value) {}
+
 Signal::Signal(Key, std::string name, std::unique_ptr<Cell> cell, std::atomic<uint64_t>* word, std::shared_ptr<void> owner)
     : name_(std::move(name)), cell_(std::move(cell)), word_(word), owner_(std::move(owner)) {}
 
@@ -36,16 +39,42 @@ SignalRef Signal::external(std::string name, std::atomic<uint64_t>* word, std::s
 }
 
 bool Signal::wait_for(uint64_t v, std::chrono::milliseconds timeout) const {
-  if (value() >= v) return true;
+  const auto reached = [&] {
+    if (value() < v) return false;
+    check(v);
+    return true;
+  };
+  if (reached()) return true;
   Backoff backoff;
   for (;;) {
     backoff.step();
-    if (value() >= v) return true;
+    if (reached()) return true;
     if (timeout != kNoTimeout && backoff.elapsed() >= timeout) {
       // Refresh the clock before giving up: elapsed() may be up to 32 spin steps old.
-      if (backoff.elapsed(true) >= timeout) return value() >= v;
+      if (backoff.elapsed(true) >= timeout) return reached();
     }
   }
+}
+
+void Signal::fault(uint64_t value, std::string what) {
+  const std::lock_guard lock(fault_mu_);
+  if (faulted_.load(std::memory_order_relaxed)) return;
+  fault_value_ = value;
+  fault_what_ = std::move(what);
+  faulted_.store(true, std::memory_order_release);
+}
+
+void Signal::throw_fault(uint64_t reached) const {
+  std::string what;
+  uint64_t at = 0;
+  {
+    const std::lock_guard lock(fault_mu_);
+    if (!faulted_.load(std::memory_order_relaxed) || fault_value_ > reached) return;
+    what = std::move(fault_what_);
+    at = fault_value_;
+    faulted_.store(false, std::memory_order_relaxed);
+  }
+  throw DeviceFault(name_, at, what);
 }
 
 void Signal::wait(uint64_t v, std::chrono::milliseconds timeout) const {

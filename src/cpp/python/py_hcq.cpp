@@ -207,7 +207,10 @@ std::vector<uint64_t> tracked_group(DepsTracker& t, const pb::sequence& members)
 // The host's wait before it touches memory: until every submit it must wait for (see DepsTracker) completed.
 void host_wait(const DepsTracker& t, uint64_t buffer, uint64_t begin, uint64_t end, bool write, std::optional<double> timeout_ms) {
   for (const Dep& d : t.waits_for(buffer, begin, end, write)) {
-    if (d.signal->value() >= d.value) continue;
+    if (d.signal->value() >= d.value) {
+      d.signal->check(d.value);
+      continue;
+    }
     const auto limit = to_timeout(timeout_ms);
     if (!wait_interruptible([&](std::chrono::milliseconds slice) { return d.signal->wait_for(d.value, slice); }, limit))
       throw SignalTimeout(d.signal->name(), d.value, d.signal->value(), limit);
@@ -223,6 +226,8 @@ bool init_hcq(PyObject* module) {
 
     // tinygrad raises RuntimeError for a device timeout; Python code that catches TimeoutError catches it too
     pb::register_exception<SignalTimeout>(m, "SignalTimeout", pb::make_tuple(pb::handle(PyExc_TimeoutError), pb::handle(PyExc_RuntimeError)));
+    // a kernel that faulted on the device, raised by the next wait that covers it (tinygrad raises RuntimeError)
+    pb::register_exception<DeviceFault>(m, "DeviceFault", PyExc_RuntimeError);
 
     pb::class_<Signal, SignalRef>(m, "Signal", "a 64-bit timeline value: waits end when it reaches a value")
         .def(pb::init([](std::string name, uint64_t value) { return Signal::create(std::move(name), value); }),

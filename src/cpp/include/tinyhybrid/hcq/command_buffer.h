@@ -9,9 +9,11 @@
 // the result in the buffer's lowered() cache.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tinyhybrid/hcq/program.h"
@@ -32,8 +34,9 @@ constexpr uint32_t words_of(uint64_t header) { return uint32_t((header >> 8) & 0
 
 // Wait (until *addr >= value) and Signal (*addr = value, release): [header, addr, value]
 inline constexpr uint32_t kSignalAddr = 1, kSignalValue = 2, kSignalWords = 3;
-// Exec: [header, function, global x y z, local x y z, args...]
-inline constexpr uint32_t kExecFn = 1, kExecGlobal = 2, kExecLocal = 5, kExecArgs = 8;
+// Exec: [header, function, name, global x y z, local x y z, args...]. `name` is the address of the kernel's name (a
+// NUL-terminated string the buffer keeps alive while it or a submit of it lives): what a fault message names.
+inline constexpr uint32_t kExecFn = 1, kExecName = 2, kExecGlobal = 3, kExecLocal = 6, kExecArgs = 9;
 inline constexpr uint32_t kMaxExecArgs = kMaxWords - kExecArgs;
 // Copy (non-overlapping, like a DMA engine): [header, dst, src, nbytes]
 inline constexpr uint32_t kCopyDst = 1, kCopySrc = 2, kCopySize = 3, kCopyWords = 4;
@@ -142,6 +145,7 @@ class CommandBuffer {
   std::vector<PatchSite> sites_;
   std::vector<uint64_t> defaults_;
   std::vector<Access> accesses_;
+  std::shared_ptr<std::deque<std::string>> names_;  // the execs' kernel names (a deque: their addresses never move)
   std::shared_ptr<Refs> refs_;  // distinct references; copied on write while a submit shares them
   uint64_t version_ = 0;
   mutable const void* lowered_owner_ = nullptr;

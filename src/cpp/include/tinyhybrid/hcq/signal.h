@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,19 @@ class SignalTimeout : public std::runtime_error {
  private:
   std::string signal_;
   uint64_t wanted_, seen_;
+};
+
+// A device-side error (a kernel that faulted) in the work that was to raise a signal to `value`. The next wait that
+// reaches `value` throws it, once: the device itself goes on with later work. The message names the kernel.
+class DeviceFault : public std::runtime_error {
+ public:
+  DeviceFault(const std::string& signal, uint64_t value, const std::string& what);
+  const std::string& signal() const noexcept { return signal_; }
+  uint64_t value() const noexcept { return value_; }
+
+ private:
+  std::string signal_;
+  uint64_t value_;
 };
 
 // No time limit: wait() with this never throws.
@@ -61,8 +75,17 @@ class Signal {
   void set(uint64_t v) noexcept { word_->store(v, std::memory_order_release); }
   // Until value() >= v. Throws SignalTimeout after `timeout` (never with kNoTimeout).
   void wait(uint64_t v, std::chrono::milliseconds timeout = kDefaultTimeout) const;
-  // Like wait, but returns false on timeout instead of throwing.
+  // Like wait, but returns false on timeout instead of throwing. Both throw a DeviceFault reported at a value <= v.
   bool wait_for(uint64_t v, std::chrono::milliseconds timeout) const;
+
+  // The producer reports a device-side error in the work that raises this signal to `value` (the first report
+  // stands until a wait throws it).
+  void fault(uint64_t value, std::string what);
+  // Throws the reported DeviceFault if it came at a value <= `reached` (a wait that reached it), and forgets it.
+  bool faulted() const noexcept { return faulted_.load(std::memory_order_acquire); }
+  void check(uint64_t reached) const {
+    if (faulted_.load(std::memory_order_acquire)) throw_fault(reached);
+  }
 
   const std::string& name() const noexcept { return name_; }
   // The address a command stream uses to reach the value (a device writes it with release order).
@@ -73,6 +96,12 @@ class Signal {
   std::unique_ptr<Cell> cell_;    // own storage, or null
   std::atomic<uint64_t>* word_;   // into cell_ or into the owner's memory
   std::shared_ptr<void> owner_;   // keeps external memory alive
+  void throw_fault(uint64_t reached) const;
+  // A reported fault, for the waits: rare, so a mutex; `faulted_` keeps the check to one load.
+  mutable std::atomic<bool> faulted_{false};
+  mutable std::mutex fault_mu_;
+  mutable uint64_t fault_value_ = 0;
+  mutable std::string fault_what_;
 };
 
 }  // namespace th::hcq
