@@ -116,6 +116,30 @@ def test_tracker_orders_two_queues_by_the_bytes_they_touch():
   np.testing.assert_array_equal(y[:64], np.full(64, 7))
 
 
+def test_copies_into_a_device_run_beside_its_kernels_and_wait_only_for_the_bytes_they_share():
+  """A copy between CPU devices runs on the destination's copy queue: it finishes while the device's compute queue is
+  held, unless it reads what the held work writes."""
+  from tinyhybrid.device import CopySpec
+  from tinyhybrid.engine.multi import _submit_copy
+  gate = hcq.Signal("gate")
+  dev = Device["CPU:1"]
+  x, y = Buffer("CPU:1", 64, dtypes.int32).ensure_allocated(), Buffer("CPU:1", 64, dtypes.int32, np.arange(64, dtype=np.int32))
+  free_src, free_dst = Buffer("CPU:2", 64, dtypes.int32, np.full(64, 5, np.int32)), Buffer("CPU:1", 64, dtypes.int32).ensure_allocated()
+  late = Buffer("CPU:1", 64, dtypes.int32).ensure_allocated()
+  _gated_copy(dev.queue, gate, x.address, y.address, 256)  # the compute queue, held: writes x
+  _submit_copy("CPU:1", free_dst.address, free_src.address, CopySpec(256))  # bytes the held work does not touch
+  copies = dev.hcq_copy_queue
+  assert copies is not dev.queue
+  copies.wait(copies.last_submitted, timeout_ms=5000)  # done while the compute queue is held
+  assert dev.queue.timeline.value < dev.queue.last_submitted
+  _submit_copy("CPU:1", late.address, x.address, CopySpec(256))  # reads x: waits for the held write
+  time.sleep(0.05)
+  assert copies.timeline.value < copies.last_submitted, "the copy of x did not wait for the work that writes it"
+  gate.set(1)
+  np.testing.assert_array_equal(late.numpy(), np.arange(64))
+  np.testing.assert_array_equal(free_dst.numpy(), np.full(64, 5))
+
+
 def test_a_device_timeout_is_a_runtime_error_naming_the_queue_and_values_and_the_device_stays_usable():
   gate = hcq.Signal("gate")
   q = Device["CPU"].queue

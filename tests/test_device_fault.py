@@ -82,7 +82,7 @@ def test_a_fault_in_a_helper_part_of_a_split_kernel_is_reported_too(lib):
   out = np.zeros(2, np.uint32)
   cb = hcq.CommandBuffer()
   cb.exec(prog(lib, "store_at"), [out.ctypes.data, 1, 8], global_size=(2,))
-  v = q.submit(cb)
+  q.submit(cb)
   with pytest.raises(hcq.DeviceFault, match=r"kernel 'store_at' faulted: SIGSEGV \(invalid memory access at 0x8\)"): q.synchronize()
   assert out[0] == 1, "the leader's part ran"
 

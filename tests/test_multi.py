@@ -1,5 +1,4 @@
 """Devices CPU:N, copies between them, and sharded tensors (tinygrad's multi-device API) checked against NumPy."""
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -328,18 +327,23 @@ def test_jit_sharded_replay_chains_devices():
   assert f.captured is not None and len(f.captured.runners) == 1 and len(set(f.captured.devices)) == 3
 
 
-def test_group_by_device_keeps_dependencies():
-  from tinyhybrid.engine.multi import group_by_device
-  # (device, [written slot, read slots...]): 2 reads 0 (written by 0), 3 overwrites 1 which 1 read (after 1), 4 is free
-  items = [("A", [0]), ("B", [1, 5]), ("A", [2, 0]), ("B", [5, 6]), ("A", [7])]
-  one = SimpleNamespace(outs=1)
-  order = group_by_device([d for d, _ in items], [(one, s, 1) for _, s in items])
-  assert sorted(order) == list(range(5)) and order.index(0) < order.index(2) and order.index(1) < order.index(3)
-  assert [items[j][0] for j in order] == ["A", "A", "A", "B", "B"]
-  # a kernel that stores to two slots (prg.outs = 2): the reader of its second output on A waits for it on B
-  progs = [one, SimpleNamespace(outs=2), one]
-  order = group_by_device(["A", "B", "A"], list(zip(progs, [[0], [1, 2, 5], [3, 2]], [1, 1, 1])))
-  assert order == [0, 1, 2]
+def test_a_chained_replay_waits_between_devices_only_where_their_buffers_meet():
+  from tinyhybrid.device import CopySpec
+  from tinyhybrid.engine.multi import _copy_program
+  from tinyhybrid.runtime.hcq import ChainRunner
+  A, B, C = "CPU", "CPU:1", "CPU:2"
+  # (device, dst slot, src slot), in order: B's copy reads what A's first wrote (RAW); C's first is independent; A's
+  # second overwrites what B read (WAR); C's second reads B's result (RAW) and overwrites what A's second read (WAR)
+  plan = [(A, 1, 0), (B, 2, 1), (C, 4, 3), (A, 1, 5), (C, 5, 2)]
+  items = [(Device[d].queue, (_copy_program(d, CopySpec(16)), [dst, src], 1)) for d, dst, src in plan]
+  runner = ChainRunner(items, 6)
+  assert runner.waits == [{}, {A: 1}, {}, {B: 1}, {B: 1, A: 2}]
+  for _ in range(3):  # replays: each call's signal values are new
+    bufs = [np.full(4, k, np.float32) for k in range(6)]
+    x, y, z = bufs[0].copy(), bufs[3].copy(), bufs[5].copy()
+    runner([b.ctypes.data for b in bufs])
+    for d in (A, B, C): Device[d].synchronize()
+    for got, want in zip([bufs[1], bufs[2], bufs[4], bufs[5]], [z, x, y, x]): np.testing.assert_array_equal(got, want)
 
 
 # ** gradients across devices: to() is a COPY node (its gradient is copied back), shard() an MSTACK (each source gets

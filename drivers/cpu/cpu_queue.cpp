@@ -67,6 +67,7 @@ class CpuQueueImpl final : public hcq::CpuQueue {
         threads_(threads),
         idle_spin_(cfg.idle_spin),
         share_(cfg.share),
+        batch_(cfg.batch),
         timeline_(hcq::Signal::create(cfg.name + ":timeline")),
         ring_(cfg.ring_slots),
         pool_(threads - 1, cfg.idle_spin),
@@ -125,6 +126,7 @@ class CpuQueueImpl final : public hcq::CpuQueue {
   std::atomic<uint32_t> parallelism_{threads_};
   const std::chrono::nanoseconds idle_spin_;
   const std::shared_ptr<hcq::CoreShare> share_;
+  const uint32_t batch_;
   const hcq::SignalRef timeline_;
   Ring ring_;
   Doorbell leader_bell_;  // the host wakes a sleeping leader
@@ -162,7 +164,12 @@ uint64_t CpuQueueImpl::submit(const hcq::CommandBuffer& cb, std::span<const uint
   const uint64_t value = submitted_.load(std::memory_order_relaxed) + 1;
   uint64_t put = put_;
   size_t site = 0;
+  uint64_t batch = batch_, handoff = batch_ != 0 ? batch_ : UINT64_MAX;  // the command count of the next hand-off
   for (size_t c = 0; c < offsets.size(); ++c) {
+    if (c == handoff) {
+      publish(put);
+      handoff += batch *= 2;
+    }
     if (put - done_seen_ >= ring_.size()) wait_space(put);
     uint64_t* dst = ring_.at(put++).w;
     const uint64_t* src = words.data() + offsets[c];

@@ -230,6 +230,12 @@ class Compiled:
     # between host-memory devices are commands on it (runtime/hcq.py)
     self.hcq_queue: Any = None
 
+  @property
+  def hcq_copy_queue(self) -> Any:
+    """The queue that copies into this device's memory run on: a copy engine's, or the compute queue's where the device
+    has none (None without HCQ)."""
+    return self.hcq_queue
+
   def compile(self, name: str, src: str) -> CompiledProgram: return self.compile_many([(name, src)])[0]
 
   def compile_many(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
@@ -240,10 +246,10 @@ class Compiled:
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner: return Runner(items, nslots, self.name)
 
-  def chain_runner(self, segments: list[tuple[str, list[tuple[CompiledProgram, list[int], Any]]]], nslots: int) -> Runner | None:
-    """One runner for runs of items on several devices (segments: (device, items), in order), each device's runs from
-    one command buffer and ordered between the queues by signals; None when these devices cannot (then each run gets
-    a runner of its own)."""
+  def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner | None:
+    """One runner for items on several devices (items[i] runs on devices[i], in this order), each device's items from
+    one command buffer, with waits between the queues only where the items' buffers meet; None when these devices
+    cannot (then each run of items on one device gets a runner of its own)."""
     return None
 
   def synchronize(self) -> None: pass

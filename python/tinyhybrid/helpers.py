@@ -91,6 +91,9 @@ DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
 JIT = ContextVar("JIT", 1)
+# a long submit (a TinyJit replay) reaches a device in batches of this many commands, then twice as many, ... (tinygrad's
+# name; 0: in one piece), so the device starts on it while the host still hands it over
+JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 32)
 NOOPT = ContextVar("NOOPT", 0)
 # tensor cores (codegen/tc.py), tinygrad's names: TC=0 never uses them; TC_SELECT picks one of the renderer's (-1: the
 # first that fits); TC_OPT is how hard to try (0: only shapes that fit exactly, the only level implemented here)

@@ -16,8 +16,6 @@ the graph.
 This layer works on UOps and never imports Tensor: realizing graphs on devices is handed in (tensor.py)."""
 from __future__ import annotations
 
-import heapq
-
 from typing import Any, Callable
 
 from tinyhybrid._core import hcq
@@ -47,7 +45,7 @@ def _submit_copy(device: str, dst: int, src: int, spec: CopySpec) -> None:
   """Submits a copy command between the buffers at dst and src to device's queue, without waiting: the tracker orders
   it after the work that uses those bytes, and what uses them later after it. A device without a queue (NULL) moves
   nothing."""
-  if (queue := Device[device].hcq_queue) is None: return
+  if (queue := Device[device].hcq_copy_queue) is None: return
   hcq_runtime.encode_copy(cb := hcq.CommandBuffer(), dst, src, spec)
   hcq_runtime.submit(queue, cb)
 
@@ -219,49 +217,12 @@ def _segments(devices: list[str], items: list) -> list[tuple[str, list]]:
   return segments
 
 
-def group_by_device(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]]) -> list[int]:
-  """An order of the items (kernels and copies over argument slots; the first prg.outs slots are what one writes, the
-  others what it reads) with runs on one device as long as the dependencies allow: an item moves ahead of another
-  only when neither writes a slot the other uses. Fewer runs are fewer hand-offs between queues."""
-  deps: list[set[int]] = []
-  writer: dict[int, int] = {}
-  readers: dict[int, list[int]] = {}
-  for j, (prg, slots, _) in enumerate(items):
-    d: set[int] = set()
-    for k, sl in enumerate(slots):
-      if sl in writer: d.add(writer[sl])
-      if k < prg.outs: d.update(readers.pop(sl, ()))
-    for sl in slots[prg.outs:]: readers.setdefault(sl, []).append(j)
-    for sl in slots[:prg.outs]: writer[sl] = j
-    d.discard(j)
-    deps.append(d)
-  users: list[list[int]] = [[] for _ in items]
-  left = [len(d) for d in deps]
-  for j, d in enumerate(deps):
-    for i in d: users[i].append(j)
-  ready: dict[str, list[int]] = {}
-  for j in range(len(items)):
-    if not left[j]: heapq.heappush(ready.setdefault(devices[j], []), j)
-  order: list[int] = []
-  cur = devices[0] if items else ""
-  while len(order) < len(items):
-    if not ready.get(cur): cur = min((h[0], dev) for dev, h in ready.items() if h)[1]
-    j = heapq.heappop(ready[cur])
-    order.append(j)
-    for u in users[j]:
-      left[u] -= 1
-      if not left[u]: heapq.heappush(ready.setdefault(devices[u], []), u)
-  return order
-
-
 def batch_runners(devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> list[Runner]:
   """Runners for kernels and copies on several devices that run in the given order (a TinyJit replay): one per run
   of consecutive items on one device, or, when every device is a CPU queue, one for all of them that runs each
-  device's items from one command buffer and orders the runs with signals between the queues (no Python per kernel,
-  one submit per device), with the items regrouped by device as far as their dependencies allow."""
+  device's items from one command buffer, where an item waits for another device's only when their buffers meet (no
+  Python per kernel, one submit per device)."""
   segments = _segments(devices, items)
-  if len(segments) > 1 and not PROFILE:
-    order = group_by_device(devices, items)
-    regrouped = _segments([devices[j] for j in order], [items[j] for j in order])
-    if (chain := Device[devices[0]].chain_runner(regrouped, nslots)) is not None: return [chain]
+  if len(segments) > 1 and not PROFILE and (chain := Device[devices[0]].chain_runner(devices, items, nslots)) is not None:
+    return [chain]
   return [Device[d].runner(seg, nslots) for d, seg in segments]

@@ -110,13 +110,27 @@ def encode_copy(cb: hcq.CommandBuffer, dst: int | hcq.Patch, src: int | hcq.Patc
   cb.access(src, spec.src_offset, spec.src_offset + spec.nbytes)
 
 
+def _accesses(prg: CompiledProgram, args: list[int]) -> list[tuple[int, bool]]:
+  """(argument slot, written) for each buffer an item touches: a copy writes its first and reads its second, a kernel
+  writes its first prg.outs buffers and reads the others (its variables are not memory)."""
+  if isinstance(prg.keepalive, CopySpec): return [(args[0], True), (args[1], False)]
+  return [(a, k < prg.outs) for k, a in enumerate(args[:prg.bufs if prg.bufs >= 0 else len(args)])]
+
+
 def _declare(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], Any]]) -> None:
-  """The memory the kernels touch, one access per buffer slot (written if any kernel writes it); copies declare theirs."""
+  """The memory the items touch, one access per buffer slot (written if any item writes it)."""
   written: dict[int, bool] = {}
   for prg, args, _ in items:
-    if isinstance(prg.keepalive, CopySpec): continue
-    for k, a in enumerate(args[:prg.bufs if prg.bufs >= 0 else len(args)]): written[a] = written.get(a, False) or k < prg.outs
+    for a, w in _accesses(prg, args): written[a] = written.get(a, False) or w
   for a, w in written.items(): cb.access(hcq.Patch(slots[a]), write=w)
+
+
+def _encode_item(cb: hcq.CommandBuffer, slots: list[int], prg: CompiledProgram, args: list[int], threads: Any) -> None:
+  if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
+    encode_copy(cb, hcq.Patch(slots[args[0]]), hcq.Patch(slots[args[1]]), prg.keepalive)
+  else:
+    hp: HCQProgram = prg.keepalive
+    cb.exec(hp.program, [*(hcq.Patch(slots[a]) for a in args), *hp.extra], global_size=(threads,))
 
 
 def encode_items(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], Any]],
@@ -124,11 +138,7 @@ def encode_items(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[Comp
   """Kernels (and copies) over patch slots, each bracketed by timestamps into `stamps` when given, with their accesses."""
   for k, (prg, args, threads) in enumerate(items):
     if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
-    if isinstance(prg.keepalive, CopySpec):  # a copy between devices (engine/multi.py), run by this queue
-      encode_copy(cb, hcq.Patch(slots[args[0]]), hcq.Patch(slots[args[1]]), prg.keepalive)
-    else:
-      hp: HCQProgram = prg.keepalive
-      cb.exec(hp.program, [*(hcq.Patch(slots[a]) for a in args), *hp.extra], global_size=(threads,))
+    _encode_item(cb, slots, prg, args, threads)
     if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
   _declare(cb, slots, items)
 
@@ -169,30 +179,52 @@ class QueueRunner(Runner):
 
 
 class ChainRunner(Runner):
-  """Kernels and copies on several queues that must run in the order given (a TinyJit replay of a sharded step): one
-  command buffer per queue, where a run of items waits, through a signal, for the run on another queue before it. A
-  call is one group submit and no wait, so no host round trip between runs and no Python per item. Each call's signal
-  values are the next ones on the signals' timelines (patched)."""
-  def __init__(self, segments: list[tuple[hcq.Queue, list[tuple[CompiledProgram, list[int], Any]]]], nslots: int):
-    super().__init__([it for _, seg in segments for it in seg], nslots)
-    self.queues = list({id(q): q for q, _ in segments}.values())
+  """Kernels and copies on several queues whose order is given (a TinyJit replay of a sharded step), as one command
+  buffer per queue with that queue's items in order. The waits between queues come from a dependency tracker run
+  over the items' argument slots when the runner is built: an item waits, through a signal, only for the items of
+  other queues that write what it reads or use what it writes, so the queues run side by side wherever their data
+  allows. A call is one group submit and no host wait. Each call's signal values are the next ones on the signals'
+  timelines (patched)."""
+  def __init__(self, items: list[tuple[hcq.Queue, tuple[CompiledProgram, list[int], Any]]], nslots: int):
+    super().__init__([it for _, it in items], nslots)
+    self.queues = list({id(q): q for q, _ in items}.values())
     self.signals = {id(q): hcq.Signal(f"{q.name} chain") for q in self.queues}
+    # which earlier item (by its number on its queue, from 1) of which other queue each item waits for
+    plan = hcq.DepsTracker()
+    queue_of = {id(sig): qid for qid, sig in self.signals.items()}
+    count = dict.fromkeys(self.signals, 0)
+    waits: list[dict[int, int]] = []
+    for q, (prg, args, _) in items:
+      own = self.signals[id(q)]
+      count[id(q)] += 1
+      need: dict[int, int] = {}
+      for slot, write in _accesses(prg, args):
+        for sig, v in plan.access(slot, 0, hcq.WHOLE, write, own, count[id(q)], skip=own): need[id(sig)] = max(need.get(id(sig), 0), v)
+      need = {queue_of[sid]: v for sid, v in need.items()}
+      waits.append(need)
+    # what each item waits for, by queue name: {queue: item number there}
+    names = {id(q): q.name for q in self.queues}
+    self.waits = [{names[qid]: v for qid, v in need.items()} for need in waits]
+    signalled = {(sq, v) for need in waits for sq, v in need.items()}  # (queue, item number) another queue waits for
+    self.period = max(count.values()) + 1
     self.cbs = {id(q): hcq.CommandBuffer() for q in self.queues}
     slots = {id(q): [self.cbs[id(q)].add_slot(0) for _ in range(nslots)] for q in self.queues}
-    self.marks: dict[int, list[int]] = {id(q): [] for q in self.queues}  # per queue: the segment number of each value slot
-    self.period = len(segments)
-    for k, (q, seg) in enumerate(segments):
-      cb = self.cbs[id(q)]
-      if k and segments[k - 1][0] is not q:  # after the run before it, on its queue's signal
-        cb.wait(self.signals[id(segments[k - 1][0])], 0, patch=True)
-        self.marks[id(q)].append(k)
-      encode_items(cb, slots[id(q)], seg)
-      if k + 1 < len(segments) and segments[k + 1][0] is not q:
-        cb.signal(self.signals[id(q)], 0, patch=True)
-        self.marks[id(q)].append(k + 1)
+    self.marks: dict[int, list[int]] = {id(q): [] for q in self.queues}  # per queue: the item number of each value slot
+    count = dict.fromkeys(self.signals, 0)
+    for (q, (prg, args, threads)), need in zip(items, waits):
+      cb, qid = self.cbs[id(q)], id(q)
+      count[qid] += 1
+      for sq, v in need.items():
+        cb.wait(self.signals[sq], 0, patch=True)
+        self.marks[qid].append(v)
+      _encode_item(cb, slots[qid], prg, args, threads)
+      if (qid, count[qid]) in signalled:
+        cb.signal(self.signals[qid], 0, patch=True)
+        self.marks[qid].append(count[qid])
+    for q in self.queues: _declare(self.cbs[id(q)], slots[id(q)], [it for iq, it in items if iq is q])
     self.calls = 0
 
   def __call__(self, addresses: list[int]) -> None:
     self.calls += 1
-    base = self.calls * self.period  # run k is done when its queue's signal reaches base + k + 1
+    base = self.calls * self.period  # item k of a queue is done when its signal reaches base + k
     submit_group([(q, self.cbs[id(q)], [*addresses, *(base + m for m in self.marks[id(q)])]) for q in self.queues])

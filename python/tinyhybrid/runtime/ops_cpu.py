@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Device, ProfileEvent, Runner, profile_events, to_ctypes_words
-from tinyhybrid.helpers import PROFILE
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, Device, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
 from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, fits, host_wait, register, submit, synchronize
@@ -57,8 +57,9 @@ _CORES = hcq.CoreShare()
 class CPUDevice(Compiled):
   def __init__(self, name: str):
     super().__init__(name, CPUAllocator(self), CRenderer(16 if is_clang() else 1), self._build_kernels)
-    self.hcq_queue = self.queue = hcq.CPUQueue(name=name, share=_CORES)
+    self.hcq_queue = self.queue = hcq.CPUQueue(name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
     register(self.queue)
+    self._copy_queue: hcq.CPUQueue | None = None
     self.max_threads = self.queue.num_threads
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
@@ -107,13 +108,24 @@ class CPUDevice(Compiled):
     # a queue command carries a bounded number of arguments; a kernel past it is called directly
     return QueueRunner(items, nslots, self.queue, self.name) if fits(items) else Runner(items, nslots, self.name)
 
-  def chain_runner(self, segments: list[tuple[str, list[tuple[CompiledProgram, list[int], int]]]], nslots: int) -> Runner | None:
-    # every device a CPU queue, and every kernel's arguments fit a queue command
-    cpus = [dev for d, _ in segments if isinstance(dev := Device[d], CPUDevice)]
-    if len(cpus) != len(segments) or not all(fits(seg) for _, seg in segments): return None
-    return ChainRunner([(dev.queue, seg) for dev, (_, seg) in zip(cpus, segments)], nslots)
+  @property
+  def hcq_copy_queue(self) -> hcq.CPUQueue:
+    """Copies into this device run on a queue of their own, made on first use, beside its kernels: the tracker orders
+    the two only where their bytes meet (as a GPU's copy engine beside its compute queue)."""
+    if self._copy_queue is None:
+      self._copy_queue = hcq.CPUQueue(name=f"{self.name}:copy", share=_CORES, batch=int(JIT_BATCH_SIZE.value))
+      register(self._copy_queue)
+    return self._copy_queue
 
-  def synchronize(self) -> None: synchronize(self.queue)
+  def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner | None:
+    # every device a CPU queue, and every kernel's arguments fit a queue command
+    cpus = [dev for d in devices if isinstance(dev := Device[d], CPUDevice)]
+    if len(cpus) != len(items) or not fits(items): return None
+    return ChainRunner([(dev.hcq_copy_queue if isinstance(it[0].keepalive, CopySpec) else dev.queue, it) for dev, it in zip(cpus, items)], nslots)
+
+  def synchronize(self) -> None:
+    synchronize(self.queue)
+    if self._copy_queue is not None: synchronize(self._copy_queue)
 
 
 def make_device(name: str) -> Compiled: return CPUDevice(name)

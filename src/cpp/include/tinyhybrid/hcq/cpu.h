@@ -39,6 +39,10 @@ struct CpuConfig {
   // then find it awake, which saves a futex wake-up (~5-50 us) per submit.
   std::chrono::microseconds idle_spin{200};
   std::shared_ptr<CoreShare> share;  // null: the queue uses its workers as if alone
+  // A long submit is handed to the workers in batches as it is copied into the ring: after its first `batch`
+  // commands, then after twice as many more, and so on (tinygrad's JIT_BATCH_SIZE, which batches a replay the same
+  // way), so the device starts on it while the host still copies. 0: once, at the end.
+  uint32_t batch = 32;
 };
 
 // CPUs this process may use: its affinity mask, capped by a cgroup CPU quota (v2 cpu.max or v1
