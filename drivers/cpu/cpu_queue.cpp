@@ -350,10 +350,11 @@ CoreShare::CoreShare(uint32_t cores) : cores_(cores != 0 ? cores : usable_cpu_co
 
 uint32_t CoreShare::acquire(uint32_t want) noexcept {
   want = std::max<uint32_t>(1, want);
-  Backoff backoff;
   for (uint32_t f = free_.load(std::memory_order_acquire);;) {
     if (f == 0) {
-      backoff.step();
+      // A core comes back when another queue's command ends: poll briefly (a short command), then sleep until then.
+      if (cpu::poll_for([&] { return free_.load(std::memory_order_acquire) != 0; }, cpu::kMinSpin) != cpu::Poll::Ready)
+        free_.wait(0, std::memory_order_acquire);
       f = free_.load(std::memory_order_acquire);
       continue;
     }

@@ -20,9 +20,13 @@ class CoreShare {
  public:
   explicit CoreShare(uint32_t cores = 0);  // 0: usable_cpu_count()
   uint32_t cores() const noexcept { return cores_; }
-  // Up to `want` cores (at least 1), waiting while none is free; give them back with release().
+  // Up to `want` cores (at least 1), waiting while none is free; give them back with release(). A waiter sleeps until
+  // a release wakes it: a core handed back is taken at once, not after a nap.
   uint32_t acquire(uint32_t want) noexcept;
-  void release(uint32_t n) noexcept { free_.fetch_add(n, std::memory_order_release); }
+  void release(uint32_t n) noexcept {
+    free_.fetch_add(n, std::memory_order_release);
+    free_.notify_all();
+  }
 
   std::atomic<uint32_t> busy{0};  // sharing queues whose leader has work now
 
