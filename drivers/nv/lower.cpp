@@ -251,6 +251,8 @@ uint64_t get_field(std::span<const uint32_t> words, qmd::Field f) {
 
 void Lowered::patch(std::span<uint32_t> push_words, std::span<uint32_t> side_words, std::span<const uint64_t> slots,
                     uint64_t side_base) const {
+  if (side_base % qmd::kAlign != 0 || (side_base + side.size() * 4) >> 40 != 0)
+    throw std::invalid_argument("NV side area at " + std::to_string(side_base) + ": QMDs need 256-byte alignment below 2^40");
   for (const Site& s : sites) {
     const uint64_t v = (s.slot == Site::kSideBase ? side_base : slots[s.slot]) + s.addend;
     uint32_t& w = s.side ? side_words[s.word] : push_words[s.word];
@@ -260,6 +262,13 @@ void Lowered::patch(std::span<uint32_t> push_words, std::span<uint32_t> side_wor
 }
 
 Lowered lower(const hcq::CommandBuffer& cb, Gen gen, Engine engine) { return Lowering(cb, gen, engine).run(); }
+
+std::array<uint32_t, 6> semaphore_release(Gen gen, uint64_t address, uint64_t value) {
+  const uint32_t hi_bits = gen == Gen::Hopper ? host::kSemAddrHiBitsHopper : host::kSemAddrHiBitsAmpere;
+  return {dma::header(dma::kIncreasing, 0, host::kSemAddrLo, 5), static_cast<uint32_t>(address),
+          static_cast<uint32_t>((address >> 32) & mask(hi_bits)), static_cast<uint32_t>(value), static_cast<uint32_t>(value >> 32),
+          host::kOpRelease | host::kReleaseWfi | host::kPayload64};
+}
 
 std::array<uint32_t, 2> gpfifo_entry(uint64_t address, uint32_t dwords, bool sync_wait) {
   if (address % 4 != 0 || address >> 40 != 0) throw std::invalid_argument("GPFIFO entry: the segment address must be 4-byte aligned, below 2^40");

@@ -45,14 +45,18 @@ struct Lowered {
   std::vector<uint32_t> push;  // the methods: one GPFIFO entry's segment
   std::vector<uint32_t> side;  // QMDs and constant buffers, each 256-byte aligned from the side area's start
   std::vector<Site> sites;     // in order of the words they write
-  // Writes every site into push and side (copies of the two, the side area placed at GPU address side_base), with
-  // one value per slot of the command buffer.
+  // Writes every site into push and side (copies of the two, the side area placed at GPU address side_base: 256-byte
+  // aligned, ending below 2^40, where SEND_PCAS_A reaches), with one value per slot of the command buffer.
   void patch(std::span<uint32_t> push, std::span<uint32_t> side, std::span<const uint64_t> slots, uint64_t side_base) const;
 };
 
 // Throws std::invalid_argument naming the command for what the engine cannot run (an exec on the copy engine, a copy
 // on the compute engine) and for a kernel whose arguments do not fit its constant buffer.
 Lowered lower(const hcq::CommandBuffer& cb, Gen gen, Engine engine);
+
+// The six words of a host semaphore release of a 64-bit value at `address`, after the work before it is idle (what
+// ends each submit: the queue's timeline).
+std::array<uint32_t, 6> semaphore_release(Gen gen, uint64_t address, uint64_t value);
 
 // The GPFIFO entry (two words, NVC86F_GP_ENTRY0/1) that runs `dwords` pushbuffer words at GPU address `address`
 // (4-byte aligned, below 2^40): GET in ENTRY0 31:2; GET_HI in ENTRY1 7:0, LENGTH 30:10, SYNC 31 (wait before fetching).

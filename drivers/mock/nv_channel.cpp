@@ -1,0 +1,74 @@
+#include "drivers/mock/nv_channel.h"
+
+#include <sys/mman.h>
+
+#include <new>
+
+#include "tinyhybrid/hcq/wait.h"
+
+namespace th::mock {
+
+LowMapping::LowMapping(size_t bytes) : bytes_((bytes + 4095) / 4096 * 4096) {
+  // Candidates from 256 MiB up, each tried without replacing anything mapped there.
+  for (uintptr_t at = uintptr_t(1) << 28; at + bytes_ < (uintptr_t(1) << 40); at += uintptr_t(1) << 28) {
+    void* p = mmap(reinterpret_cast<void*>(at), bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == reinterpret_cast<void*>(at)) {
+      base_ = p;
+      return;
+    }
+    if (p != MAP_FAILED) munmap(p, bytes_);  // a kernel without MAP_FIXED_NOREPLACE put it elsewhere
+  }
+  throw std::bad_alloc();
+}
+
+LowMapping::~LowMapping() { munmap(base_, bytes_); }
+
+MockNvGpu::MockNvGpu(bool hopper, NvCommandProcessor::Dispatcher dispatch, uint32_t gpfifo_entries, size_t push_bytes, size_t side_bytes)
+    : entries_(gpfifo_entries),
+      gpfifo_(size_t(gpfifo_entries) * 8),
+      push_(push_bytes),
+      side_(side_bytes),
+      userd_(0x2000),
+      processor_(hopper,
+                 [this, dispatch = std::move(dispatch)](const NvLaunch& l) {
+                   launches_.fetch_add(1, std::memory_order_relaxed);
+                   if (dispatch) dispatch(l);
+                 }),
+      thread_([this] { front_end(); }) {}
+
+MockNvGpu::~MockNvGpu() {
+  stop_.store(true, std::memory_order_relaxed);
+  thread_.join();
+}
+
+std::string MockNvGpu::fault() const {
+  const std::lock_guard lock(fault_mu_);
+  return fault_;
+}
+
+void MockNvGpu::front_end() {
+  auto* entries = reinterpret_cast<const uint32_t*>(gpfifo_.data());
+  hcq::BackoffPolicy idle;
+  idle.max_nap = std::chrono::microseconds(100);
+  hcq::Backoff backoff(idle);
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const uint32_t get = *gp_get(), put = *gp_put();
+    if (get == put) {
+      backoff.step();
+      continue;
+    }
+    backoff = hcq::Backoff(idle);
+    std::atomic_thread_fence(std::memory_order_acquire);  // the entry and its segment were written before GPPut
+    try {
+      processor_.run_entry(entries[2 * get], entries[2 * get + 1]);
+    } catch (const MockFault& e) {
+      const std::lock_guard lock(fault_mu_);
+      fault_ = e.what();
+      return;
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    *gp_get() = (get + 1) % entries_;
+  }
+}
+
+}  // namespace th::mock
