@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <new>
+#include <stdexcept>
 
 #include "tinyhybrid/hcq/wait.h"
 
@@ -39,6 +40,14 @@ MockNvGpu::MockNvGpu(bool hopper, NvCommandProcessor::Dispatcher dispatch, uint3
 MockNvGpu::~MockNvGpu() {
   stop_.store(true, std::memory_order_relaxed);
   thread_.join();
+}
+
+hcq::SignalRef MockNvGpu::signal(std::string name, uint64_t initial) {
+  const uint32_t k = next_semaphore_.fetch_add(1);
+  if ((k + 1) * 16 > semaphores_->size()) throw std::length_error("mock NV: out of semaphore memory");
+  auto* word = reinterpret_cast<std::atomic<uint64_t>*>(semaphores_->data() + 16 * k);
+  word->store(initial, std::memory_order_relaxed);
+  return hcq::Signal::external(std::move(name), word, semaphores_);
 }
 
 std::string MockNvGpu::fault() const {

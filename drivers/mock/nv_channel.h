@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "drivers/mock/nv_gpu.h"
+#include "tinyhybrid/hcq/signal.h"
 
 namespace th::mock {
 
@@ -49,6 +50,9 @@ class MockNvGpu {
   volatile uint32_t* doorbell() const noexcept { return reinterpret_cast<volatile uint32_t*>(userd_.data() + 0x1000 + 0x90); }
   static constexpr uint32_t kToken = 0x5a5a;
 
+  // A signal in the mock's GPU memory (below 2^40, where every generation's semaphores reach), 16 bytes of its own.
+  hcq::SignalRef signal(std::string name, uint64_t initial = 0);
+
   std::string fault() const;  // the MockFault that stopped the front end, or ""
   uint64_t launches() const noexcept { return launches_.load(std::memory_order_relaxed); }
 
@@ -57,6 +61,8 @@ class MockNvGpu {
 
   const uint32_t entries_;
   LowMapping gpfifo_, push_, side_, userd_;  // userd_: USERD, then the usermode page with the doorbell
+  std::shared_ptr<LowMapping> semaphores_ = std::make_shared<LowMapping>(1 << 16);
+  std::atomic<uint32_t> next_semaphore_{0};
   NvCommandProcessor processor_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> launches_{0};

@@ -60,7 +60,10 @@ class Lowering {
   void push(uint32_t literal) { out_.push.push_back(literal); }
 
   uint32_t sem_hi_bits() const { return gen_ == Gen::Hopper ? host::kSemAddrHiBitsHopper : host::kSemAddrHiBitsAmpere; }
-  void semaphore(const Value& address, const Value& payload, uint32_t execute, uint64_t address_add = 0) {
+  void semaphore(size_t c, const Value& address, const Value& payload, uint32_t execute, uint64_t address_add = 0) {
+    if (!address.patched() && (address.literal + address_add) >> (32 + sem_hi_bits()) != 0)
+      refuse(c, "a semaphore at " + std::to_string(address.literal) + ", past the " + std::to_string(32 + sem_hi_bits()) +
+                    " bits of address the GPU's semaphores reach");
     method(0, host::kSemAddrLo, 5);
     push(address, 0, 32, address_add);
     push(address, 32, sem_hi_bits(), address_add);
@@ -77,15 +80,15 @@ class Lowering {
     switch (L::op_of(fields_[0])) {
       case hcq::Op::Barrier: wait_for_idle(); break;
       case hcq::Op::Wait:
-        semaphore(at(L::kSignalAddr), at(L::kSignalValue), host::kOpAcqStrictGeq | host::kAcquireSwitchTsg | host::kPayload64);
+        semaphore(c, at(L::kSignalAddr), at(L::kSignalValue), host::kOpAcqStrictGeq | host::kAcquireSwitchTsg | host::kPayload64);
         break;
       case hcq::Op::Signal:
-        semaphore(at(L::kSignalAddr), at(L::kSignalValue), host::kOpRelease | host::kReleaseWfi | host::kPayload64);
+        semaphore(c, at(L::kSignalAddr), at(L::kSignalValue), host::kOpRelease | host::kReleaseWfi | host::kPayload64);
         break;
       case hcq::Op::Timestamp:
         // A release with its timestamp writes a 16-byte report, the payload then the time: placed so the time lands at
         // the command's address (the 8 bytes before it take the payload, 0).
-        semaphore(at(L::kTimestampAddr), Value{}, host::kOpRelease | host::kReleaseWfi | host::kPayload64 | host::kReleaseTimestamp,
+        semaphore(c, at(L::kTimestampAddr), Value{}, host::kOpRelease | host::kReleaseWfi | host::kPayload64 | host::kReleaseTimestamp,
                   uint64_t(0) - 8);
         break;
       case hcq::Op::Copy:

@@ -16,6 +16,10 @@ NvQueue::NvQueue(std::string name, Gen gen, Engine engine, const Channel& channe
   if (ch_.push.bytes % 4 != 0 || ch_.side.bytes % qmd::kAlign != 0 || ch_.side.gpu % qmd::kAlign != 0)
     throw std::invalid_argument(name_ + ": the pushbuffer ring must be whole words, the side ring 256-byte aligned");
   if (!ch_.gp_put || !ch_.gp_get || !ch_.doorbell || !timeline_) throw std::invalid_argument(name_ + ": the channel lacks GPPut, GPGet, the doorbell or a timeline");
+  const uint32_t reach = 32 + (gen_ == Gen::Hopper ? host::kSemAddrHiBitsHopper : host::kSemAddrHiBitsAmpere);
+  if (timeline_->address() >> reach != 0)
+    throw std::invalid_argument(name_ + ": its timeline '" + timeline_->name() + "' lies past the " + std::to_string(reach) +
+                                " bits of address the GPU's semaphores reach (put it in GPU memory)");
 }
 
 std::shared_ptr<const Lowered> NvQueue::lowered_for(const hcq::CommandBuffer& cb) {

@@ -14,6 +14,10 @@ Program::Program(std::string name, KernelFn fn) : name_(std::move(name)), fn_(fn
 Program::Program(std::string name, uint64_t address)
     : Program(std::move(name), reinterpret_cast<KernelFn>(static_cast<uintptr_t>(address))) {}
 
+Program::Program(std::string name, uint64_t address, std::shared_ptr<const void> keep) : Program(std::move(name), address) {
+  keep_ = std::move(keep);
+}
+
 Program Program::load(const std::string& path, const std::string& symbol) {
   // RTLD_LOCAL: kernels of different libraries may share symbol names.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

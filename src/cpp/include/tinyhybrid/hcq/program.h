@@ -18,6 +18,8 @@ class Program {
   // A function someone else keeps loaded (a ctypes library, a function of this program).
   Program(std::string name, KernelFn fn);
   Program(std::string name, uint64_t address);
+  // A program whose function word is an address inside `keep` (a device's kernel descriptor), kept alive with it.
+  Program(std::string name, uint64_t address, std::shared_ptr<const void> keep);
   // dlopen(path) and dlsym(symbol); the library stays loaded while any copy of the Program (or a
   // command buffer that runs it) lives. Throws std::runtime_error with dlerror()'s text.
   static Program load(const std::string& path, const std::string& symbol);
