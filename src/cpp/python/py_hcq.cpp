@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "pybind_init.h"
 #include "tinyhybrid/hcq/command_buffer.h"
 #include "tinyhybrid/hcq/cpu.h"
 #include "tinyhybrid/hcq/deps.h"
@@ -220,7 +221,7 @@ void host_wait(const DepsTracker& t, uint64_t buffer, uint64_t begin, uint64_t e
 }  // namespace
 
 bool init_hcq(PyObject* module) {
-  try {
+  return define_guarded([&] {
     auto parent = pb::reinterpret_borrow<pb::module_>(module);
     pb::module_ m = parent.def_submodule("hcq", "hardware command queues: signals, command buffers, the CPU device");
 
@@ -401,14 +402,7 @@ bool init_hcq(PyObject* module) {
     m.def("default_cpu_threads", &default_cpu_threads, "NUM_CPU_THREADS or usable_cpu_count()");
     m.attr("MAX_EXEC_ARGS") = layout::kMaxExecArgs;
     m.attr("WHOLE") = Access::kWhole;
-    return true;
-  } catch (pb::error_already_set& e) {
-    e.restore();
-    return false;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_ImportError, e.what());
-    return false;
-  }
+  });
 }
 
 }  // namespace th::py

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "convert.h"
+#include "pybind_init.h"
 #include "drivers/mock/nv_channel.h"
 #include "drivers/nv/nv_queue.h"
 
@@ -31,7 +32,7 @@ nv::Engine engine_of(const std::string& e) {
 }  // namespace
 
 bool init_nv(PyObject* module) {
-  try {
+  return define_guarded([&] {
     auto m = pb::reinterpret_borrow<pb::module_>(module).attr("hcq").cast<pb::module_>();
 
     pb::class_<nv::Kernel, std::shared_ptr<nv::Kernel>>(m, "NVKernel", "a GPU kernel as its launch (the QMD) needs it")
@@ -89,14 +90,7 @@ bool init_nv(PyObject* module) {
              "an hcq.Signal in the mock's GPU memory, below 2^40 (where Ampere's semaphores reach)")
         .def_property_readonly("launches", &mock::MockNvGpu::launches, "kernel launches decoded so far")
         .def_property_readonly("fault", &mock::MockNvGpu::fault, "the malformed-stream error that stopped it, or ''");
-    return true;
-  } catch (pb::error_already_set& e) {
-    e.restore();
-    return false;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_ImportError, e.what());
-    return false;
-  }
+  });
 }
 
 }  // namespace th::py
