@@ -12,6 +12,7 @@
 
 #include "drivers/nv/nv_classes.h"
 #include "tinyhybrid/hcq/command_buffer.h"
+#include "tinyhybrid/hcq/lowered.h"
 
 namespace th::nv {
 
@@ -29,26 +30,12 @@ struct Kernel {
   uint32_t cbuf0_bytes = 0;   // constant buffer 0's size, arguments included
 };
 
-// A 32-bit word of the lowered form that takes a value at submit: bits [from, from + width) of (the slot's value +
-// addend) go to bits [bit, bit + width) of the word. slot kSideBase stands for the side area's GPU address (a
-// pointer from the pushbuffer or a QMD into the side area).
-struct Site {
-  static constexpr uint32_t kSideBase = UINT32_MAX;
-  uint32_t slot;
-  uint64_t addend;
-  bool side;  // a word of the side area (else of the pushbuffer)
-  uint32_t word;
-  uint8_t bit, width, from;
-};
+using Site = hcq::LoweredSite;
+using Lowered = hcq::Lowered;
 
-struct Lowered {
-  std::vector<uint32_t> push;  // the methods: one GPFIFO entry's segment
-  std::vector<uint32_t> side;  // QMDs and constant buffers, each 256-byte aligned from the side area's start
-  std::vector<Site> sites;     // in order of the words they write
-  // Writes every site into push and side (copies of the two, the side area placed at GPU address side_base: 256-byte
-  // aligned, ending below 2^40, where SEND_PCAS_A reaches), with one value per slot of the command buffer.
-  void patch(std::span<uint32_t> push, std::span<uint32_t> side, std::span<const uint64_t> slots, uint64_t side_base) const;
-};
+// The side area (QMDs and constant buffers) must be 256-byte aligned and end below 2^40, where SEND_PCAS_A reaches:
+// std::invalid_argument otherwise.
+void check_side_area(uint64_t side_base, uint64_t bytes);
 
 // Throws std::invalid_argument naming the command for what the engine cannot run (an exec on the copy engine, a copy
 // on the compute engine) and for a kernel whose arguments do not fit its constant buffer.

@@ -15,6 +15,7 @@ NvQueue::NvQueue(std::string name, Gen gen, Engine engine, const Channel& channe
   if (entries < 2 || (entries & (entries - 1)) != 0) throw std::invalid_argument(name_ + ": the GPFIFO ring must hold a power of two of entries");
   if (ch_.push.bytes % 4 != 0 || ch_.side.bytes % qmd::kAlign != 0 || ch_.side.gpu % qmd::kAlign != 0)
     throw std::invalid_argument(name_ + ": the pushbuffer ring must be whole words, the side ring 256-byte aligned");
+  check_side_area(ch_.side.gpu, ch_.side.bytes);
   if (!ch_.gp_put || !ch_.gp_get || !ch_.doorbell || !timeline_) throw std::invalid_argument(name_ + ": the channel lacks GPPut, GPGet, the doorbell or a timeline");
   const uint32_t reach = 32 + (gen_ == Gen::Hopper ? host::kSemAddrHiBitsHopper : host::kSemAddrHiBitsAmpere);
   if (timeline_->address() >> reach != 0)
@@ -65,17 +66,17 @@ uint64_t NvQueue::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t>
   for (const uint64_t reached = timeline_->value(); !inflight_.empty() && inflight_.front().value <= reached;) inflight_.pop_front();
   while (!retained_.empty() && retained_.front().first <= timeline_->value()) retained_.pop_front();
 
-  const uint64_t push_words = low->push.size() + 6;  // the methods, then the timeline's release
+  const uint64_t push_words = low->stream.size() + 6;  // the methods, then the timeline's release
   const uint64_t push_at = reserve(push_head_, push_words * 4, ch_.push.bytes, 4, false);
   const uint64_t side_at = low->side.empty() ? side_head_ : reserve(side_head_, low->side.size() * 4, ch_.side.bytes, qmd::kAlign, true);
   auto* push = reinterpret_cast<uint32_t*>(ch_.push.host + push_at % ch_.push.bytes);
   auto* side = reinterpret_cast<uint32_t*>(ch_.side.host + side_at % ch_.side.bytes);
-  std::memcpy(push, low->push.data(), low->push.size() * 4);
+  std::memcpy(push, low->stream.data(), low->stream.size() * 4);
   if (!low->side.empty()) std::memcpy(side, low->side.data(), low->side.size() * 4);
-  low->patch(std::span<uint32_t>(push, low->push.size()), std::span<uint32_t>(side, low->side.size()), patches,
+  low->patch(std::span<uint32_t>(push, low->stream.size()), std::span<uint32_t>(side, low->side.size()), patches,
              ch_.side.gpu + side_at % ch_.side.bytes);
   const auto release = semaphore_release(gen_, timeline_->address(), value);
-  std::memcpy(push + low->push.size(), release.data(), sizeof(release));
+  std::memcpy(push + low->stream.size(), release.data(), sizeof(release));
 
   // The entry, then GPPut, then the doorbell, each visible before the next (the GPU reads them in that order).
   const uint64_t entries = ch_.gpfifo.bytes / 8;

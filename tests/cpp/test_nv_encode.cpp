@@ -40,7 +40,7 @@ void test_semaphores() {
       header, uint32_t(a), uint32_t(a >> 32), 5u, 0u,
       0x01001002u,  // ACQ_STRICT_GEQ (2), ACQUIRE_SWITCH_TSG (bit 12), PAYLOAD_SIZE 64BIT
   };
-  CHECK(low.push == want);
+  CHECK(low.stream == want);
   CHECK(low.side.empty() && low.sites.empty());
 }
 
@@ -52,7 +52,7 @@ void test_timestamp_and_barrier() {
   // the report's time lands at the address: the release goes 8 bytes before it, with RELEASE_TIMESTAMP (bit 25)
   const std::vector<uint32_t> want = {0x20050017u, 0x10000008u, 0u, 0u, 0u, 0x03100001u,
                                       (1u << 29) | (1u << 16) | (0x78 >> 2), 1u};  // WFI 0x78, SCOPE ALL
-  CHECK(low.push == want);
+  CHECK(low.stream == want);
 }
 
 void test_copy() {
@@ -67,14 +67,14 @@ void test_copy() {
       0x186u,  // LAUNCH_DMA: NON_PIPELINED (2), FLUSH_ENABLE (bit 2), SRC and DST PITCH (bits 7, 8), virtual addresses
   };
   CHECK_EQ(want[0], 0x20048100u);
-  CHECK(low.push == want);
+  CHECK(low.stream == want);
   // a copy of 5 GiB goes in pieces of 2 GiB: the third starts 4 GiB in
   hcq::CommandBuffer big;
   big.copy(0x1'0000'0000ull, 0x2'0000'0000ull, 5ull << 30);
   const auto pieces = nv::lower(big, Gen::Hopper, Engine::Copy);
-  CHECK_EQ(pieces.push.size(), size_t(3 * 10));
-  CHECK_EQ(pieces.push[20 + 1], 0x3u);  // source upper: 0x2'0000'0000 + 4 GiB
-  CHECK_EQ(pieces.push[20 + 6], uint32_t(1u << 30));
+  CHECK_EQ(pieces.stream.size(), size_t(3 * 10));
+  CHECK_EQ(pieces.stream[20 + 1], 0x3u);  // source upper: 0x2'0000'0000 + 4 GiB
+  CHECK_EQ(pieces.stream[20 + 6], uint32_t(1u << 30));
   CHECK_THROWS(nv::lower(cb, Gen::Hopper, Engine::Compute), std::invalid_argument);
 }
 
@@ -92,8 +92,8 @@ void test_launch() {
   cb.exec(prog, {hcq::Patch{out, 64}, 0x1234'5678'9abc'def0ull}, hcq::Dims(hcq::Patch{n}, 3, 1), hcq::Dims(128, 2, 1));
   cb.exec(prog, {0, 0}, hcq::Dims(1), hcq::Dims(1));
   const auto low = nv::lower(cb, Gen::Hopper, Engine::Compute);
-  // per launch: a QMD (64 words) and the constant buffer (0x230 bytes -> 0x300, 192 words)
-  CHECK_EQ(low.side.size(), size_t(2 * (64 + 192)));
+  // per launch: a QMD (64 words) and the constant buffer (0x230 bytes, 140 words), each starting 256-byte aligned
+  CHECK_EQ(low.side.size(), size_t(256 + 64 + 140));
   const auto& q = low.side;
   CHECK_EQ(bits(q, 0, 583, 580), 3u);  // QMD_MAJOR_VERSION
   CHECK_EQ(bits(q, 0, 579, 576), 0u);  // QMD_VERSION
@@ -114,13 +114,13 @@ void test_launch() {
   CHECK_EQ(q[64 + 0x210 / 4 + 3], 0x12345678u);
   // methods: the first launch, then a wait for idle before the second
   const uint32_t sub1 = 1u << 13;
-  CHECK_EQ(low.push.size(), size_t(4 + 2 + 4));
-  CHECK_EQ(low.push[0], (1u << 29) | (1u << 16) | sub1 | (0x2B4 >> 2));  // SEND_PCAS_A
-  CHECK_EQ(low.push[2], (1u << 29) | (1u << 16) | sub1 | (0x2C0 >> 2));  // SEND_SIGNALING_PCAS2_B
-  CHECK_EQ(low.push[3], 3u);                                             // INVALIDATE_COPY_SCHEDULE
-  CHECK_EQ(low.push[4], (1u << 29) | (1u << 16) | (0x78 >> 2));          // WFI
+  CHECK_EQ(low.stream.size(), size_t(4 + 2 + 4));
+  CHECK_EQ(low.stream[0], (1u << 29) | (1u << 16) | sub1 | (0x2B4 >> 2));  // SEND_PCAS_A
+  CHECK_EQ(low.stream[2], (1u << 29) | (1u << 16) | sub1 | (0x2C0 >> 2));  // SEND_SIGNALING_PCAS2_B
+  CHECK_EQ(low.stream[3], 3u);                                             // INVALIDATE_COPY_SCHEDULE
+  CHECK_EQ(low.stream[4], (1u << 29) | (1u << 16) | (0x78 >> 2));          // WFI
   // patching: slots and the side area's address
-  std::vector<uint32_t> push = low.push, side = low.side;
+  std::vector<uint32_t> push = low.stream, side = low.side;
   const uint64_t side_base = 0x0000'0077'0000'0000ull;
   const std::vector<uint64_t> slots = {0x0000'0055'aaaa'0000ull, 4096};
   low.patch(push, side, slots, side_base);
@@ -135,7 +135,7 @@ void test_launch() {
   // only the patched words differ from the lowered template
   size_t changed = 0;
   for (size_t i = 0; i < side.size(); ++i) changed += side[i] != low.side[i];
-  for (size_t i = 0; i < push.size(); ++i) changed += push[i] != low.push[i];
+  for (size_t i = 0; i < push.size(); ++i) changed += push[i] != low.stream[i];
   CHECK(changed <= low.sites.size());
 }
 

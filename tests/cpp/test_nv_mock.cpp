@@ -45,7 +45,7 @@ struct Run {
 
 Run lowered(const hcq::CommandBuffer& cb, Engine engine, const std::vector<uint64_t>& slots, const LowMemory* side = nullptr) {
   const auto low = nv::lower(cb, Gen::Hopper, engine);
-  Run r{low.push, {}};
+  Run r{low.stream, {}};
   if (side != nullptr) {
     CHECK(low.side.size() * 4 <= side->bytes);
     r.side = std::span<uint32_t>(side->words(), low.side.size());
@@ -127,8 +127,8 @@ void test_gpfifo_entry_runs_its_segment() {
   cb.signal(signal, 99);
   const auto lowered_cb = nv::lower(cb, Gen::Ampere, Engine::Compute);
   auto* segment = static_cast<uint32_t*>(low) + 1024;
-  std::memcpy(segment, lowered_cb.push.data(), lowered_cb.push.size() * 4);
-  const auto entry = nv::gpfifo_entry(reinterpret_cast<uint64_t>(segment), static_cast<uint32_t>(lowered_cb.push.size()));
+  std::memcpy(segment, lowered_cb.stream.data(), lowered_cb.stream.size() * 4);
+  const auto entry = nv::gpfifo_entry(reinterpret_cast<uint64_t>(segment), static_cast<uint32_t>(lowered_cb.stream.size()));
   mock::NvCommandProcessor gpu(false, nullptr);
   gpu.run_entry(entry[0], entry[1]);
   CHECK_EQ(*sem, 99u);
