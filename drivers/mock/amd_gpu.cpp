@@ -15,16 +15,6 @@ namespace {
 constexpr uint32_t kShStart = 0x2C00, kPgmLo = 0x2E0C, kRsrc1 = 0x2E12, kRsrc2 = 0x2E13, kRsrc3 = 0x2E28, kNumThreadX = 0x2E07,
                    kUserData0 = 0x2E40;
 
-std::string hex(uint64_t v) {
-  char s[24];
-  std::snprintf(s, sizeof(s), "0x%llx", static_cast<unsigned long long>(v));
-  return s;
-}
-
-uint64_t clock_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
 uint64_t addr(uint32_t lo, uint32_t hi) { return lo | (uint64_t(hi) << 32); }
 
 }  // namespace

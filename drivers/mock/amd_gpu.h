@@ -8,9 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <unordered_map>
 
-#include "drivers/mock/nv_gpu.h"  // MockFault
+#include "drivers/mock/mock_common.h"
 
 namespace th::mock {
 

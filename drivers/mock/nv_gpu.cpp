@@ -17,16 +17,6 @@ uint64_t bits_of(const uint32_t* words, uint32_t hi, uint32_t lo) {
   return v;
 }
 
-std::string hex(uint64_t v) {
-  char s[24];
-  std::snprintf(s, sizeof(s), "0x%llx", static_cast<unsigned long long>(v));
-  return s;
-}
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
 }  // namespace
 
 NvCommandProcessor::NvCommandProcessor(bool hopper, Dispatcher dispatch, std::chrono::milliseconds acquire_timeout)
@@ -113,7 +103,7 @@ void NvCommandProcessor::semaphore(uint32_t execute, size_t word) {
   if (op == 1) {  // RELEASE
     if (wide) word64->store(payload, std::memory_order_release);
     else word32->store(static_cast<uint32_t>(payload), std::memory_order_release);
-    if (stamp) reinterpret_cast<std::atomic<uint64_t>*>(address + 8)->store(now_ns(), std::memory_order_release);
+    if (stamp) reinterpret_cast<std::atomic<uint64_t>*>(address + 8)->store(clock_ns(), std::memory_order_release);
     return;
   }
   const auto met = [&] {

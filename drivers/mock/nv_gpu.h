@@ -8,15 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <stdexcept>
 #include <string>
 
-namespace th::mock {
+#include "drivers/mock/mock_common.h"
 
-class MockFault : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace th::mock {
 
 // A launch as its QMD describes it.
 struct NvLaunch {
