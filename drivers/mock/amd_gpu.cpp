@@ -55,7 +55,8 @@ void AmdCommandProcessor::run_pm4(std::span<const uint32_t> dw) {
   for (size_t i = 0; i < dw.size();) {
     const uint32_t h = dw[i];
     if ((h >> 30) != 3) fault("CP", i, "header " + hex(h) + " is not a type-3 packet");
-    const uint32_t body = ((h >> 16) & 0x3fff) + 1, opcode = (h >> 8) & 0xff;
+    const uint32_t count = (h >> 16) & 0x3fff, opcode = (h >> 8) & 0xff;
+    const uint32_t body = opcode == 0x10 && count == 0x3fff ? 0 : count + 1;  // NOP with COUNT 0x3FFF: the header alone
     if (i + 1 + body > dw.size())
       fault("CP", i, "packet " + hex(opcode) + " announces " + std::to_string(body) + " dwords, the stream has " + std::to_string(dw.size() - i - 1) + " left");
     pm4_packet(opcode, dw.subspan(i + 1, body), i);

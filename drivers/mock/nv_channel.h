@@ -10,25 +10,11 @@
 #include <string>
 #include <thread>
 
+#include "drivers/mock/low_mapping.h"
 #include "drivers/mock/nv_gpu.h"
 #include "tinyhybrid/hcq/signal.h"
 
 namespace th::mock {
-
-// Anonymous memory mapped below 2^40 (std::bad_alloc when no room is found there), unmapped on destruction.
-class LowMapping {
- public:
-  explicit LowMapping(size_t bytes);
-  ~LowMapping();
-  LowMapping(const LowMapping&) = delete;
-  LowMapping& operator=(const LowMapping&) = delete;
-  uint8_t* data() const noexcept { return static_cast<uint8_t*>(base_); }
-  size_t size() const noexcept { return bytes_; }
-
- private:
-  void* base_ = nullptr;
-  size_t bytes_;
-};
 
 class MockNvGpu {
  public:

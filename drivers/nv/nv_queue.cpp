@@ -42,13 +42,15 @@ uint64_t NvQueue::reserve(uint64_t& head, uint64_t bytes, uint64_t ring_bytes, u
   // What the GPU read of the ring before [head, head + bytes) came round to it must be done: the first submit whose
   // data reaches past head + bytes - ring_bytes, and so every one before it.
   const uint64_t limit = head + bytes - ring_bytes;
-  if (head + bytes > ring_bytes) {
-    for (const Inflight& f : inflight_) {
-      if ((side ? f.side_end : f.push_end) <= limit) continue;
-      if (!timeline_->wait_for(f.value, hcq::kDefaultTimeout))
-        throw hcq::SignalTimeout(timeline_->name(), f.value, timeline_->value(), hcq::kDefaultTimeout);
-      break;
-    }
+  if (head + bytes > ring_bytes && !inflight_.empty()) {
+    const Inflight* wait = &inflight_.back();  // when none reaches past: the last, as every entry then may overlap
+    for (const Inflight& f : inflight_)
+      if ((side ? f.side_end : f.push_end) > limit) {
+        wait = &f;
+        break;
+      }
+    if (!timeline_->wait_for(wait->value, hcq::kDefaultTimeout))
+      throw hcq::SignalTimeout(timeline_->name(), wait->value, timeline_->value(), hcq::kDefaultTimeout);
   }
   const uint64_t start = head;
   head += bytes;
