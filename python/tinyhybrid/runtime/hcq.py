@@ -110,8 +110,8 @@ def encode_copy(cb: hcq.CommandBuffer, dst: int | hcq.Patch, src: int | hcq.Patc
   cb.access(src, spec.src_offset, spec.src_offset + spec.nbytes)
 
 
-def _accesses(prg: CompiledProgram, args: list[int]) -> list[tuple[int, bool]]:
-  """(argument slot, written) for each buffer an item touches: a copy writes its first and reads its second, a kernel
+def accesses(prg: CompiledProgram, args: list[int]) -> list[tuple[int, bool]]:
+  """(argument, written) for each buffer an item touches (its slot or its address): a copy writes its first and reads its second, a kernel
   writes its first prg.outs buffers and reads the others (its variables are not memory)."""
   if isinstance(prg.keepalive, CopySpec): return [(args[0], True), (args[1], False)]
   return [(a, k < prg.outs) for k, a in enumerate(args[:prg.bufs if prg.bufs >= 0 else len(args)])]
@@ -121,7 +121,7 @@ def _declare(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[Compiled
   """The memory the items touch, one access per buffer slot (written if any item writes it)."""
   written: dict[int, bool] = {}
   for prg, args, _ in items:
-    for a, w in _accesses(prg, args): written[a] = written.get(a, False) or w
+    for a, w in accesses(prg, args): written[a] = written.get(a, False) or w
   for a, w in written.items(): cb.access(hcq.Patch(slots[a]), write=w)
 
 
@@ -198,7 +198,7 @@ class ChainRunner(Runner):
       own = self.signals[id(q)]
       count[id(q)] += 1
       need: dict[int, int] = {}
-      for slot, write in _accesses(prg, args):
+      for slot, write in accesses(prg, args):
         for sig, v in plan.access(slot, 0, hcq.WHOLE, write, own, count[id(q)], skip=own): need[id(sig)] = max(need.get(id(sig), 0), v)
       need = {queue_of[sid]: v for sid, v in need.items()}
       waits.append(need)

@@ -16,7 +16,7 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, De
 from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
-from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, fits, host_wait, register, submit, synchronize
+from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, accesses, fits, host_wait, register, submit, synchronize
 
 
 class CPUAllocator(Allocator):
@@ -84,9 +84,9 @@ class CPUDevice(Compiled):
 
     def call(args: list[int], threads: int) -> None:
       """Runs the kernel and waits for it (BEAM and DEBUG=2 time it so; a schedule runs through a QueueRunner)."""
-      bufs = args[:compiled.bufs if compiled.bufs >= 0 else len(args)]
+      touched = accesses(compiled, args)
       if len(args) + len(hp.extra) > hcq.MAX_EXEC_ARGS:  # too many for a queue command: call it here, one core after another
-        for a in bufs: host_wait(a, True)
+        for a, written in touched: host_wait(a, written)
         words = to_ctypes_words([*args, *hp.extra])
         start = time.monotonic_ns() if PROFILE else 0
         for core in range(threads): fn(words, core, threads)
@@ -98,7 +98,7 @@ class CPUDevice(Compiled):
       if stamps is not None: cb.timestamp(stamps.ctypes.data)
       cb.exec(hp.program, [*args, *hp.extra], global_size=(threads,))
       if stamps is not None: cb.timestamp(stamps.ctypes.data + 8)
-      for k, a in enumerate(bufs): cb.access(a, write=k < compiled.outs)
+      for a, written in touched: cb.access(a, write=written)
       self.queue.wait(submit(self.queue, cb))
       if stamps is not None: profile_events.append(ProfileEvent(name, self.name, int(stamps[0]), int(stamps[1])))
     compiled = CompiledProgram(name, src, addr, call, keepalive=hp)
