@@ -22,17 +22,16 @@ hcq::Lowered timeline_release(Gen gen, Engine engine, const hcq::SignalRef& time
 }  // namespace
 
 AmdQueue::AmdQueue(std::string name, Gen gen, Engine engine, const RingChannel& channel, hcq::SignalRef timeline)
-    : name_(std::move(name)), gen_(gen), engine_(engine), ch_(channel), ring_dwords_(channel.ring.bytes / 4), timeline_(std::move(timeline)) {
+    : name_(std::move(name)),
+      gen_(gen),
+      engine_(engine),
+      ch_(channel),
+      ring_dwords_(channel.ring.bytes / 4),
+      timeline_(std::move(timeline)),
+      side_(name_ + " arguments", channel.side.bytes) {
   if (ring_dwords_ < 64 || (ring_dwords_ & (ring_dwords_ - 1)) != 0) throw std::invalid_argument(name_ + ": the ring must be a power of two of at least 64 dwords");
   if (ch_.side.bytes % 16 != 0) throw std::invalid_argument(name_ + ": the side ring must be a multiple of 16 bytes");
   if (!ch_.wptr || !ch_.rptr || !ch_.doorbell || !timeline_) throw std::invalid_argument(name_ + ": the ring lacks its pointers, doorbell or timeline");
-}
-
-std::shared_ptr<const hcq::Lowered> AmdQueue::lowered_for(const hcq::CommandBuffer& cb) {
-  if (auto cached = cb.lowered(this)) return std::static_pointer_cast<const hcq::Lowered>(cached);
-  auto fresh = std::make_shared<const hcq::Lowered>(lower(cb, gen_, engine_));
-  cb.set_lowered(this, fresh);
-  return fresh;
 }
 
 bool AmdQueue::would_block(const hcq::CommandBuffer&) const { return wptr_ - *ch_.rptr > ring_dwords_ / 2; }
@@ -54,40 +53,22 @@ void AmdQueue::write(std::span<const uint32_t> dwords) {
 }
 
 uint64_t AmdQueue::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t> patches) {
-  if (!patches.empty() && patches.size() != cb.num_slots())
-    throw std::invalid_argument(name_ + ": submit got " + std::to_string(patches.size()) + " patch values for a command buffer with " +
-                                std::to_string(cb.num_slots()) + " slots");
-  if (patches.empty()) patches = cb.slot_defaults();
+  patches = slot_values(cb, patches);
   const std::lock_guard lock(mu_);
-  const auto low = lowered_for(cb);
+  const auto low = hcq::cached_lowering(cb, this, [&](const hcq::CommandBuffer& c) { return lower(c, gen_, engine_); });
   const uint64_t value = submitted_.load(std::memory_order_relaxed) + 1;
   const auto reached = timeline_->value();
   while (!retained_.empty() && retained_.front().first <= reached) retained_.pop_front();
-  while (!side_inflight_.empty() && side_inflight_.front().first <= reached) side_inflight_.pop_front();
+  side_.retire(reached);
 
   // The side ring: the arguments, after the GPU is done with what used those bytes before.
-  uint64_t side_at = (side_head_ + 15) / 16 * 16;
   const uint64_t side_bytes = low->side.size() * 4;
-  if (side_bytes > ch_.side.bytes) throw std::invalid_argument(name_ + ": a submit's arguments exceed the side ring");
-  if (side_at % ch_.side.bytes + side_bytes > ch_.side.bytes) side_at += ch_.side.bytes - side_at % ch_.side.bytes;
-  // Earlier arguments the GPU may still read from these bytes: those of the first submit reaching past the region's
-  // previous lap (and so of every one before it), or of the last when none does.
-  if (side_at + side_bytes > ch_.side.bytes && !side_inflight_.empty()) {
-    const uint64_t limit = side_at + side_bytes - ch_.side.bytes;
-    uint64_t v = side_inflight_.back().first;
-    for (const auto& [value, end] : side_inflight_)
-      if (end > limit) {
-        v = value;
-        break;
-      }
-    if (!timeline_->wait_for(v, hcq::kDefaultTimeout)) throw hcq::SignalTimeout(timeline_->name(), v, timeline_->value(), hcq::kDefaultTimeout);
-  }
-  side_head_ = side_at + side_bytes;
+  const uint64_t side_at = side_bytes == 0 ? 0 : side_.offset(side_.reserve(side_bytes, 16, timeline_));
 
   std::vector<uint32_t> stream(low->stream);
-  auto* side = reinterpret_cast<uint32_t*>(ch_.side.host + side_at % ch_.side.bytes);
+  auto* side = reinterpret_cast<uint32_t*>(ch_.side.host + side_at);
   if (!low->side.empty()) std::memcpy(side, low->side.data(), side_bytes);
-  low->patch(stream, std::span<uint32_t>(side, low->side.size()), patches, ch_.side.gpu + side_at % ch_.side.bytes);
+  low->patch(stream, std::span<uint32_t>(side, low->side.size()), patches, ch_.side.gpu + side_at);
   const auto release = timeline_release(gen_, engine_, timeline_, value);
   stream.insert(stream.end(), release.stream.begin(), release.stream.end());
 
@@ -109,7 +90,7 @@ uint64_t AmdQueue::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t
   *ch_.doorbell = engine_ == Engine::Copy ? wptr_ * 4 : wptr_;
 
   submitted_.store(value, std::memory_order_release);
-  if (!low->side.empty()) side_inflight_.emplace_back(value, side_head_);
+  side_.commit(value);
   if (auto refs = cb.retained()) retained_.emplace_back(value, std::move(refs));
   return value;
 }

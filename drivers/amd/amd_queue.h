@@ -45,7 +45,6 @@ class AmdQueue final : public hcq::Queue {
   uint64_t last_submitted() const noexcept override { return submitted_.load(std::memory_order_acquire); }
 
  private:
-  std::shared_ptr<const hcq::Lowered> lowered_for(const hcq::CommandBuffer& cb);
   void wait_ring_space(uint64_t dwords);
   void write(std::span<const uint32_t> dwords);  // at the write pointer, which the caller made room for
 
@@ -57,8 +56,8 @@ class AmdQueue final : public hcq::Queue {
   const hcq::SignalRef timeline_;
   std::mutex mu_;
   std::atomic<uint64_t> submitted_{0};
-  uint64_t wptr_ = 0, side_head_ = 0;
-  std::deque<std::pair<uint64_t, uint64_t>> side_inflight_;  // (timeline value, side position after it)
+  uint64_t wptr_ = 0;
+  hcq::RingSpace side_;
   std::deque<std::pair<uint64_t, std::shared_ptr<const void>>> retained_;
 };
 

@@ -153,10 +153,7 @@ class CpuQueueImpl final : public hcq::CpuQueue {
 };
 
 uint64_t CpuQueueImpl::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t> patches) {
-  if (!patches.empty() && patches.size() != cb.num_slots())
-    throw std::invalid_argument(name_ + ": submit got " + std::to_string(patches.size()) +
-                                " patch values for a command buffer with " + std::to_string(cb.num_slots()) + " slots");
-  if (patches.empty()) patches = cb.slot_defaults();
+  patches = slot_values(cb, patches);
   const std::lock_guard lock(mu_);
   const auto words = cb.words();
   const auto offsets = cb.offsets();

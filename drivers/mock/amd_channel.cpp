@@ -25,19 +25,6 @@ MockAmdGpu::~MockAmdGpu() {
   thread_.join();
 }
 
-hcq::SignalRef MockAmdGpu::signal(std::string name, uint64_t initial) {
-  const uint32_t k = next_semaphore_.fetch_add(1);
-  if ((k + 1) * 16 > semaphores_->size()) throw std::length_error("mock AMD: out of signal memory");
-  auto* word = reinterpret_cast<std::atomic<uint64_t>*>(semaphores_->data() + 16 * k);
-  word->store(initial, std::memory_order_relaxed);
-  return hcq::Signal::external(std::move(name), word, semaphores_);
-}
-
-std::string MockAmdGpu::fault() const {
-  const std::lock_guard lock(fault_mu_);
-  return fault_;
-}
-
 void MockAmdGpu::engine() {
   const auto* ring = reinterpret_cast<const uint32_t*>(ring_.data());
   const uint64_t dwords = ring_bytes_ / 4;
@@ -58,8 +45,7 @@ void MockAmdGpu::engine() {
       const std::span<const uint32_t> chunk(ring + at, n);
       sdma_ ? processor_.run_sdma(chunk) : processor_.run_pm4(chunk);
     } catch (const MockFault& e) {
-      const std::lock_guard lock(fault_mu_);
-      fault_ = e.what();
+      fault_.set(e.what());
       return;
     }
     std::atomic_thread_fence(std::memory_order_release);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "drivers/mock/amd_gpu.h"
 #include "drivers/mock/low_mapping.h"
@@ -31,9 +32,9 @@ class MockAmdGpu {
   volatile uint64_t* wptr() const noexcept { return reinterpret_cast<volatile uint64_t*>(regs_.data()); }
   volatile uint64_t* rptr() const noexcept { return reinterpret_cast<volatile uint64_t*>(regs_.data() + 64); }
   volatile uint64_t* doorbell() const noexcept { return reinterpret_cast<volatile uint64_t*>(regs_.data() + 128); }
-  hcq::SignalRef signal(std::string name, uint64_t initial = 0);  // in the mock's GPU memory
+  hcq::SignalRef signal(std::string name, uint64_t initial = 0) { return signals_.signal(std::move(name), initial); }  // in the mock's GPU memory
 
-  std::string fault() const;
+  std::string fault() const { return fault_.get(); }
   uint64_t launches() const noexcept { return launches_.load(std::memory_order_relaxed); }
 
  private:
@@ -42,13 +43,11 @@ class MockAmdGpu {
   const bool sdma_;
   const size_t ring_bytes_, side_bytes_;
   LowMapping ring_, side_, regs_;
-  std::shared_ptr<LowMapping> semaphores_ = std::make_shared<LowMapping>(1 << 16);
-  std::atomic<uint32_t> next_semaphore_{0};
+  SignalPage signals_;
   AmdCommandProcessor processor_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> launches_{0};
-  mutable std::mutex fault_mu_;
-  std::string fault_;
+  FaultLatch fault_;
   std::thread thread_;  // last: starts once everything it uses exists
 };
 

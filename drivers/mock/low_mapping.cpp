@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <new>
+#include <stdexcept>
 
 namespace th::mock {
 
@@ -20,5 +21,13 @@ LowMapping::LowMapping(size_t bytes) : bytes_((bytes + 4095) / 4096 * 4096) {
 }
 
 LowMapping::~LowMapping() { munmap(base_, bytes_); }
+
+hcq::SignalRef SignalPage::signal(std::string name, uint64_t initial) {
+  const uint32_t k = next_.fetch_add(1);
+  if ((k + 1) * 16 > memory_->size()) throw std::length_error("mock GPU: out of signal memory");
+  auto* word = reinterpret_cast<std::atomic<uint64_t>*>(memory_->data() + 16 * k);
+  word->store(initial, std::memory_order_relaxed);
+  return hcq::Signal::external(std::move(name), word, memory_);
+}
 
 }  // namespace th::mock

@@ -1,8 +1,13 @@
 // GPU memory for the mocks: anonymous host memory mapped below 2^40, where the GPUs' 40-bit addresses (GPFIFO
 // entries, SEND_PCAS, Ampere's semaphores) reach; the mocks' GPU addresses are host addresses.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tinyhybrid/hcq/signal.h"
 
 namespace th::mock {
 
@@ -19,6 +24,17 @@ class LowMapping {
  private:
   void* base_ = nullptr;
   size_t bytes_;
+};
+
+// Signals in mock GPU memory, 16 bytes each (room for a timestamp after the value), below 2^40 where every
+// generation's semaphores reach; the memory lives as long as any of them.
+class SignalPage {
+ public:
+  hcq::SignalRef signal(std::string name, uint64_t initial = 0);
+
+ private:
+  std::shared_ptr<LowMapping> memory_ = std::make_shared<LowMapping>(1 << 16);
+  std::atomic<uint32_t> next_{0};
 };
 
 }  // namespace th::mock

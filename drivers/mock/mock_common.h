@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,23 @@ namespace th::mock {
 class MockFault : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The fault that stopped a mock engine's thread: set by it, read by anyone.
+class FaultLatch {
+ public:
+  void set(std::string what) {
+    const std::lock_guard lock(mu_);
+    what_ = std::move(what);
+  }
+  std::string get() const {
+    const std::lock_guard lock(mu_);
+    return what_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string what_;
 };
 
 inline std::string hex(uint64_t v) {

@@ -25,19 +25,6 @@ MockNvGpu::~MockNvGpu() {
   thread_.join();
 }
 
-hcq::SignalRef MockNvGpu::signal(std::string name, uint64_t initial) {
-  const uint32_t k = next_semaphore_.fetch_add(1);
-  if ((k + 1) * 16 > semaphores_->size()) throw std::length_error("mock NV: out of semaphore memory");
-  auto* word = reinterpret_cast<std::atomic<uint64_t>*>(semaphores_->data() + 16 * k);
-  word->store(initial, std::memory_order_relaxed);
-  return hcq::Signal::external(std::move(name), word, semaphores_);
-}
-
-std::string MockNvGpu::fault() const {
-  const std::lock_guard lock(fault_mu_);
-  return fault_;
-}
-
 void MockNvGpu::front_end() {
   auto* entries = reinterpret_cast<const uint32_t*>(gpfifo_.data());
   hcq::BackoffPolicy idle;
@@ -54,8 +41,7 @@ void MockNvGpu::front_end() {
     try {
       processor_.run_entry(entries[2 * get], entries[2 * get + 1]);
     } catch (const MockFault& e) {
-      const std::lock_guard lock(fault_mu_);
-      fault_ = e.what();
+      fault_.set(e.what());
       return;
     }
     std::atomic_thread_fence(std::memory_order_release);

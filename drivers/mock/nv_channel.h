@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "drivers/mock/low_mapping.h"
 #include "drivers/mock/nv_gpu.h"
@@ -37,9 +38,9 @@ class MockNvGpu {
   static constexpr uint32_t kToken = 0x5a5a;
 
   // A signal in the mock's GPU memory (below 2^40, where every generation's semaphores reach), 16 bytes of its own.
-  hcq::SignalRef signal(std::string name, uint64_t initial = 0);
+  hcq::SignalRef signal(std::string name, uint64_t initial = 0) { return signals_.signal(std::move(name), initial); }
 
-  std::string fault() const;  // the MockFault that stopped the front end, or ""
+  std::string fault() const { return fault_.get(); }  // the MockFault that stopped the front end, or ""
   uint64_t launches() const noexcept { return launches_.load(std::memory_order_relaxed); }
 
  private:
@@ -47,13 +48,11 @@ class MockNvGpu {
 
   const uint32_t entries_;
   LowMapping gpfifo_, push_, side_, userd_;  // userd_: USERD, then the usermode page with the doorbell
-  std::shared_ptr<LowMapping> semaphores_ = std::make_shared<LowMapping>(1 << 16);
-  std::atomic<uint32_t> next_semaphore_{0};
+  SignalPage signals_;
   NvCommandProcessor processor_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> launches_{0};
-  mutable std::mutex fault_mu_;
-  std::string fault_;
+  FaultLatch fault_;
   std::thread thread_;  // last: starts once everything it uses exists
 };
 

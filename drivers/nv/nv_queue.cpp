@@ -10,7 +10,13 @@
 namespace th::nv {
 
 NvQueue::NvQueue(std::string name, Gen gen, Engine engine, const Channel& channel, hcq::SignalRef timeline)
-    : name_(std::move(name)), gen_(gen), engine_(engine), ch_(channel), timeline_(std::move(timeline)) {
+    : name_(std::move(name)),
+      gen_(gen),
+      engine_(engine),
+      ch_(channel),
+      timeline_(std::move(timeline)),
+      push_(name_ + " pushbuffer", channel.push.bytes),
+      side_(name_ + " side area", channel.side.bytes) {
   const uint64_t entries = ch_.gpfifo.bytes / 8;
   if (entries < 2 || (entries & (entries - 1)) != 0) throw std::invalid_argument(name_ + ": the GPFIFO ring must hold a power of two of entries");
   if (ch_.push.bytes % 4 != 0 || ch_.side.bytes % qmd::kAlign != 0 || ch_.side.gpu % qmd::kAlign != 0)
@@ -23,60 +29,30 @@ NvQueue::NvQueue(std::string name, Gen gen, Engine engine, const Channel& channe
                                 " bits of address the GPU's semaphores reach (put it in GPU memory)");
 }
 
-std::shared_ptr<const Lowered> NvQueue::lowered_for(const hcq::CommandBuffer& cb) {
-  if (auto cached = cb.lowered(this)) return std::static_pointer_cast<const Lowered>(cached);
-  auto fresh = std::make_shared<const Lowered>(lower(cb, gen_, engine_));
-  cb.set_lowered(this, fresh);
-  return fresh;
-}
-
 bool NvQueue::would_block(const hcq::CommandBuffer&) const {
   const uint64_t entries = ch_.gpfifo.bytes / 8;
   return (put_ + 1) % entries == *ch_.gp_get;
 }
 
-uint64_t NvQueue::reserve(uint64_t& head, uint64_t bytes, uint64_t ring_bytes, uint64_t align, bool side) {
-  if (bytes > ring_bytes) throw std::invalid_argument(name_ + ": a submit of " + std::to_string(bytes) + " bytes exceeds its ring of " + std::to_string(ring_bytes));
-  head = (head + align - 1) / align * align;
-  if (head % ring_bytes + bytes > ring_bytes) head += ring_bytes - head % ring_bytes;  // wrap: never split a region
-  // What the GPU read of the ring before [head, head + bytes) came round to it must be done: the first submit whose
-  // data reaches past head + bytes - ring_bytes, and so every one before it.
-  const uint64_t limit = head + bytes - ring_bytes;
-  if (head + bytes > ring_bytes && !inflight_.empty()) {
-    const Inflight* wait = &inflight_.back();  // when none reaches past: the last, as every entry then may overlap
-    for (const Inflight& f : inflight_)
-      if ((side ? f.side_end : f.push_end) > limit) {
-        wait = &f;
-        break;
-      }
-    if (!timeline_->wait_for(wait->value, hcq::kDefaultTimeout))
-      throw hcq::SignalTimeout(timeline_->name(), wait->value, timeline_->value(), hcq::kDefaultTimeout);
-  }
-  const uint64_t start = head;
-  head += bytes;
-  return start;
-}
-
 uint64_t NvQueue::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t> patches) {
-  if (!patches.empty() && patches.size() != cb.num_slots())
-    throw std::invalid_argument(name_ + ": submit got " + std::to_string(patches.size()) + " patch values for a command buffer with " +
-                                std::to_string(cb.num_slots()) + " slots");
-  if (patches.empty()) patches = cb.slot_defaults();
+  patches = slot_values(cb, patches);
   const std::lock_guard lock(mu_);
-  const auto low = lowered_for(cb);
+  const auto low = hcq::cached_lowering(cb, this, [&](const hcq::CommandBuffer& c) { return lower(c, gen_, engine_); });
   const uint64_t value = submitted_.load(std::memory_order_relaxed) + 1;
-  for (const uint64_t reached = timeline_->value(); !inflight_.empty() && inflight_.front().value <= reached;) inflight_.pop_front();
-  while (!retained_.empty() && retained_.front().first <= timeline_->value()) retained_.pop_front();
+  const uint64_t reached = timeline_->value();
+  push_.retire(reached);
+  side_.retire(reached);
+  while (!retained_.empty() && retained_.front().first <= reached) retained_.pop_front();
 
   const uint64_t push_words = low->stream.size() + 6;  // the methods, then the timeline's release
-  const uint64_t push_at = reserve(push_head_, push_words * 4, ch_.push.bytes, 4, false);
-  const uint64_t side_at = low->side.empty() ? side_head_ : reserve(side_head_, low->side.size() * 4, ch_.side.bytes, qmd::kAlign, true);
-  auto* push = reinterpret_cast<uint32_t*>(ch_.push.host + push_at % ch_.push.bytes);
-  auto* side = reinterpret_cast<uint32_t*>(ch_.side.host + side_at % ch_.side.bytes);
+  const uint64_t push_at = push_.offset(push_.reserve(push_words * 4, 4, timeline_));
+  const uint64_t side_at = low->side.empty() ? 0 : side_.offset(side_.reserve(low->side.size() * 4, qmd::kAlign, timeline_));
+  auto* push = reinterpret_cast<uint32_t*>(ch_.push.host + push_at);
+  auto* side = reinterpret_cast<uint32_t*>(ch_.side.host + side_at);
   std::memcpy(push, low->stream.data(), low->stream.size() * 4);
   if (!low->side.empty()) std::memcpy(side, low->side.data(), low->side.size() * 4);
   low->patch(std::span<uint32_t>(push, low->stream.size()), std::span<uint32_t>(side, low->side.size()), patches,
-             ch_.side.gpu + side_at % ch_.side.bytes);
+             ch_.side.gpu + side_at);
   const auto release = semaphore_release(gen_, timeline_->address(), value);
   std::memcpy(push + low->stream.size(), release.data(), sizeof(release));
 
@@ -87,7 +63,7 @@ uint64_t NvQueue::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t>
     backoff.step();
     if (backoff.elapsed() > hcq::kDefaultTimeout) throw std::runtime_error(name_ + ": the GPFIFO ring stayed full (GPGet " + std::to_string(*ch_.gp_get) + ")");
   }
-  const auto entry = gpfifo_entry(ch_.push.gpu + push_at % ch_.push.bytes, static_cast<uint32_t>(push_words));
+  const auto entry = gpfifo_entry(ch_.push.gpu + push_at, static_cast<uint32_t>(push_words));
   std::memcpy(ch_.gpfifo.host + (put_ % entries) * 8, entry.data(), 8);
   put_ = static_cast<uint32_t>((put_ + 1) % entries);
   std::atomic_thread_fence(std::memory_order_release);
@@ -96,7 +72,8 @@ uint64_t NvQueue::submit(const hcq::CommandBuffer& cb, std::span<const uint64_t>
   *ch_.doorbell = ch_.token;
 
   submitted_.store(value, std::memory_order_release);
-  inflight_.push_back({value, push_head_, side_head_});
+  push_.commit(value);
+  side_.commit(value);
   if (auto refs = cb.retained()) retained_.emplace_back(value, std::move(refs));
   return value;
 }

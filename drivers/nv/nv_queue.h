@@ -46,11 +46,6 @@ class NvQueue final : public hcq::Queue {
   uint64_t last_submitted() const noexcept override { return submitted_.load(std::memory_order_acquire); }
 
  private:
-  struct Inflight {
-    uint64_t value, push_end, side_end;  // ring positions (monotonic byte counts) once this submit completes
-  };
-  std::shared_ptr<const Lowered> lowered_for(const hcq::CommandBuffer& cb);
-  uint64_t reserve(uint64_t& head, uint64_t bytes, uint64_t ring_bytes, uint64_t align, bool side);  // start position
 
   const std::string name_;
   const Gen gen_;
@@ -59,9 +54,8 @@ class NvQueue final : public hcq::Queue {
   const hcq::SignalRef timeline_;
   std::mutex mu_;
   std::atomic<uint64_t> submitted_{0};
-  uint64_t push_head_ = 0, side_head_ = 0;  // bytes written into each ring so far (monotonic)
-  uint32_t put_ = 0;                        // GPFIFO entries written so far
-  std::deque<Inflight> inflight_;
+  hcq::RingSpace push_, side_;
+  uint32_t put_ = 0;  // the next GPFIFO entry's index
   std::deque<std::pair<uint64_t, std::shared_ptr<const void>>> retained_;  // what running submits reference
 };
 

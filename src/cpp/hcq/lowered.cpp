@@ -1,5 +1,7 @@
 #include "tinyhybrid/hcq/lowered.h"
 
+#include <stdexcept>
+
 namespace th::hcq {
 
 void Lowered::patch(std::span<uint32_t> stream_words, std::span<uint32_t> side_words, std::span<const uint64_t> slots,
@@ -10,6 +12,30 @@ void Lowered::patch(std::span<uint32_t> stream_words, std::span<uint32_t> side_w
     const uint32_t field = s.width >= 32 ? UINT32_MAX : (uint32_t(1) << s.width) - 1;
     w = (w & ~(field << s.bit)) | ((static_cast<uint32_t>(v >> s.from) & field) << s.bit);
   }
+}
+
+uint64_t RingSpace::reserve(uint64_t n, uint64_t align, const SignalRef& timeline) {
+  if (n > bytes_) throw std::invalid_argument(what_ + ": a submit of " + std::to_string(n) + " bytes exceeds its ring of " + std::to_string(bytes_));
+  uint64_t at = (head_ + align - 1) / align * align;
+  if (at % bytes_ + n > bytes_) at += bytes_ - at % bytes_;  // wrap: never split a region
+  // What the device read from these bytes a lap before must be done: the first submit whose regions reach past
+  // at + n - bytes (and so every one before it), or the last when none does, as each may then overlap.
+  if (at + n > bytes_ && !held_.empty()) {
+    const uint64_t limit = at + n - bytes_;
+    uint64_t value = held_.back().first;
+    for (const auto& [v, end] : held_)
+      if (end > limit) {
+        value = v;
+        break;
+      }
+    if (!timeline->wait_for(value, kDefaultTimeout)) throw SignalTimeout(timeline->name(), value, timeline->value(), kDefaultTimeout);
+  }
+  head_ = at + n;
+  return at;
+}
+
+void RingSpace::retire(uint64_t reached) {
+  while (!held_.empty() && held_.front().first <= reached) held_.pop_front();
 }
 
 bool CommandReader::next() {

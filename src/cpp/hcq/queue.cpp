@@ -1,5 +1,8 @@
 #include "tinyhybrid/hcq/queue.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace th::hcq {
 
 Queue::~Queue() = default;
@@ -9,6 +12,14 @@ bool Queue::wait(uint64_t value, std::chrono::milliseconds timeout) { return tim
 void Queue::synchronize(std::chrono::milliseconds timeout) {
   const uint64_t want = last_submitted();
   if (!wait(want, timeout)) throw SignalTimeout(timeline()->name(), want, timeline()->value(), timeout);
+}
+
+std::span<const uint64_t> Queue::slot_values(const CommandBuffer& cb, std::span<const uint64_t> patches) const {
+  if (patches.empty()) return cb.slot_defaults();
+  if (patches.size() != cb.num_slots())
+    throw std::invalid_argument(name() + ": submit got " + std::to_string(patches.size()) + " patch values for a command buffer with " +
+                                std::to_string(cb.num_slots()) + " slots");
+  return patches;
 }
 
 }  // namespace th::hcq

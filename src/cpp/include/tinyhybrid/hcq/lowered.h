@@ -3,7 +3,11 @@
 // every submit, writing only the sites.
 #pragma once
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tinyhybrid/hcq/command_buffer.h"
@@ -29,6 +33,34 @@ struct Lowered {
   // Writes every site into copies of the stream and the side area (placed at device address side_base), with one
   // value per slot of the command buffer.
   void patch(std::span<uint32_t> stream_words, std::span<uint32_t> side_words, std::span<const uint64_t> slots, uint64_t side_base) const;
+};
+
+// `cb` lowered for `queue`: the form cached on the buffer when it is still current, else lower(cb), then cached.
+template <class Lower>
+std::shared_ptr<const Lowered> cached_lowering(const CommandBuffer& cb, const void* queue, Lower&& lower) {
+  if (auto cached = cb.lowered(queue)) return std::static_pointer_cast<const Lowered>(cached);
+  auto fresh = std::make_shared<const Lowered>(lower(cb));
+  cb.set_lowered(queue, fresh);
+  return fresh;
+}
+
+// A ring of device memory that submits take regions of, in order (positions count bytes from the start, the ring
+// offset is the position modulo its size). A region is reused once the timeline passed the submit that last held it.
+class RingSpace {
+ public:
+  RingSpace(std::string what, uint64_t bytes) : what_(std::move(what)), bytes_(bytes) {}
+  // The start of `n` bytes aligned to `align`, never split at the ring's end, after waiting (on `timeline`) for the
+  // submits whose regions they reuse. std::invalid_argument when n exceeds the ring.
+  uint64_t reserve(uint64_t n, uint64_t align, const SignalRef& timeline);
+  // The regions reserved since the last commit belong to the submit that ends at timeline value `value`.
+  void commit(uint64_t value) { held_.emplace_back(value, head_); }
+  void retire(uint64_t reached);  // forgets the submits the timeline has passed
+  uint64_t offset(uint64_t position) const noexcept { return position % bytes_; }
+
+ private:
+  std::string what_;
+  uint64_t bytes_, head_ = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> held_;  // (timeline value, position after its regions)
 };
 
 // A field of a stream command as a lowering reads it: a literal, or a patch slot's value plus `value`.

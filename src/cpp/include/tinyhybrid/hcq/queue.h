@@ -38,6 +38,11 @@ class Queue {
   virtual bool wait(uint64_t value, std::chrono::milliseconds timeout);
   // Until everything submitted so far has completed. Throws SignalTimeout naming the timeline.
   void synchronize(std::chrono::milliseconds timeout = kDefaultTimeout);
+
+ protected:
+  // The values a submit writes into cb's slots: `patches`, or the slots' defaults when it is empty. Throws
+  // std::invalid_argument naming the queue for a wrong number of patches.
+  std::span<const uint64_t> slot_values(const CommandBuffer& cb, std::span<const uint64_t> patches) const;
 };
 
 }  // namespace th::hcq
