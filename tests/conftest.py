@@ -8,7 +8,8 @@ compiled kernel); SPEC=0 in the environment turns it off, SPEC=2 adds the strict
 results against torch and NumPy (ops, nn, JIT, reduces: DEVICE_SUITE) with every Tensor on that device: a first run
 on PoCL builds every kernel it meets (a fraction of a second each), so the CI line takes the slice, not all of
 them. The other torch-comparison modules run on the device when named (`DEV=CL python -m pytest
-tests/test_parity_grad.py`); the rest test the CPU's own machinery and the graph core, and are left to the CPU run.
+tests/test_parity_grad.py`). `DEV=PYTHON::sm_80` runs the same slice through the GPU lowering (work-groups, grouped
+reduces, vectors, NVIDIA's tensor cores) with NumPy (runtime/ops_python.py). The rest test the CPU's own machinery and the graph core, and are left to the CPU run.
 What a device cannot do is marked in KNOWN with its reason. Without the device's runtime the run is skipped with the
 reason, except under CI, where it fails. A CL run ends by saying how many files its compilers added to the kernel
 caches (ours and PoCL's): none on a second run."""
@@ -28,6 +29,7 @@ DEVICE_SUITE = ("test_tensor_ops.py", "test_tensor_nn.py", "test_tensor_extra.py
 # device -> {test id (a fnmatch pattern of its node id without the "tests/" part): why it is marked}
 KNOWN: dict[str, dict[str, str]] = {
   "CL": {},
+  "PYTHON": {},
 }
 
 

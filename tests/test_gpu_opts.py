@@ -1,6 +1,7 @@
-"""GPU lowering (codegen/gpu.py and the GPU actions of codegen/opt.py) on the OpenCL device: the numbers of kernels
-under the default plan, under each action alone and after the default plan, against NumPy/torch (the kernels of
-test_kernel_opts.py); the grid within the device's limits; actions that do not apply."""
+"""GPU lowering (codegen/gpu.py and the GPU actions of codegen/opt.py) on the OpenCL device and on the PYTHON device
+(which runs the same lowering with NumPy, checking every address): the numbers of kernels under the default plan,
+under each action alone and after the default plan, against NumPy/torch (the kernels of test_kernel_opts.py); the grid
+within the device's limits; actions that do not apply."""
 import os
 from dataclasses import replace
 
@@ -14,34 +15,44 @@ from tinyhybrid.codegen.search import actions, finalize
 from tinyhybrid.device import Buffer
 from tinyhybrid.runtime import ops_cl
 
-if not ops_cl.available():
-  if os.getenv("CI"): raise RuntimeError(ops_cl.why_unavailable())
-  pytest.skip(f"no OpenCL device: {ops_cl.why_unavailable()}", allow_module_level=True)
-
 from test_kernel_opts import CASES, _f, _tol, kernel_of  # noqa: E402 (the kernels, built the same way)
 
 
-def run_plan(t: Tensor, opts, ren=None) -> np.ndarray:
-  """t computed on CL by its kernel with exactly these opts (its inputs copied to the device)."""
+# an OpenCL device's limits, to plan for where the PYTHON device runs the kernels
+CL_LIKE = dict(name="an OpenCL device", ident="", is_cpu=False, compute_units=8, max_work_group=256, max_local=(256, 256, 256),
+               local_mem=32768, max_alloc=1 << 30, extensions=frozenset({"cl_khr_fp16"}))
+
+
+@pytest.fixture(params=["CL", "PYTHON"], autouse=True)
+def dev(request) -> str:
+  if request.param == "CL" and not ops_cl.available():
+    if os.getenv("CI"): raise RuntimeError(ops_cl.why_unavailable())
+    pytest.skip(f"no OpenCL device: {ops_cl.why_unavailable()}")
+  return request.param
+
+
+def run_plan(t: Tensor, opts, dev: str, ren=None) -> np.ndarray:
+  """t computed on dev by its kernel with exactly these opts, planned for ren's limits (the device's by default; its
+  inputs copied to the device)."""
   k, inputs = kernel_of(t)
-  dev = Device["CL"]
-  fk = finalize(k, opts, ren or dev.renderer)
+  device = Device[dev]
+  fk = finalize(k, opts, ren or device.renderer)
   assert fk.launch is not None and all(len(d) == 3 for d in fk.launch)
-  prg = dev.compile(fk.name, dev.renderer.render(fk))
-  bufs = {i: Buffer("CL", b.size, b.dtype, initial=b.numpy()) for i, b in enumerate(inputs)}
-  out = bufs[k.buffers[0].index] = Buffer("CL", k.buffers[0].size, k.buffers[0].dtype)
+  prg = device.compile(fk.name, device.renderer.render(fk))
+  bufs = {i: Buffer(dev, b.size, b.dtype, initial=b.numpy()) for i, b in enumerate(inputs)}
+  out = bufs[k.buffers[0].index] = Buffer(dev, k.buffers[0].size, k.buffers[0].dtype)
   prg.call([bufs[b.index].address for b in k.buffers] + [v.arg[1] for v in k.vars], fk.launch)
   return out.numpy().reshape(t.shape)
 
 
-def _ren(): return Device["CL"].renderer
+def _ren(dev: str): return Device[dev].renderer
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_default_plan(name):
+def test_default_plan(name, dev):
   t, ref = CASES[name]()
   k, _ = kernel_of(t)
-  np.testing.assert_allclose(run_plan(t, gpu_optimizations(k, _ren())), ref, **_tol(name))
+  np.testing.assert_allclose(run_plan(t, gpu_optimizations(k, _ren(dev)), dev), ref, **_tol(name))
 
 
 def _sample(plans):
@@ -52,15 +63,15 @@ def _sample(plans):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_each_action(name):
+def test_each_action(name, dev):
   t, ref = CASES[name]()
   k, _ = kernel_of(t)
-  ren = _ren()
+  ren = _ren(dev)
   base = tuple(gpu_optimizations(k, ren))
   plans = _sample([(a,) for a in actions(k.ast, ren)]) + _sample([base + (a,) for a in actions(apply_opts(k.ast, base, ren), ren)])
   ran = 0
   for plan in plans:
-    try: got = run_plan(t, plan)
+    try: got = run_plan(t, plan, dev)
     except KernelOptError: continue
     np.testing.assert_allclose(got, ref, **_tol(name), err_msg=f"plan {plan}")
     ran += 1
@@ -74,31 +85,31 @@ def test_each_action(name):
   [Opt(OptOps.LOCAL, 2, 16), Opt(OptOps.LOCAL, 0, 16)],
   [Opt(OptOps.SWAP, 0, 2), Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.GROUP, 1, 2)],
 ])
-def test_grouped_matmuls(plan):
+def test_grouped_matmuls(plan, dev):
   a, b = _f(32, 64), _f(64, 48)
-  np.testing.assert_allclose(run_plan(Tensor(a).realize() @ Tensor(b).realize(), plan), a @ b, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(run_plan(Tensor(a).realize() @ Tensor(b).realize(), plan, dev), a @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_more_output_loops_than_grid_dimensions():
+def test_more_output_loops_than_grid_dimensions(dev):
   x = _f(2, 3, 4, 5, 6)
   t = Tensor(x).realize().permute(4, 3, 2, 1, 0) * 2
   k, _ = kernel_of(t)
-  fk = finalize(k, (), _ren())
+  fk = finalize(k, (), _ren(dev))
   assert fk.launch[0] != (1, 1, 1)
-  np.testing.assert_allclose(run_plan(t, ()), x.transpose(4, 3, 2, 1, 0) * 2)
+  np.testing.assert_allclose(run_plan(t, (), dev), x.transpose(4, 3, 2, 1, 0) * 2)
 
 
-def test_variable_length_loops_stay_loops():
+def test_variable_length_loops_stay_loops(dev):
   x = _f(10, 24)
   v = Variable("n", 1, 10)
   for n in (3, 10):
-    np.testing.assert_allclose(Tensor(x, device="CL")[:v.bind(n)].sum(axis=0).numpy(), x[:n].sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(Tensor(x, device=dev)[:v.bind(n)].sum(axis=0).numpy(), x[:n].sum(0), rtol=1e-5, atol=1e-5)
 
 
-def test_opts_that_do_not_apply():
+def test_opts_that_do_not_apply(dev):
   t, _ = CASES["matmul"]()  # 48x64 @ 64x80: loops 0 (48) and 2 (80), reduce 1 (64)
   k, _ = kernel_of(t)
-  ren = _ren()
+  ren = _ren(dev)
   for bad in [Opt(OptOps.THREAD, 0), Opt(OptOps.BLOCK, 1, 16), Opt(OptOps.GROUP, 1), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.GROUP, 0, 4),
               Opt(OptOps.LOCAL, 0, 7)]:
     with pytest.raises(KernelOptError): apply_opts(k.ast, [bad], ren)
@@ -107,13 +118,15 @@ def test_opts_that_do_not_apply():
   with pytest.raises(KernelOptError): apply_opts(k.ast, [Opt(OptOps.LOCAL, 0, 4)])
 
 
-def test_device_limits():
-  """A work-group past the device's size, or a group's accumulators past its local memory, does not apply."""
+def test_device_limits(dev):
+  """A work-group past the device's size, or a group's accumulators past its local memory, does not apply; the PYTHON
+  device runs a kernel planned for another device's limits."""
   from tinyhybrid.renderer.opencl import OpenCLRenderer
+  from tinyhybrid.runtime.ops_cl import CLProperties
   t, ref = CASES["matmul"]()
   k, _ = kernel_of(t)
-  props = Device["CL"].props
+  props = Device["CL"].props if dev == "CL" else CLProperties(**CL_LIKE)
   tiny = OpenCLRenderer(replace(props, max_work_group=8, local_mem=256))
   with pytest.raises(KernelOptError): apply_opts(k.ast, [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 2, 4)], tiny)
   with pytest.raises(KernelOptError): finalize(k, [Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.GROUP, 1, 8)], tiny)  # 8 x 16 x 4 bytes
-  np.testing.assert_allclose(run_plan(t, [Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.GROUP, 1, 4)], tiny), ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(run_plan(t, [Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.GROUP, 1, 4)], dev, tiny), ref, rtol=1e-4, atol=1e-4)

@@ -268,6 +268,7 @@ class Target:
     base, *rest = name.split(":")
     index, renderer, arch = 0, None, None
     for part in rest:
+      if not part: continue  # an empty renderer: the device's own (PYTHON::sm_80)
       if part.isdigit() and renderer is None and arch is None: index = int(part)
       elif part.upper() in RENDERERS and renderer is None and arch is None: renderer = part.upper()
       elif arch is None and re.fullmatch(r"[a-z]+_?[0-9][0-9a-z]*", part.lower()): arch = part.lower()
@@ -291,10 +292,10 @@ def _canonical_name(device: str) -> str:
 
 class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
-  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1 set, else CPU.
+  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1, PYTHON=1 set, else CPU.
   "CPU:0", "CPU:1", ... are separate devices, each with its own queue, workers and memory count ("CPU" is "CPU:0"). A
   tuple of names is the device of a tensor sharded across them (tinygrad's multi-device tensors)."""
-  _known = ("CPU", "NULL", "CL", "CUDA")
+  _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)

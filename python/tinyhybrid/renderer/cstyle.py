@@ -393,13 +393,16 @@ class CStyleWriter:
     for st in self.stores: self.store(st)
     self.after_stores()
 
+  def acc_init(self, acc: UOp) -> str:
+    """The declaration of a reduce's accumulator, set to its op's identity."""
+    t, dt = self.ctype(acc), acc.dtype.scalar()
+    return f"{t} {self.names[acc]} = ({t})({self.literal(_identity(acc.arg[0], dt), dt)});"
+
   def reduce_section(self) -> None:
     n_out = self.n_out
     for i, acc in enumerate(self.reduces):
-      nm = f"acc{i}"
-      t, dt = self.ctype(acc), acc.dtype.scalar()
-      self.emit(f"{t} {nm} = ({t})({self.literal(_identity(acc.arg[0], dt), dt)});")
-      self.names[acc] = nm
+      self.names[acc] = f"acc{i}"
+      self.emit(self.acc_init(acc))
     for j, r in enumerate(self.rloops):
       self.open_loop(r, f"ridx{n_out + j}")
       for u in self.at.get(n_out + j + 1, ()): self.name(u)
