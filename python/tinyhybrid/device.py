@@ -292,10 +292,10 @@ def _canonical_name(device: str) -> str:
 
 class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
-  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1, PYTHON=1 set, else CPU.
+  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1, PYTHON=1, NV=1 set, else CPU.
   "CPU:0", "CPU:1", ... are separate devices, each with its own queue, workers and memory count ("CPU" is "CPU:0"). A
   tuple of names is the device of a tensor sharded across them (tinygrad's multi-device tensors)."""
-  _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON")
+  _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON", "NV")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)

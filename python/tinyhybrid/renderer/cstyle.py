@@ -191,8 +191,10 @@ class CStyleWriter:
     if dt is dtypes.bool: return "1" if v else "0"
     if dt._is_float:
       v = float(v)
-      if math.isnan(v): return "NAN" if dt is not dtypes.double else "(double)NAN"
-      if math.isinf(v): return ("-" if v < 0 else "") + ("INFINITY" if dt is not dtypes.double else "(double)INFINITY")
+      if math.isnan(v) or math.isinf(v):
+        # a 16-bit type's own: CUDA's half takes neither float nor double in a ?: without a cast
+        special = ("-" if v < 0 else "") + ("NAN" if math.isnan(v) else "INFINITY")
+        return special if dt is dtypes.float else f"(({self.scalar(dt)}){special})"
       lit = float.hex(v)
       return {"float": f"{lit}f", "double": lit}.get(dt.name) or f"(({self.scalar(dt)}){lit})"
     sll, ull = self.SUFFIX

@@ -159,10 +159,11 @@ class PythonWriter(GPUWriter):
     self.emit(f"th.store({buf}, {idx}, {v}, {val.dtype.count}, 'data{index.src[0].arg}')")
 
   def finish(self) -> str:
-    """The kernel's function, after BUFFERS: the NumPy storage type and element count of each buffer it takes."""
+    """The kernel's function, after BUFFERS (the NumPy storage type and element count of each buffer it takes) and VARS
+    (how many variables' values follow them)."""
     bufs = ", ".join(f"({'np.uint16' if b.dtype.scalar() is dtypes.bfloat16 else self.np_type(b.dtype)}, {b.size})" for b in self.k.buffers)
     args = ", ".join(["th", "np", *self.param_decls, "gid", "lid", "lane"])
-    return "\n".join([f"BUFFERS = ({bufs}{',' if len(self.k.buffers) == 1 else ''})", f"def {self.k.name}({args}):", *self.lines, ""])
+    return "\n".join([f"BUFFERS = ({bufs}{',' if len(self.k.buffers) == 1 else ''})", f"VARS = {len(self.k.vars)}", f"def {self.k.name}({args}):", *self.lines, ""])
 
 
 class PythonRenderer(Renderer):

@@ -72,6 +72,12 @@ def _nvrtc() -> tuple[Any, Any]:
   raise RuntimeError(f"NVRTC (libnvrtc.so) was not found; {_INSTALL_HINT}")
 
 
+def nvrtc_available() -> bool:
+  try: _nvrtc()
+  except RuntimeError: return False
+  return True
+
+
 @functools.cache
 def nvrtc_version() -> tuple[int, int]:
   ffi, lib = _nvrtc()

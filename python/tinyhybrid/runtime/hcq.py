@@ -130,16 +130,20 @@ def _encode_item(cb: hcq.CommandBuffer, slots: list[int], prg: CompiledProgram, 
     encode_copy(cb, hcq.Patch(slots[args[0]]), hcq.Patch(slots[args[1]]), prg.keepalive)
   else:
     hp: HCQProgram = prg.keepalive
-    cb.exec(hp.program, [*(hcq.Patch(slots[a]) for a in args), *hp.extra], global_size=(threads,))
+    # a CPU kernel's launch is its number of threads, a GPU kernel's its (work-groups, work-items per group)
+    glob, local = threads if isinstance(threads, tuple) else ((threads,), (1,))
+    if 0 in glob: return  # a kernel over no elements: no work-group to launch
+    cb.exec(hp.program, [*(hcq.Patch(slots[a]) for a in args), *hp.extra], global_size=glob, local_size=local)
 
 
 def encode_items(cb: hcq.CommandBuffer, slots: list[int], items: list[tuple[CompiledProgram, list[int], Any]],
                  stamps: np.ndarray | None = None) -> None:
-  """Kernels (and copies) over patch slots, each bracketed by timestamps into `stamps` when given, with their accesses."""
+  """Kernels (and copies) over patch slots, each bracketed by timestamps into `stamps` when given, with their accesses.
+  Item k's times are stamps[4k + 1] and stamps[4k + 3]: each time has the 16 bytes a GPU's report may take."""
   for k, (prg, args, threads) in enumerate(items):
-    if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k)
+    if stamps is not None: cb.timestamp(stamps.ctypes.data + 32 * k + 8)
     _encode_item(cb, slots, prg, args, threads)
-    if stamps is not None: cb.timestamp(stamps.ctypes.data + 16 * k + 8)
+    if stamps is not None: cb.timestamp(stamps.ctypes.data + 32 * k + 24)
   _declare(cb, slots, items)
 
 
@@ -168,13 +172,13 @@ class QueueRunner(Runner):
       submit(self.queue, self.cb, addresses)
       return
     if self.profiled is None:
-      stamps = np.zeros(2 * len(self.items), dtype=np.uint64)
+      stamps = np.zeros(4 * len(self.items), dtype=np.uint64)
       self.profiled = (self._encode(stamps), stamps)
     cb, stamps = self.profiled
     self.profiled = None  # this run's stamps are read later: the next run encodes stamps of its own
     def record() -> None:
       for k, (prg, _, _) in enumerate(self.items):
-        profile_events.append(ProfileEvent(prg.name, self.device, int(stamps[2 * k]), int(stamps[2 * k + 1])))
+        profile_events.append(ProfileEvent(prg.name, self.device, int(stamps[4 * k + 1]), int(stamps[4 * k + 3])))
     when_done(self.queue, submit(self.queue, cb, addresses), record)
 
 

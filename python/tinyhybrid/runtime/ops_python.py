@@ -39,11 +39,12 @@ def _grid_ids(first: np.ndarray, dims: tuple[int, ...]) -> list[np.ndarray]:
 
 class PythonProgram:
   """One kernel: its function, and how it views the buffers at the addresses of a launch."""
-  def __init__(self, device: str, name: str, src: str):
+  def __init__(self, name: str, src: str):
     scope: dict[str, Any] = {"np": np}
     exec(compile(src, f"<PYTHON kernel {name}>", "exec"), scope)  # noqa: S102 (the source is our renderer's)
-    self.device, self.name, self.fn = device, name, scope[name]
+    self.name, self.fn = name, scope[name]
     self.buffers: tuple[tuple[Any, int], ...] = scope["BUFFERS"]
+    self.nvars: int = scope["VARS"]
 
   def __call__(self, args: list[int], launch: Any) -> None:
     bufs = [np.ctypeslib.as_array((ctypes.c_uint8 * (n * np.dtype(t).itemsize)).from_address(a)).view(t) if n else np.empty(0, t)
@@ -51,12 +52,10 @@ class PythonProgram:
     vals = [np.int64(v - (1 << 64) if v >= 1 << 63 else v) for v in args[len(self.buffers):]]
     glob, local = launch if isinstance(launch, tuple) else ((1, 1, 1), (1, 1, 1))
     total, per = prod(glob), max(1, BATCH_LANES // max(prod(local), 1))
-    t0 = time.monotonic_ns()
     with np.errstate(all="ignore"):  # integer wrap-around, a float division by 0: what the GPU does, silently
       for start in range(0, total, per):
         lid, lane, group = _batch_ids(min(per, total - start), tuple(local))
         self.fn(lanes, np, *bufs, *vals, _grid_ids(group + start, tuple(glob)), lid, lane)
-    if PROFILE: profile_events.append(ProfileEvent(self.name, self.device, t0, time.monotonic_ns()))
 
 
 class PythonDevice(Compiled):
@@ -66,10 +65,17 @@ class PythonDevice(Compiled):
   def _build(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     out = []
     for name, src in kernels:
-      prg = PythonProgram(self.name, name, src)
-      call: Callable[[list[int], Any], None] = prg.__call__
-      out.append(CompiledProgram(name, src, 0, call, keepalive=prg))
+      prg = PythonProgram(name, src)
+      out.append(CompiledProgram(name, src, 0, self._caller(prg), keepalive=prg))
     return out
+
+
+  def _caller(self, prg: PythonProgram) -> Callable[[list[int], Any], None]:
+    def call(args: list[int], launch: Any) -> None:
+      start = time.monotonic_ns()
+      prg(args, launch)
+      if PROFILE: profile_events.append(ProfileEvent(prg.name, self.name, start, time.monotonic_ns()))
+    return call
 
 
 def make_device(name: str) -> Compiled:

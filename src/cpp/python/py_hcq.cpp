@@ -237,6 +237,9 @@ bool init_hcq(PyObject* module) {
         .def_property_readonly("name", &Signal::name)
         .def_property_readonly("address", &Signal::address, "where the value lives (what command streams encode)")
         .def("set", &Signal::set, pb::arg("value"))
+        .def("fault", &Signal::fault, pb::arg("value"), pb::arg("what"),
+             "reports a device-side error in the work that raises the signal to value: the first wait that covers it raises "
+             "hcq.DeviceFault with `what` (a device whose kernels run outside a queue's own workers, such as a mock's)")
         .def("wait",
              [](const Signal& s, uint64_t value, std::optional<double> timeout_ms) {
                if (s.value() >= value) return;

@@ -108,7 +108,9 @@ class CommandBuffer {
   }
   void copy(Operand dst, Operand src, Operand nbytes);
   void timestamp(const SignalRef& signal);  // the signal's word receives the time (a profiling slot)
-  void timestamp(uint64_t address);         // an 8-byte aligned host word the caller keeps alive
+  // An 8-byte aligned host word the caller keeps alive, and the 8 bytes before it too: a GPU may write a 16-byte
+  // report whose time comes last (NV's semaphore release).
+  void timestamp(uint64_t address);
   void barrier();                           // later commands see all memory effects of earlier ones
   // Declares that a submit of this buffer reads (or writes) bytes [begin, end) of `buffer`. Throws
   // std::invalid_argument if end < begin, std::out_of_range for a bad slot.
