@@ -9,8 +9,8 @@ results against torch and NumPy (ops, nn, JIT, reduces: DEVICE_SUITE) with every
 on PoCL builds every kernel it meets (a fraction of a second each), so the CI line takes the slice, not all of
 them. The other torch-comparison modules run on the device when named (`DEV=CL python -m pytest
 tests/test_parity_grad.py`). `DEV=PYTHON::sm_80` runs the same slice through the GPU lowering (work-groups, grouped
-reduces, vectors, NVIDIA's tensor cores) with NumPy (runtime/ops_python.py), and `DEV=NV MOCKGPU=1` through the NV device's command streams on the mock
-GPU (runtime/ops_nv.py). The rest test the CPU's own machinery and the graph core, and are left to the CPU run.
+reduces, vectors, NVIDIA's tensor cores) with NumPy (runtime/ops_python.py), and `DEV=NV MOCKGPU=1` and `DEV=AMD MOCKGPU=1` through those devices' command
+streams on their mock GPUs (runtime/ops_nv.py, runtime/ops_amd.py). The rest test the CPU's own machinery and the graph core, and are left to the CPU run.
 What a device cannot do is marked in KNOWN with its reason. Without the device's runtime the run is skipped with the
 reason, except under CI, where it fails. A CL run ends by saying how many files its compilers added to the kernel
 caches (ours and PoCL's): none on a second run."""
@@ -32,6 +32,7 @@ KNOWN: dict[str, dict[str, str]] = {
   "CL": {},
   "PYTHON": {},
   "NV": {},
+  "AMD": {},
 }
 
 
@@ -69,10 +70,12 @@ def pytest_collection_modifyitems(config, items):
       skip = pytest.mark.skip(reason=f"DEV=CL: no OpenCL device here ({ops_cl.why_unavailable()})")
       for item in items: item.add_marker(skip)
       return
-  if dev == "NV":
-    from tinyhybrid.runtime import ops_nv
-    if not ops_nv.MOCKGPU and (why := ops_nv.missing_driver()) is not None and not os.getenv("CI"):
-      for item in items: item.add_marker(pytest.mark.skip(reason=f"DEV=NV: {why} (MOCKGPU=1 runs the mock GPU)"))
+  if dev in ("NV", "AMD"):
+    import importlib
+    from tinyhybrid.runtime import hcq_gpu
+    why = importlib.import_module(f"tinyhybrid.runtime.ops_{dev.lower()}").missing_driver()
+    if not hcq_gpu.MOCKGPU and why is not None and not os.getenv("CI"):
+      for item in items: item.add_marker(pytest.mark.skip(reason=f"DEV={dev}: {why} (MOCKGPU=1 runs the mock GPU)"))
       return
   for item in items:
     nodeid = item.nodeid.removeprefix("tests/")

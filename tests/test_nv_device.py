@@ -11,9 +11,9 @@ import pytest
 
 from tinyhybrid import Device, Tensor, TinyJit, dtypes
 from tinyhybrid._core import hcq
-from tinyhybrid.runtime import ops_nv
+from tinyhybrid.runtime import hcq_gpu, ops_nv
 
-ops_nv.MOCKGPU = 1  # this module's NV device is the mock, whatever the environment says
+hcq_gpu.MOCKGPU = 1  # this module's GPU devices are the mocks, whatever the environment says
 
 
 def test_values_through_qmd_launches():
@@ -31,7 +31,7 @@ def test_values_through_qmd_launches():
 def test_a_jitted_replay_is_one_submit_and_follows_its_inputs():
   @TinyJit
   def step(x: Tensor, y: Tensor) -> Tensor: return ((x * y).sum(0) + x.max(0)).realize()
-  q = Device["NV"].queue
+  q = Device["NV"].hcq_queue
   for i in range(4):
     x, y = (np.random.default_rng(i).standard_normal((8, 64)).astype(np.float32) for _ in range(2))
     before = q.last_submitted
@@ -43,9 +43,11 @@ def test_a_jitted_replay_is_one_submit_and_follows_its_inputs():
 
 def test_copies_between_the_cpu_and_nv():
   x = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+  before = Device["NV"].copy_queue.last_submitted
   on_nv = Tensor(x).to("NV") * 2
   np.testing.assert_array_equal(on_nv.to("CPU").numpy(), x * 2)
   np.testing.assert_array_equal(Tensor(x, device="NV").to("CPU").numpy(), x)
+  assert Device["NV"].copy_queue.last_submitted > before  # the copy into NV ran on its copy channel
 
 
 def test_a_failing_kernel_is_a_device_fault_at_the_wait():
@@ -77,7 +79,7 @@ def test_cubin_facts():
 
 
 def test_without_mockgpu_the_missing_driver_is_named(monkeypatch):
-  monkeypatch.setattr(ops_nv, "MOCKGPU", 0)
+  monkeypatch.setattr(hcq_gpu, "MOCKGPU", 0)
   with pytest.raises(RuntimeError, match=r"DEV=NV: .*(/dev/nvidia|not written yet).*MOCKGPU=1 runs the mock GPU"): ops_nv.NVDevice("NV:7", "sm_90")
 
 

@@ -229,6 +229,9 @@ class Compiled:
     # the device's command queue (an hcq.Queue) when it runs through HCQ: submits then return at once, and copies
     # between host-memory devices are commands on it (runtime/hcq.py)
     self.hcq_queue: Any = None
+    # its memory is the host's, and its kernels read the memory of other such devices in place (CPU:N): a copy that
+    # only feeds arithmetic then moves nothing. A GPU's memory is its own (a mock's too, to run as a GPU would).
+    self.shares_host_memory = False
 
   @property
   def hcq_copy_queue(self) -> Any:
@@ -292,10 +295,10 @@ def _canonical_name(device: str) -> str:
 
 class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
-  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1, PYTHON=1, NV=1 set, else CPU.
+  DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1, PYTHON=1, NV=1, AMD=1 set, else CPU.
   "CPU:0", "CPU:1", ... are separate devices, each with its own queue, workers and memory count ("CPU" is "CPU:0"). A
   tuple of names is the device of a tensor sharded across them (tinygrad's multi-device tensors)."""
-  _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON", "NV")
+  _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON", "NV", "AMD")
 
   @functools.cached_property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)

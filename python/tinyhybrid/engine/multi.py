@@ -51,8 +51,13 @@ def _submit_copy(device: str, dst: int, src: int, spec: CopySpec) -> None:
 
 
 def _host_memory(device: str) -> bool:
-  """Whether the device's buffers are host memory its queue's copy command can move (CPU:N)."""
+  """Whether the device's buffers are at addresses its queue's copy command can move (CPU:N, a mock GPU's)."""
   return Device[device].hcq_queue is not None and type(Device[device].allocator).address is Allocator.address
+
+
+def _in_place(device: str) -> bool:
+  """Whether the device's kernels read other such devices' memory in place, and theirs its (CPU:N)."""
+  return _host_memory(device) and Device[device].shares_host_memory
 
 
 def _whole(u: UOp) -> Buffer | None:
@@ -136,8 +141,8 @@ def resolve_copies(graphs: list[UOp], realize: Realize) -> list[UOp]:
         subs[m] = m.src[0]
         continue
       src = m.src[0]
-      if ZEROCOPY and m.op is Ops.COPY and m not in roots and all(p.op in GroupOp.ALU for p in users.get(m, ())) and _host_memory(str(src.device)) \
-         and _host_memory(Device.canonicalize(m.arg)) and _reads(src).isdisjoint(written):
+      if ZEROCOPY and m.op is Ops.COPY and m not in roots and all(p.op in GroupOp.ALU for p in users.get(m, ())) and _in_place(str(src.device)) \
+         and _in_place(Device.canonicalize(m.arg)) and _reads(src).isdisjoint(written):
         # read in place: a view of memory as it is, an elementwise graph over memory that only this copy reads
         if buffer_view(src) or (len(users.get(src, ())) == 1 and all(n.op in _FUSABLE for n in src.toposort())): subs[m] = src
         elif src not in todo: todo[src] = (src, True)
@@ -156,7 +161,7 @@ def resolve_copies(graphs: list[UOp], realize: Realize) -> list[UOp]:
       at = 0
       for src in m.src:
         n, here = prod(shape_of(src) or ()), str(src.device)
-        if src in todo and shape_of(src) == (n,) and (here == dst.device or (ZEROCOPY and _host_memory(here) and _host_memory(dst.device))):
+        if src in todo and shape_of(src) == (n,) and (here == dst.device or (ZEROCOPY and _in_place(here) and _in_place(dst.device))):
           st = UOp(Ops.STORE, src.dtype, (movement(Ops.SHRINK, buffer_uop(dst, (m.arg[1],)), ((at, at + n),)), src))
           placed = homes.setdefault(src, [])
           placed.insert(0 if here == dst.device else len(placed), (m, st))  # its own device's place first

@@ -182,6 +182,15 @@ class QueueRunner(Runner):
     when_done(self.queue, submit(self.queue, cb, addresses), record)
 
 
+def chain_runner_of(kind: type, devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> ChainRunner | None:
+  """A ChainRunner for items on devices that are all of one kind (item i on devices[i]), copies on each one's copy
+  queue and kernels on its compute queue; None when a device is of another kind or an item's arguments do not fit."""
+  from tinyhybrid.device import Device
+  devs = [dev for d in devices if isinstance(dev := Device[d], kind)]
+  if len(devs) != len(items) or not fits(items): return None
+  return ChainRunner([(dev.hcq_copy_queue if isinstance(it[0].keepalive, CopySpec) else dev.hcq_queue, it) for dev, it in zip(devs, items)], nslots)
+
+
 class ChainRunner(Runner):
   """Kernels and copies on several queues whose order is given (a TinyJit replay of a sharded step), as one command
   buffer per queue with that queue's items in order. The waits between queues come from a dependency tracker run

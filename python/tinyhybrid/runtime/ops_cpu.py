@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, Device, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
 from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
-from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, accesses, fits, host_wait, register, submit, synchronize
+from tinyhybrid.runtime.hcq import HCQProgram, QueueRunner, accesses, chain_runner_of, fits, host_wait, register, submit, synchronize
 
 
 class CPUAllocator(Allocator):
@@ -61,6 +61,7 @@ class CPUDevice(Compiled):
     register(self.queue)
     self._copy_queue: hcq.CPUQueue | None = None
     self.max_threads = self.queue.num_threads
+    self.shares_host_memory = True
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     # one compiler run per core, each over its share of the kernels (split by source size)
@@ -118,10 +119,7 @@ class CPUDevice(Compiled):
     return self._copy_queue
 
   def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner | None:
-    # every device a CPU queue, and every kernel's arguments fit a queue command
-    cpus = [dev for d in devices if isinstance(dev := Device[d], CPUDevice)]
-    if len(cpus) != len(items) or not fits(items): return None
-    return ChainRunner([(dev.hcq_copy_queue if isinstance(it[0].keepalive, CopySpec) else dev.queue, it) for dev, it in zip(cpus, items)], nslots)
+    return chain_runner_of(CPUDevice, devices, items, nslots)
 
   def synchronize(self) -> None:
     synchronize(self.queue)

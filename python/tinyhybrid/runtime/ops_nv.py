@@ -11,26 +11,21 @@ a comment the compiler skips). Memory is then host memory, shared with the mock.
 real GPU's channels (/dev/nvidiactl, /dev/nvidia-uvm) is not written yet: without MOCKGPU=1, DEV=NV says so."""
 from __future__ import annotations
 
-import ctypes
 import os
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from tinyhybrid._core import hcq
 from tinyhybrid.codegen.lower import LoweredKernel
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CopySpec, Device, Runner, Target
-from tinyhybrid.helpers import getenv
+from tinyhybrid.device import Compiled, CompiledProgram, Target
 from tinyhybrid.renderer.cuda import CUDARenderer
 from tinyhybrid.renderer.python import PythonWriter
+from tinyhybrid.runtime import hcq_gpu
 from tinyhybrid.runtime.cubin import kernel_info
-from tinyhybrid.runtime.hcq import ChainRunner, HCQProgram, QueueRunner, accesses, fits, host_wait, register, submit, synchronize
+from tinyhybrid.runtime.hcq import HCQProgram
+from tinyhybrid.runtime.hcq_gpu import HCQGPUDevice, MockKernel
 from tinyhybrid.runtime.ops_python import PythonProgram
 
-MOCKGPU = getenv("MOCKGPU", 0)
 _PYTHON_MARK = "/* th-python (what MOCKGPU=1 runs):\n"
-_WARP_REGISTERS = 65536  # a streaming multiprocessor's register file, which a work-group's threads share
+_PARAM_BASE = 0x210  # Hopper's first parameter byte in constant bank 0 (0x160 before it), when the cubin does not say
 
 
 def missing_driver() -> str | None:
@@ -54,52 +49,24 @@ class NVRenderer(CUDARenderer):
     return src + _PYTHON_MARK + PythonWriter(k).write() + "*/\n" if self.mock else src
 
 
-class NVAllocator(Allocator):
-  """The mock's GPU memory is host memory: the host waits (through the tracker) before it touches what a submit uses."""
-  def idle(self, mem: np.ndarray, write: bool) -> None: host_wait(mem.ctypes.data, write)
+def _queue(gpu: hcq.MockNVGPU, engine: str, name: str) -> hcq.NVQueue:
+  return hcq.NVQueue(name, True, engine, gpu.gpfifo, gpu.push, gpu.side, gpu.gp_put, gpu.gp_get, gpu.doorbell, hcq.MockNVGPU.token,
+                     gpu.signal(f"{name}:timeline"), gpu)
 
 
-@dataclass
-class MockKernel:
-  """What the mock runs for a launch of the program at an address: the kernel's PYTHON program, and where its
-  argument words are in constant buffer 0."""
-  program: PythonProgram
-  nargs: int
-  param_offset: int
-
-
-class NVDevice(Compiled):
+class NVDevice(HCQGPUDevice):
   def __init__(self, name: str, arch: str):
-    if not MOCKGPU:
+    if not hcq_gpu.MOCKGPU:
       why = missing_driver() or "the kernel-driver layer for a real GPU (RM and UVM ioctls) is not written yet"
       raise RuntimeError(f"DEV=NV: {why}; MOCKGPU=1 runs the mock GPU")
-    self.mock_kernels: dict[int, MockKernel] = {}
-    self.compute_gpu = hcq.MockNVGPU(hopper=True, dispatch=self._dispatch)
-    self.copy_gpu = hcq.MockNVGPU(hopper=True)
-    self.queue, self.copy_queue = self._queue(self.compute_gpu, "compute", name), self._queue(self.copy_gpu, "copy", f"{name}:copy")
-    super().__init__(name, NVAllocator(), NVRenderer(arch, mock=True), self._build)
-    self.hcq_queue = self.queue
-    self.code: list[np.ndarray] = []  # the programs' code, in (host) GPU memory
-
-  @staticmethod
-  def _queue(gpu: hcq.MockNVGPU, engine: str, name: str) -> hcq.NVQueue:
-    q = hcq.NVQueue(name, True, engine, gpu.gpfifo, gpu.push, gpu.side, gpu.gp_put, gpu.gp_get, gpu.doorbell, hcq.MockNVGPU.token,
-                    gpu.signal(f"{name}:timeline"), gpu)
-    register(q)
-    return q
-
-  @property
-  def hcq_copy_queue(self) -> hcq.NVQueue: return self.copy_queue
+    # a pushbuffer as large as a real channel's: a schedule of thousands of kernels is one submit
+    self.compute_gpu = hcq.MockNVGPU(hopper=True, push_bytes=8 << 20, side_bytes=16 << 20, dispatch=self._dispatch)
+    self.copy_gpu = hcq.MockNVGPU(hopper=True, push_bytes=1 << 20, side_bytes=1 << 20)
+    self.param_offsets: dict[int, int] = {}
+    super().__init__(name, NVRenderer(arch, mock=True), _queue(self.compute_gpu, "compute", name), _queue(self.copy_gpu, "copy", f"{name}:copy"))
 
   def _dispatch(self, program: int, grid: tuple[int, ...], block: tuple[int, ...], cbuf0: int, cbuf0_bytes: int) -> None:
-    """A launch the mock decoded: the kernel runs here, on its arguments as the constant buffer holds them. A kernel
-    that fails is the fault of the submit the queue is running, raised by the wait that covers it."""
-    k = self.mock_kernels[program]
-    words = np.ctypeslib.as_array((ctypes.c_uint64 * max(k.nargs, 1)).from_address(cbuf0 + k.param_offset))[:k.nargs]
-    try: k.program([int(w) for w in words], (grid, block))
-    except Exception as e:  # noqa: BLE001 (any error of the kernel is the device's fault, reported to the waiter)
-      timeline = self.queue.timeline
-      timeline.fault(timeline.value + 1, f"{self.name}: kernel '{k.program.name}' failed: {type(e).__name__}: {e}")
+    self.run_mock(program, (grid, block), cbuf0 + self.param_offsets[program])
 
   def _build(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     from tinyhybrid.runtime.cuda_compiler import CUDACompiler, build_kernels, nvrtc_available
@@ -109,39 +76,14 @@ class NVDevice(Compiled):
 
   def _load(self, name: str, src: str, cubin: bytes | None) -> CompiledProgram:
     info = kernel_info(cubin, name) if cubin is not None else None
-    code = np.frombuffer(info.code if info is not None and info.code else b"\0" * 16, np.uint8).copy()
-    self.code.append(code)
+    code = self.upload(info.code if info is not None else b"")
     pyprg = PythonProgram(name, src.partition(_PYTHON_MARK)[2].rpartition("*/")[0])
     nargs = len(pyprg.buffers) + pyprg.nvars
-    param_offset = info.param_offset if info is not None else 0x210  # Hopper's parameter base
-    kernel = hcq.NVKernel(code=code.ctypes.data, registers=info.registers if info is not None else 32,
-                          shared_bytes=info.shared_bytes if info is not None else 0, param_offset=param_offset,
-                          cbuf0_bytes=(param_offset + 8 * nargs + 15) // 16 * 16)
-    self.mock_kernels[code.ctypes.data] = MockKernel(pyprg, nargs, param_offset)
-    hp = HCQProgram(kernel.program(name), [], kernel)
-
-    def call(args: list[int], launch: Any) -> None:
-      """Runs the kernel and waits for it (BEAM and DEBUG=2 time it so; a schedule runs through a QueueRunner)."""
-      glob, local = launch
-      if 0 in glob: return  # over no elements: no work-group to launch
-      cb = hcq.CommandBuffer()
-      cb.exec(hp.program, args, global_size=glob, local_size=local)
-      for a, written in accesses(compiled, args): cb.access(a, write=written)
-      self.queue.wait(submit(self.queue, cb))
-    compiled = CompiledProgram(name, src, code.ctypes.data, call, keepalive=hp)
-    return compiled
-
-  def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner:
-    return QueueRunner(items, nslots, self.queue, self.name) if fits(items) else Runner(items, nslots, self.name)
-
-  def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner | None:
-    nvs = [dev for d in devices if isinstance(dev := Device[d], NVDevice)]
-    if len(nvs) != len(items) or not fits(items): return None
-    return ChainRunner([(dev.copy_queue if isinstance(it[0].keepalive, CopySpec) else dev.queue, it) for dev, it in zip(nvs, items)], nslots)
-
-  def synchronize(self) -> None:
-    synchronize(self.queue)
-    synchronize(self.copy_queue)
+    param_offset = info.param_offset if info is not None else _PARAM_BASE
+    kernel = hcq.NVKernel(code=code, registers=info.registers if info is not None else 32, shared_bytes=info.shared_bytes if info is not None else 0,
+                          param_offset=param_offset, cbuf0_bytes=(param_offset + 8 * nargs + 15) // 16 * 16)
+    self.mock_kernels[code], self.param_offsets[code] = MockKernel(pyprg, nargs), param_offset
+    return self.program(name, src, HCQProgram(kernel.program(name), [], kernel), code)
 
 
 def make_device(name: str) -> Compiled:

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "convert.h"
+#include "mock_dispatch.h"
 #include "drivers/amd/amd_queue.h"
 #include "drivers/mock/amd_channel.h"
 #include "pybind_init.h"
@@ -24,6 +25,18 @@ using RegionSpec = std::tuple<uint64_t, uint64_t, uint64_t>;  // (host address, 
 amd::Region region_of(const RegionSpec& r) { return {reinterpret_cast<uint8_t*>(std::get<0>(r)), std::get<1>(r), std::get<2>(r)}; }
 
 RegionSpec spec_of(uint8_t* host, size_t bytes) { return {reinterpret_cast<uint64_t>(host), reinterpret_cast<uint64_t>(host), bytes}; }
+
+mock::AmdCommandProcessor::Dispatcher dispatcher_of(const pb::object& fn) {
+  if (fn.is_none()) return nullptr;
+  auto d = std::make_shared<PyDispatch>(fn);
+  return [d](const mock::AmdLaunch& l) {
+    (*d)("the dispatch of the program at " + mock::hex(l.program), [&](const pb::object& f) {
+      pb::tuple user(16);
+      for (size_t i = 0; i < 16; ++i) user[i] = l.user_data[i];
+      f(l.program, pb::make_tuple(l.grid[0], l.grid[1], l.grid[2]), pb::make_tuple(l.block[0], l.block[1], l.block[2]), user);
+    });
+  };
+}
 
 }  // namespace
 
@@ -61,9 +74,13 @@ bool init_amd(PyObject* module) {
              "regions are (host address, GPU address, bytes); wptr, rptr and doorbell are host addresses of 64-bit registers; "
              "owner (the ring's memory: a MockAMDGPU, or the driver's mappings) lives as long as the queue");
 
-    pb::class_<mock::MockAmdGpu>(m, "MockAMDGPU", "a mock AMD GPU behind one ring (MOCKGPU=1): it decodes and runs PM4 or SDMA")
-        .def(pb::init([](bool sdma, size_t ring_bytes, size_t side_bytes) { return std::make_unique<mock::MockAmdGpu>(sdma, nullptr, ring_bytes, side_bytes); }),
-             pb::arg("sdma") = false, pb::arg("ring_bytes") = 1 << 16, pb::arg("side_bytes") = 1 << 20)
+    pb::class_<mock::MockAmdGpu, MockHolder<mock::MockAmdGpu>>(m, "MockAMDGPU", "a mock AMD GPU behind one ring (MOCKGPU=1): it decodes and runs PM4 or SDMA")
+        .def(pb::init([](bool sdma, size_t ring_bytes, size_t side_bytes, const pb::object& dispatch) {
+               return MockHolder<mock::MockAmdGpu>(std::make_unique<mock::MockAmdGpu>(sdma, dispatcher_of(dispatch), ring_bytes, side_bytes).release());
+             }),
+             pb::arg("sdma") = false, pb::arg("ring_bytes") = 1 << 16, pb::arg("side_bytes") = 1 << 20, pb::arg("dispatch") = pb::none(),
+             "dispatch(program, grid, block, user_data) runs each dispatch the mock decodes (from its thread, with the GIL); an "
+             "error it raises stops the mock, as a fault")
         .def_property_readonly("ring", [](const mock::MockAmdGpu& g) { return spec_of(g.ring(), g.ring_bytes()); })
         .def_property_readonly("side", [](const mock::MockAmdGpu& g) { return spec_of(g.side(), g.side_bytes()); })
         .def_property_readonly("wptr", [](const mock::MockAmdGpu& g) { return reinterpret_cast<uint64_t>(g.wptr()); })

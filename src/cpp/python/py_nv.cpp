@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "convert.h"
+#include "mock_dispatch.h"
 #include "pybind_init.h"
 #include "drivers/mock/nv_channel.h"
 #include "drivers/nv/nv_queue.h"
@@ -29,42 +30,15 @@ nv::Engine engine_of(const std::string& e) {
   throw pb::value_error("NVQueue: engine must be 'compute' or 'copy', not '" + e + "'");
 }
 
-// A Python dispatcher for the mock's launches, called from its front-end thread: it takes the GIL for the call, and a
-// Python error becomes the MockFault that stops the front end. Dropped with the GIL held.
-struct PyDispatch {
-  pb::object fn;
-  PyDispatch(const PyDispatch&) = delete;
-  PyDispatch& operator=(const PyDispatch&) = delete;
-  explicit PyDispatch(pb::object f) : fn(std::move(f)) {}
-  ~PyDispatch() {
-    const pb::gil_scoped_acquire gil;
-    fn = pb::object();
-  }
-  void operator()(const mock::NvLaunch& l) const {
-    const pb::gil_scoped_acquire gil;
-    try {
-      fn(l.program, pb::make_tuple(l.grid[0], l.grid[1], l.grid[2]), pb::make_tuple(l.block[0], l.block[1], l.block[2]), l.cbuf0,
-         l.cbuf0_bytes);
-    } catch (pb::error_already_set& e) {
-      throw mock::MockFault("the dispatcher failed on the launch of QMD " + mock::hex(l.qmd) + ": " + e.what());
-    }
-  }
-};
-
 mock::NvCommandProcessor::Dispatcher dispatcher_of(const pb::object& fn) {
   if (fn.is_none()) return nullptr;
   auto d = std::make_shared<PyDispatch>(fn);
-  return [d](const mock::NvLaunch& l) { (*d)(l); };
+  return [d](const mock::NvLaunch& l) {
+    (*d)("the launch of QMD " + mock::hex(l.qmd), [&](const pb::object& f) {
+      f(l.program, pb::make_tuple(l.grid[0], l.grid[1], l.grid[2]), pb::make_tuple(l.block[0], l.block[1], l.block[2]), l.cbuf0, l.cbuf0_bytes);
+    });
+  };
 }
-
-// The mock's front end may be waiting for the GIL inside a dispatch: it is released while the mock stops.
-struct DeleteWithoutGil {
-  void operator()(mock::MockNvGpu* g) const {
-    const pb::gil_scoped_release nogil;
-    std::default_delete<mock::MockNvGpu>()(g);
-  }
-};
-using MockNvHolder = std::unique_ptr<mock::MockNvGpu, DeleteWithoutGil>;
 
 }  // namespace
 
@@ -105,9 +79,9 @@ bool init_nv(PyObject* module) {
              "rings are (host address, GPU address, bytes); gp_put, gp_get and doorbell are host addresses of the registers; "
              "owner (the channel's memory: a MockNVGPU, or the driver's mappings) lives as long as the queue");
 
-    pb::class_<mock::MockNvGpu, MockNvHolder>(m, "MockNVGPU", "a mock NVIDIA GPU behind one GPFIFO channel (MOCKGPU=1): it decodes and runs the streams")
+    pb::class_<mock::MockNvGpu, MockHolder<mock::MockNvGpu>>(m, "MockNVGPU", "a mock NVIDIA GPU behind one GPFIFO channel (MOCKGPU=1): it decodes and runs the streams")
         .def(pb::init([](bool hopper, uint32_t gpfifo_entries, size_t push_bytes, size_t side_bytes, const pb::object& dispatch) {
-               return MockNvHolder(std::make_unique<mock::MockNvGpu>(hopper, dispatcher_of(dispatch), gpfifo_entries, push_bytes, side_bytes).release());
+               return MockHolder<mock::MockNvGpu>(std::make_unique<mock::MockNvGpu>(hopper, dispatcher_of(dispatch), gpfifo_entries, push_bytes, side_bytes).release());
              }),
              pb::arg("hopper") = true, pb::arg("gpfifo_entries") = 1024, pb::arg("push_bytes") = 1 << 20, pb::arg("side_bytes") = 4 << 20,
              pb::arg("dispatch") = pb::none(),
