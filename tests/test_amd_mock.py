@@ -4,6 +4,7 @@ one submit whose patched arguments the mock decodes, and what a queue cannot run
 kernel."""
 from __future__ import annotations
 
+import ctypes
 import time
 
 import numpy as np
@@ -74,3 +75,22 @@ def test_what_a_queue_cannot_run_is_refused_before_submit_naming_the_kernel():
   with pytest.raises(ValueError, match="engine must be 'compute' or 'sdma'"):
     hcq.AMDQueue("x", True, "gfx", gpu.ring, gpu.side, gpu.wptr, gpu.rptr, gpu.doorbell, gpu.signal("x"), gpu)
   assert q.last_submitted == 0 and gpu.launches == 0
+
+
+def test_a_dispatcher_error_stops_the_mock_and_its_waits_fail_at_once():
+  """The mock hands each dispatch to its dispatcher, with the kernarg address in the user SGPRs; one that raises stops
+  the mock, and a wait for work it will never do raises hcq.DeviceFault naming the error, not a timeout."""
+  seen = []
+  def dispatch(program, grid, block, user_data):
+    kernarg = user_data[4] | user_data[5] << 32
+    seen.append((program, grid, block, list(np.ctypeslib.as_array((ctypes.c_uint64 * 2).from_address(kernarg)))))
+    raise KeyError("no such kernel")
+  gpu = hcq.MockAMDGPU(dispatch=dispatch)
+  q = amd_queue(gpu, "compute")
+  cb = hcq.CommandBuffer()
+  cb.exec(hcq.AMDKernel(code=0x10000, kernarg_sgpr=4, kernarg_bytes=16).program("E_16"), [11, 13], global_size=(5, 1, 1), local_size=(64, 1, 1))
+  v = q.submit(cb)
+  start = time.monotonic()
+  with pytest.raises(hcq.DeviceFault, match="the mock AMD GPU stopped: the dispatcher failed on the dispatch of the program at 0x10000: .*no such kernel"):
+    q.wait(v, timeout_ms=10_000)
+  assert time.monotonic() - start < 5 and seen == [(0x10000, (5, 1, 1), (64, 1, 1), [11, 13])]

@@ -92,3 +92,25 @@ def test_what_a_queue_cannot_run_is_refused_before_submit_naming_the_kernel():
     compute.submit(cb)
   with pytest.raises(ValueError, match="a kernel runs on the compute queue"): copies.submit(cb)
   assert compute.last_submitted == 0 and gpu.launches == 0
+
+
+def test_a_dispatcher_error_stops_the_mock_and_its_waits_fail_at_once():
+  """The mock hands each launch to its dispatcher; one that raises stops the mock, and every wait on its signals for
+  work it will never do raises hcq.DeviceFault naming the error, not a timeout."""
+  seen = []
+  def dispatch(program, grid, block, cbuf0, cbuf0_bytes):
+    seen.append((program, grid, block, cbuf0_bytes))
+    if len(seen) == 2: raise ZeroDivisionError("the second launch")
+  gpu = hcq.MockNVGPU(dispatch=dispatch)
+  q = nv_queue(gpu, "compute")
+  kernel = hcq.NVKernel(code=0x1000, registers=16, param_offset=0x210, cbuf0_bytes=0x220)
+  cb = hcq.CommandBuffer()
+  cb.exec(kernel.program("E_16"), [7, 9], global_size=(3, 2, 1), local_size=(32, 1, 1))
+  q.wait(q.submit(cb), timeout_ms=10_000)
+  assert seen == [(0x1000, (3, 2, 1), (32, 1, 1), 0x220)]
+  v = q.submit(cb)
+  start = time.monotonic()
+  for _ in range(2):
+    with pytest.raises(hcq.DeviceFault, match="the mock NVIDIA GPU stopped: the dispatcher failed on the launch of QMD .*ZeroDivisionError"):
+      q.wait(v, timeout_ms=10_000)
+  assert time.monotonic() - start < 5 and "ZeroDivisionError" in gpu.fault

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# a worker that hangs prints every thread's stack and exits before the test's timeout, so a deadlock shows where it is
 WORKER = """
-import sys, threading, traceback
+import faulthandler, sys, threading, traceback
+faulthandler.dump_traceback_later(480, exit=True)
 import numpy as np
 from tinyhybrid import Tensor
 rounds, errors = int(sys.argv[1]), []
@@ -39,6 +41,6 @@ def test_eight_threads_at_once(tmp_path: Path, dev: str, beam: int, rounds: int)
   if dev == "CL" and not has_cl(): pytest.skip("no OpenCL device")
   env = {**os.environ, "DEV": dev, "BEAM": str(beam), "TINYHYBRID_CACHE": str(tmp_path), "POCL_CACHE_DIR": str(tmp_path / "pocl")}
   res = subprocess.run([sys.executable, "-c", WORKER, str(rounds)], env=env, capture_output=True, text=True, timeout=600)
-  assert res.returncode == 0, res.stderr[-3000:]
+  assert res.returncode == 0, res.stderr[-12000:]
   assert res.stdout.strip().splitlines()[-1] == "ok", res.stdout[-3000:]
   assert not [p for p in tmp_path.rglob("*.tmp")]  # every cache write was renamed into place

@@ -46,6 +46,7 @@ void MockAmdGpu::engine() {
       sdma_ ? processor_.run_sdma(chunk) : processor_.run_pm4(chunk);
     } catch (const MockFault& e) {
       fault_.set(e.what());
+      signals_.stop_all(std::string("the mock AMD GPU stopped: ") + e.what());
       return;
     }
     std::atomic_thread_fence(std::memory_order_release);

@@ -27,7 +27,16 @@ hcq::SignalRef SignalPage::signal(std::string name, uint64_t initial) {
   if ((k + 1) * 16 > memory_->size()) throw std::length_error("mock GPU: out of signal memory");
   auto* word = reinterpret_cast<std::atomic<uint64_t>*>(memory_->data() + 16 * k);
   word->store(initial, std::memory_order_relaxed);
-  return hcq::Signal::external(std::move(name), word, memory_);
+  auto s = hcq::Signal::external(std::move(name), word, memory_);
+  const std::lock_guard lock(mu_);
+  made_.push_back(s);
+  return s;
+}
+
+void SignalPage::stop_all(const std::string& what) {
+  const std::lock_guard lock(mu_);
+  for (const auto& w : made_)
+    if (const auto s = w.lock()) s->stop(what);
 }
 
 }  // namespace th::mock

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "tinyhybrid/hcq/signal.h"
 
@@ -31,10 +33,14 @@ class LowMapping {
 class SignalPage {
  public:
   hcq::SignalRef signal(std::string name, uint64_t initial = 0);
+  // The mock stopped: every signal of the page still alive stops too (Signal::stop), so no wait hangs on it.
+  void stop_all(const std::string& what);
 
  private:
   std::shared_ptr<LowMapping> memory_ = std::make_shared<LowMapping>(1 << 16);
   std::atomic<uint32_t> next_{0};
+  std::mutex mu_;
+  std::vector<std::weak_ptr<hcq::Signal>> made_;
 };
 
 }  // namespace th::mock

@@ -42,6 +42,7 @@ void MockNvGpu::front_end() {
       processor_.run_entry(entries[2 * get], entries[2 * get + 1]);
     } catch (const MockFault& e) {
       fault_.set(e.what());
+      signals_.stop_all(std::string("the mock NVIDIA GPU stopped: ") + e.what());
       return;
     }
     std::atomic_thread_fence(std::memory_order_release);

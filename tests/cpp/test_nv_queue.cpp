@@ -108,6 +108,7 @@ void test_tracker_orders_the_nv_copy_queue_and_a_cpu_queue() {
 void test_a_malformed_submit_stops_the_mock_with_the_word_named() {
   mock::MockNvGpu gpu(true, nullptr);
   nv::Channel ch = channel_of(gpu);
+  const hcq::SignalRef timeline = gpu.signal("nv:timeline");
   // a segment whose method header announces more words than it has
   auto* seg = reinterpret_cast<uint32_t*>(gpu.push());
   seg[0] = 0x20050017u;
@@ -116,6 +117,21 @@ void test_a_malformed_submit_stops_the_mock_with_the_word_named() {
   *ch.gp_put = 1;
   for (int i = 0; i < 10'000 && gpu.fault().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(gpu.fault().find("pushbuffer word 0: method header 0x20050017 announces 5 data words") != std::string::npos);
+  // its signals stopped with it: a wait for work it will never do fails at once, naming the word, every time
+  for (int round = 0; round < 2; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    bool threw = false;
+    try {
+      timeline->wait(1, kWait);
+    } catch (const hcq::DeviceFault& e) {
+      threw = std::string(e.what()) == "the mock NVIDIA GPU stopped: " + gpu.fault();
+      if (!threw) std::cerr << "unexpected fault: " << e.what() << "\n";
+    }
+    CHECK(threw);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  }
+  timeline->set(0);
+  CHECK(timeline->wait_for(0, std::chrono::milliseconds(0)));  // a value already reached is no failure
 }
 
 }  // namespace

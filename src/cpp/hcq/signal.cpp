@@ -40,7 +40,10 @@ SignalRef Signal::external(std::string name, std::atomic<uint64_t>* word, std::s
 
 bool Signal::wait_for(uint64_t v, std::chrono::milliseconds timeout) const {
   const auto reached = [&] {
-    if (value() < v) return false;
+    if (value() < v) {
+      if (stopped_.load(std::memory_order_acquire)) throw DeviceFault(name_, v, stop_what_);
+      return false;
+    }
     check(v);
     return true;
   };
@@ -62,6 +65,13 @@ void Signal::fault(uint64_t value, std::string what) {
   fault_value_ = value;
   fault_what_ = std::move(what);
   faulted_.store(true, std::memory_order_release);
+}
+
+void Signal::stop(std::string what) {
+  const std::lock_guard lock(fault_mu_);
+  if (stopped_.load(std::memory_order_relaxed)) return;
+  stop_what_ = std::move(what);
+  stopped_.store(true, std::memory_order_release);
 }
 
 void Signal::throw_fault(uint64_t reached) const {

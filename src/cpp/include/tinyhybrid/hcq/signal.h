@@ -87,6 +87,10 @@ class Signal {
     if (faulted_.load(std::memory_order_acquire)) throw_fault(reached);
   }
 
+  // The producer stopped for good (a mock GPU whose stream was malformed): from now on a wait for a value not yet
+  // reached throws DeviceFault(what) at once, every time, instead of waiting for a value that never comes.
+  void stop(std::string what);
+
   const std::string& name() const noexcept { return name_; }
   // The address a command stream uses to reach the value (a device writes it with release order).
   uint64_t address() const noexcept { return reinterpret_cast<uint64_t>(word_); }
@@ -102,6 +106,8 @@ class Signal {
   mutable std::mutex fault_mu_;
   mutable uint64_t fault_value_ = 0;
   mutable std::string fault_what_;
+  std::atomic<bool> stopped_{false};
+  std::string stop_what_;  // set once, before stopped_
 };
 
 }  // namespace th::hcq
