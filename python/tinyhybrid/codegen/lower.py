@@ -44,10 +44,15 @@ def _flat(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
   return acc
 
 
-def _identity(op: Ops, dtype) -> UOp:
-  """What a reduce over nothing leaves: 0, 1, or the dtype's least value for max (a constant: the loads of a loop that
-  runs zero times would otherwise stay, hoisted out of it once its index no longer depends on it)."""
-  return UOp.const(dtype, {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(dtype)}[op])
+def reduce_identity(op: Ops, dtype):
+  """What a reduce over nothing leaves: 0, 1, or the dtype's least value for max."""
+  return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(dtype)}[op]
+
+
+def _over_nothing(ranges: list[UOp]) -> bool:
+  """Whether a reduce's loops run zero times: it is then its identity, a constant (the loads of the loop would otherwise
+  stay, hoisted out of it once its index no longer depends on it, and read past an empty buffer)."""
+  return any(r.src[0].op is Ops.CONST and r.src[0].arg == 0 for r in ranges)
 
 
 def _and(a: UOp | None, b: UOp | None) -> UOp | None:
@@ -265,9 +270,9 @@ class Lowerer:
       src, kept = collapse_one_hot(src, self.reduce_ranges)
       self.reduce_sizes = [s for r, s in zip(self.reduce_ranges, self.reduce_sizes) if r in kept]
       self.reduce_ranges = kept
-    if any(r.src[0].op is Ops.CONST and r.src[0].arg == 0 for r in self.reduce_ranges):
+    if _over_nothing(self.reduce_ranges):
       self.reduce_ranges, self.reduce_sizes = [], []
-      return _identity(op, u.dtype)
+      return UOp.const(u.dtype, reduce_identity(op, u.dtype))
     if not self.reduce_ranges: return src if src.dtype == u.dtype else src.cast(u.dtype)
     return UOp(Ops.REDUCE, u.dtype, (src, *self.reduce_ranges), op)
 
@@ -294,7 +299,7 @@ class Lowerer:
         for r in reduce_ranges:
           if r not in kept: collapsed *= r.src[0].vmax
         reduce_ranges = kept
-      if any(r.src[0].op is Ops.CONST and r.src[0].arg == 0 for r in reduce_ranges): val = _identity(out.arg[0], out.dtype)
+      if _over_nothing(reduce_ranges): val = UOp.const(out.dtype, reduce_identity(out.arg[0], out.dtype))
       elif reduce_ranges: val = UOp(Ops.REDUCE, out.dtype, (src, *reduce_ranges), out.arg[0])
       else: val = src if src.dtype == out.dtype else src.cast(out.dtype)
       store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from tinyhybrid.codegen.expand import csize, mask_size
-from tinyhybrid.codegen.lower import LoweredKernel
+from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.uop import AxisType, GroupOp, Ops
@@ -127,10 +127,6 @@ def _guarded(name: str, decl: str) -> str:
 def var_name(v: UOp) -> str:
   """A DEFINE_VAR's C name: its own name with anything C does not take in an identifier replaced."""
   return "var_" + "".join(c if c.isalnum() else "_" for c in v.arg[0])
-
-
-def _identity(op: Ops, dt: DType):
-  return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dt.min}[op]
 
 
 class CStyleWriter:
@@ -398,7 +394,7 @@ class CStyleWriter:
   def acc_init(self, acc: UOp) -> str:
     """The declaration of a reduce's accumulator, set to its op's identity."""
     t, dt = self.ctype(acc), acc.dtype.scalar()
-    return f"{t} {self.names[acc]} = ({t})({self.literal(_identity(acc.arg[0], dt), dt)});"
+    return f"{t} {self.names[acc]} = ({t})({self.literal(reduce_identity(acc.arg[0], dt), dt)});"
 
   def reduce_section(self) -> None:
     n_out = self.n_out

@@ -19,7 +19,8 @@ from tinyhybrid.codegen.gpu import grid
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.renderer.cstyle import CStyleWriter, _identity, var_name
+from tinyhybrid.codegen.lower import reduce_identity
+from tinyhybrid.renderer.cstyle import CStyleWriter, var_name
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -432,7 +433,7 @@ class PTXWriter(CStyleWriter):
     n_out = self.n_out
     for acc in self.reduces:
       dt = acc.dtype.scalar()
-      init = self.const(_identity(acc.arg[0], dt), dt)
+      init = self.const(reduce_identity(acc.arg[0], dt), dt)
       regs = [self.reg(self.info(dt)[1]) for _ in range(acc.dtype.count)]
       for r in regs: self.ins(f"mov.{'pred' if r.startswith('%p') else f'b{_BITS[self.info(dt)[1]]}'} {r}, {init}")
       self.v[acc] = regs

@@ -20,7 +20,8 @@ import re
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.renderer.cstyle import MATH, _identity, var_name
+from tinyhybrid.codegen.lower import reduce_identity
+from tinyhybrid.renderer.cstyle import MATH, var_name
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
@@ -125,7 +126,7 @@ class PythonWriter(GPUWriter):
 
   def acc_init(self, acc: UOp) -> str:
     dt = acc.dtype.scalar()
-    init = self.literal(_identity(acc.arg[0], dt), dt)
+    init = self.literal(reduce_identity(acc.arg[0], dt), dt)
     return f"{self.names[acc]} = {init if acc.dtype.count == 1 else f'th.splat({init}, {acc.dtype.count})'}"
 
   def combine(self) -> None:
