@@ -21,12 +21,16 @@ print(repr(((Tensor(a) * 3 + 1).relu().sum(1)).numpy().tolist()))
 EXPECTED = ((__import__("numpy").arange(24, dtype="float32").reshape(4, 6) * 3 + 1).sum(1)).tolist()
 
 
-def run(cache: Path, *, tmpdir: Path | None = None, **env: str) -> list[float]:
+def run(cache: Path, *, tmpdir: Path | None = None, **env: str) -> list[float]: return run_logged(cache, tmpdir=tmpdir, **env)[0]
+
+
+def run_logged(cache: Path, *, tmpdir: Path | None = None, **env: str) -> tuple[list[float], str]:
+  """PROGRAM's values, and what it wrote to stderr (BEAM's progress bars)."""
   full = {**os.environ, "TINYHYBRID_CACHE": str(cache), "POCL_CACHE_DIR": str(cache / "pocl"), **env}
   if tmpdir is not None: full["TMPDIR"] = str(tmpdir)
   res = subprocess.run([sys.executable, "-c", PROGRAM], env=full, capture_output=True, text=True, timeout=300)
   assert res.returncode == 0, res.stderr[-3000:]
-  return eval(res.stdout.strip().splitlines()[-1])
+  return eval(res.stdout.strip().splitlines()[-1]), res.stderr
 
 
 def other_filesystem(than: Path) -> Path:
@@ -115,6 +119,32 @@ def test_a_beam_entry_of_the_wrong_type_is_searched_again(tmp_path: Path, monkey
   for e in entries: diskcache.write(e, json.dumps({"not": "a list"}).encode())  # a whole entry of the wrong JSON type
   assert run(cache, BEAM="1") == EXPECTED
   for e in entries: assert isinstance(json.loads(diskcache.read(e) or b"null"), list)
+
+
+def test_cachelevel_0_keeps_no_beam_choice_and_ignore_beam_cache_searches_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+  cache = tmp_path / "cache"
+  assert run(cache, BEAM="1", CACHELEVEL="0") == EXPECTED
+  assert not list((cache / "beam").glob("*.json"))  # tinygrad's CACHELEVEL=0: nothing read or written
+  assert run(cache, BEAM="1") == EXPECTED
+  entries = sorted((cache / "beam").glob("*.json"))
+  assert entries
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(cache))
+  for e in entries: diskcache.write(e, b"[]")  # a valid choice: no actions
+  values, log = run_logged(cache, BEAM="1")
+  assert values == EXPECTED and "BEAM" not in log  # the cached choice, no search
+  values, log = run_logged(cache, BEAM="1", IGNORE_BEAM_CACHE="1")
+  assert values == EXPECTED and "BEAM" in log  # searched again
+
+
+def test_cachelevel_0_turns_the_key_value_cache_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+  from tinyhybrid.helpers import Context, diskcache_get, diskcache_put
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
+  with Context(CACHELEVEL=0):
+    assert diskcache_put("t", "k", 5) == 5 and diskcache_get("t", "k") is None
+  assert not (tmp_path / "kv").exists() or not list((tmp_path / "kv").iterdir())
+  diskcache_put("t", "k", 6)
+  assert diskcache_get("t", "k") == 6
+  with Context(CACHELEVEL=0): assert diskcache_get("t", "k") is None
 
 
 def test_threads_writing_one_entry_never_show_half_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -1,5 +1,6 @@
 """tinygrad's helpers that scripts import (GlobalCounters, colored, fetch, trange) and nn.datasets.mnist."""
 import gzip
+import pathlib
 import urllib.error
 
 import numpy as np
@@ -57,6 +58,17 @@ def test_fetch_caches_and_gunzips(tmp_path, monkeypatch):
   assert fetch(src.as_uri(), gunzip=True).read_bytes() == b"hello"  # from the cache
   assert fetch(src.as_uri(), gunzip=True, allow_caching=False).read_bytes() == b"changed"
   assert Tensor.from_url(src.as_uri()).dtype is dtypes.uint8
+
+
+def test_fetch_local_paths_names_and_checksums(tmp_path, monkeypatch):
+  import hashlib
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path / "cache"))
+  (src := tmp_path / "w.bin").write_bytes(b"weights")
+  assert fetch(str(src)) == src and fetch("./rel/x.bin") == pathlib.Path("./rel/x.bin")  # local paths, as tinygrad's
+  to = tmp_path / "here" / "w.bin"  # a name with a '/' is the file itself
+  assert fetch(src.as_uri(), name=to, sha256=hashlib.sha256(b"weights").hexdigest().upper()) == to and to.read_bytes() == b"weights"
+  with pytest.raises(RuntimeError, match="sha256"): fetch(src.as_uri(), name="bad", sha256="0" * 64)
+  assert not (tmp_path / "cache" / "downloads" / "bad").exists()
 
 
 def test_a_failed_fetch_leaves_nothing(tmp_path, monkeypatch):

@@ -98,6 +98,13 @@ def test_the_ir_imports_nothing_above_it(path: Path):
   assert not bad, f"{_name(path)} imports {bad}: the IR's rules live in uop/, and the layers above use them"
 
 
+@pytest.mark.parametrize("path", [PKG / "tensor.py", PKG / "distributed.py", *_modules("mixin", "nn")], ids=_name)
+def test_the_api_takes_buffer_views_from_the_ir(path: Path):
+  """Which node is memory, and which bytes of it, are facts of the IR (uop/buffers.py), not the scheduler's."""
+  bad = sorted(m for m in _imports(path) if _under(m, "tinyhybrid.schedule.kernelize"))
+  assert not bad, f"{_name(path)} imports {bad}: buffer views live in uop/buffers.py"
+
+
 def test_realize_uops_hands_back_the_becomes_map():
   """The engine realizes UOp graphs without any Tensor: it returns what each root became, and nothing else changes."""
   a_np, b_np = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 0.5, np.float32)

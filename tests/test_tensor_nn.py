@@ -279,7 +279,7 @@ def test_small_cnn():
 
 # ** core behaviours found while building the above **
 def test_realize_keeps_a_reshaped_result():
-  from tinyhybrid.schedule.kernelize import buffer_view
+  from tinyhybrid.uop.buffers import buffer_view
   a = (Tensor([1.0, 2, 3, 4]) * 2).reshape(2, 2)
   a.realize()
   assert buffer_view(a.uop), "realize() must point the tensor at its buffer, or every numpy() recomputes (twice)"

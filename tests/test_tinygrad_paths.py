@@ -32,6 +32,9 @@ def test_dtype_names():
   assert _to_torch_dtype(dtypes.bfloat16) is torch.bfloat16 and _from_torch_dtype(torch.uint16) is dtypes.uint16
   with pytest.raises(TypeError): _from_torch_dtype(torch.complex64)
   with pytest.raises(ValueError): fp8_to_float(1, dtypes.float32)
+  from tinyhybrid.dtype import DTYPES_DICT
+  assert dtypes.fields() is DTYPES_DICT and dtypes.fields()["half"] is dtypes.float16 and "void" not in dtypes.fields()
+  assert dtypes.fp8_fnuz == (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz) and dtypes.fp8s == dtypes.fp8_ocp + dtypes.fp8_fnuz
 
 
 def test_helpers():

@@ -90,6 +90,7 @@ class Buffer:
     self._address = 0
     self._external = False
     self._allocator: Allocator | None = None  # the device's, which counts this buffer while it has memory
+    self._base: Buffer | None = None  # the buffer whose memory a view (Buffer.view) is part of, kept alive by it
     if initial is not None: self.copyin(initial)
 
   @property
@@ -113,6 +114,17 @@ class Buffer:
     self._mem = alloc.wrap(ptr, self.nbytes)
     self._address, self._external, self._allocator = alloc.address(self._mem), True, alloc
     return self
+
+  def view(self, size: int, dtype: DType, offset: int) -> Buffer:
+    """size elements of dtype at byte `offset` of this buffer's memory, as a buffer of its own that shares it (a
+    host-memory allocator's: a DISK file's range, a CPU buffer's)."""
+    if not 0 <= offset <= self.nbytes - size * dtype.itemsize:
+      raise ValueError(f"view: {size} x {dtype} at byte {offset} runs past {self}")
+    mem = self.ensure_allocated()._mem
+    v = Buffer(self.device, size, dtype)
+    v._mem, v._external, v._allocator, v._base = mem[offset:offset + v.nbytes], True, self._allocator, self
+    v._address = self._address + offset
+    return v
 
   def host_memory(self, write: bool = False) -> Any:
     """The allocator's memory itself (a numpy array on the host), once the host may read it (write: also write it)."""
@@ -149,7 +161,13 @@ class Buffer:
     if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)  # type: ignore[arg-type]
     return out
 
-  def as_buffer(self) -> memoryview: return memoryview(self.numpy().view(np.uint8).reshape(-1))  # type: ignore[arg-type]
+  def as_buffer(self, offset: int = 0, nbytes: int | None = None) -> memoryview:
+    """The bytes from `offset` on (nbytes of them; all by default): host memory itself where the allocator's is the
+    host's (no copy), else a copy of them."""
+    end = self.nbytes if nbytes is None else offset + nbytes
+    if type(Device[self.device].allocator).address is Allocator.address:
+      return memoryview(self.host_memory()[offset:end])  # type: ignore[arg-type]  # an ndarray is a buffer
+    return memoryview(self.numpy().view(np.uint8).reshape(-1))[offset:end]  # type: ignore[arg-type]
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}{'' if self.is_allocated() else ' (unallocated)'}>"
   # Buffers are compared by identity: two buffers with the same contents are still different memory
   __hash__ = object.__hash__
@@ -232,6 +250,8 @@ class Compiled:
     # its memory is the host's, and its kernels read the memory of other such devices in place (CPU:N): a copy that
     # only feeds arithmetic then moves nothing. A GPU's memory is its own (a mock's too, to run as a GPU would).
     self.shares_host_memory = False
+    # a device without a compiler (DISK) holds memory and runs no kernels: only views of its memory and copies reach it
+    self.runs_kernels = build_fn is not None
 
   @property
   def hcq_copy_queue(self) -> Any:
@@ -288,6 +308,10 @@ RENDERERS = ("CUDA", "PTX")  # renderers a target may name
 @functools.lru_cache(maxsize=4096)
 def _canonical_name(device: str) -> str:
   """A device name in canonical form (names are asked for per node while graphs are lowered: parsed once each)."""
+  base, _, path = device.partition(":")
+  if base.upper() == "DISK":  # DISK:/path/to/file, the file's bytes as memory (runtime/ops_disk.py): the path as given
+    if not path: raise ValueError(f"{device!r}: a DISK device names its file, DISK:/path/to/file")
+    return f"DISK:{path}"
   t = Target.parse(device)
   if t.device not in _DeviceRegistry._known: raise ValueError(f"unknown device {device!r}; known: {', '.join(_DeviceRegistry._known)} (as NAME or NAME:index)")
   return str(t)
@@ -297,7 +321,8 @@ class _DeviceRegistry:
   """Device["CPU"] gives the device object (made on first use). Device.DEFAULT is, in order: DEV= (e.g. DEV=CL,
   DEV=CL:1, DEV=CUDA:PTX, DEV=NULL:CUDA:sm_90; see Target), else the first of CPU=1, NULL=1, CL=1, CUDA=1, PYTHON=1, NV=1, AMD=1 set, else CPU.
   "CPU:0", "CPU:1", ... are separate devices, each with its own queue, workers and memory count ("CPU" is "CPU:0"). A
-  tuple of names is the device of a tensor sharded across them (tinygrad's multi-device tensors)."""
+  tuple of names is the device of a tensor sharded across them (tinygrad's multi-device tensors). "DISK:/path" is a
+  file as memory: tensors there are views of its bytes, copied to and from other devices (runtime/ops_disk.py)."""
   _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON", "NV", "AMD")
 
   @functools.cached_property
@@ -334,12 +359,19 @@ class _DeviceRegistry:
 
 @functools.cache
 def device_base(device: str) -> str:
-  """The device's kind ("CPU:3" -> "CPU", "NULL:PTX:sm_90" stays): devices of one kind share compiled kernels."""
+  """The device's kind ("CPU:3" -> "CPU", "NULL:PTX:sm_90" stays, "DISK:/a/file" -> "DISK"): devices of one kind
+  share compiled kernels."""
+  if device.startswith("DISK:"): return "DISK"
   t = Target.parse(device)
   return str(Target(t.device, 0, t.renderer, t.arch))
 
 
 Device = _DeviceRegistry()
+
+
+def is_storage(device: Any) -> bool:
+  """Whether a tensor's device (a name, a tuple of them, None) holds memory and runs no kernels (DISK)."""
+  return type(device) is str and not Device[device].runs_kernels
 
 
 def to_ctypes_words(args: list[int]) -> ctypes.Array:

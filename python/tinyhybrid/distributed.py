@@ -19,7 +19,7 @@ import numpy as np
 
 from tinyhybrid.device import np_storage
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.schedule.kernelize import contiguous_buffer
+from tinyhybrid.uop.buffers import contiguous_buffer
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor

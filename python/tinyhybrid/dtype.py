@@ -46,6 +46,10 @@ class DTypes:
     """The largest value of dtype (inf for floats, True for bool)."""
     return dtype.max
   @staticmethod
+  def fields() -> dict[str, DType]:
+    """Every dtype by each of its names (DTYPES_DICT), as tinygrad's tests loop over them."""
+    return DTYPES_DICT
+  @staticmethod
   def finfo(dtype: DType) -> tuple[int, int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     if not dtype._is_float or dtype._is_weak: raise ValueError(f"{dtype} is not a floating point type")
@@ -82,7 +86,8 @@ class DTypes:
   @property
   def default_int(self) -> DType: return v if isinstance(v := DEFAULT_INT.value, DType) else to_dtype(str(v))
 
-  fp8s = (fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz)
+  fp8_ocp, fp8_fnuz = (fp8e4m3, fp8e5m2), (fp8e4m3fnuz, fp8e5m2fnuz)
+  fp8s = fp8_ocp + fp8_fnuz
   floats = fp8s + (float16, bfloat16, float32, float64)
   uints = (uint8, uint16, uint32, uint64)
   sints = (int8, int16, int32, int64)

@@ -114,6 +114,10 @@ TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 2 if VIZ.value else 0)
 PROFILE = ContextVar("PROFILE", 1 if VIZ.value else 0)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
+# tinygrad's cache switches: CACHELEVEL=0 neither reads nor writes cached values (BEAM's choices, diskcache_get/put;
+# compiled kernels are still kept, as build output); IGNORE_BEAM_CACHE=1 searches again and stores the new choice
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)
 # tinygrad's backend switches, read by its programs and tests; tinyhybrid has none of these backends, so they stay off
 IMAGE = ContextVar("IMAGE", 0)
 CPU_LLVM = ContextVar("CPU_LLVM", 0)
@@ -154,24 +158,32 @@ def colored(st: str, color: str | None, background: bool = False) -> str:
   return f"\x1b[{code}m{st}\x1b[0m"
 
 
-def fetch(url: str, name: str | None = None, subdir: str | None = None, gunzip: bool = False, allow_caching: bool = True) -> pathlib.Path:
+def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None = None, gunzip: bool = False,
+          allow_caching: bool = not getenv("DISABLE_HTTP_CACHE"), headers: dict[str, str] | None = None,
+          sha256: str | None = None) -> pathlib.Path:
   """The file at url, downloaded once into the cache (TINYHYBRID_CACHE/downloads, under `subdir`) with a progress bar
-  and kept by `name` (default: a hash of the url and gunzip); gunzip unpacks it on the way. A download that fails leaves
-  nothing behind."""
+  and kept by `name` (default: a hash of the url, headers and gunzip; a Path or a name with a '/' is the file itself);
+  gunzip unpacks it on the way, and a sha256 given must match. A local path ("/..." or "./...") is returned as it is,
+  as in tinygrad. A download that fails leaves nothing behind."""
+  if url.startswith(("/", ".")): return pathlib.Path(url)
   from tinyhybrid.runtime import diskcache
-  d = diskcache.cache_root() / "downloads" / (subdir or "")
-  path = d / (name or hashlib.sha256(f"{url}\0{gunzip}".encode()).hexdigest()[:24])
+  if name is not None and (isinstance(name, pathlib.Path) or "/" in name): path = pathlib.Path(name)
+  else:
+    key = "\0".join([url, str(gunzip), *(f"{k.strip()}:{v.strip()}" for k, v in sorted((headers or {}).items()))])
+    path = diskcache.cache_root() / "downloads" / (subdir or "") / (name or hashlib.sha256(key.encode()).hexdigest()[:24])
   if allow_caching and path.exists(): return path
-  d.mkdir(parents=True, exist_ok=True)
+  path.parent.mkdir(parents=True, exist_ok=True)
   tmp = diskcache.temp_beside(path)
   try:
-    with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=60) as r, open(tmp, "wb") as f:
       total = int(r.headers.get("content-length") or 0) or None
       with tqdm(total=total, unit="B", unit_scale=True, desc=path.name, disable=total is None or total < (1 << 20)) as bar:
         while chunk := r.read(1 << 20):
           f.write(chunk)
           bar.update(len(chunk))
     if gunzip: tmp.write_bytes(gzip.decompress(tmp.read_bytes()))
+    if sha256 is not None and (got := hashlib.sha256(tmp.read_bytes()).hexdigest()) != sha256.lower():
+      raise RuntimeError(f"fetch {url}: sha256 {got}, expected {sha256}")
     os.replace(tmp, path)
   finally: tmp.unlink(missing_ok=True)
   return path
@@ -314,13 +326,14 @@ def _kv_path(table: str, key: Any) -> pathlib.Path:
 def diskcache_get(table: str, key: Any) -> Any:
   """The value put under (table, key), or None."""
   from tinyhybrid.runtime import diskcache
+  if CACHELEVEL.value < 1: return None
   blob = diskcache.read(_kv_path(table, key))
   return None if blob is None else pickle.loads(blob)
 
 
 def diskcache_put(table: str, key: Any, val: Any, prepickled: bool = False) -> Any:
   from tinyhybrid.runtime import diskcache
-  diskcache.write(_kv_path(table, key), val if prepickled else pickle.dumps(val))
+  if CACHELEVEL.value >= 1: diskcache.write(_kv_path(table, key), val if prepickled else pickle.dumps(val))
   return val
 
 

@@ -7,12 +7,13 @@ import contextlib
 import functools
 import itertools
 import math
+import pathlib
 import weakref
 from typing import Any, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tinyhybrid.device import Buffer, Device, np_storage
+from tinyhybrid.device import Buffer, Device, is_storage, np_storage
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.dtype import DType, DTypeLike, _from_np_dtype, dtypes, strong_dtype, to_dtype
 # names tinygrad's programs and tests import from tinygrad.tensor
@@ -22,7 +23,7 @@ from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
-from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes
+from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, select_shard
 from tinyhybrid.uop.sharding import shard_bounds
 
@@ -120,6 +121,12 @@ class Tensor(TensorAPI):
         dt = dt or (dtypes.default_int if data.dtype is _WEAKINT else data.dtype)
       return data if dt is None or data.dtype is dt else data.cast(dt)
     if isinstance(data, Tensor): data = data.numpy()
+    if isinstance(data, pathlib.Path):  # the file's bytes as dtype (uint8 by default) on its DISK device, moved to `device`
+      disk, dt = Device.canonicalize(f"DISK:{data.resolve()}"), dt or dtypes.uint8
+      u = buffer_uop(Buffer(disk, size := data.stat().st_size // dt.itemsize, dt), (size,))
+      if device is None: self.device = disk
+      else: u = copy_to(u, self.device)
+      return u
     if isinstance(data, (bool, int, float)):
       return UOp.const(dt or strong_dtype(dtypes.from_py(data)), data)
     if isinstance(data, bytes):
@@ -142,6 +149,7 @@ class Tensor(TensorAPI):
   def _from_numpy(arr: np.ndarray, dt: DType, device: str | tuple[str, ...]) -> UOp:
     if type(device) is tuple:  # a replica on each device
       return UOp(Ops.MSTACK, dt, tuple(Tensor._from_numpy(arr, dt, d) for d in device), (device, None))
+    if is_storage(device): return copy_to(Tensor._from_numpy(arr, dt, "CPU"), device)  # DISK: copied in when realized
     shape = arr.shape  # ascontiguousarray makes a 0-d array 1-d
     if dt is dtypes.bfloat16:  # numpy has no bfloat16: round float32 to its top 16 bits (nearest even)
       bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
@@ -211,6 +219,10 @@ class Tensor(TensorAPI):
 
   def bitcast(self, dtype: DTypeLike) -> Tensor:
     dt = to_dtype(dtype)
+    if is_storage(self.device):  # DISK: a view of the same bytes
+      from tinyhybrid.engine.storage import bitcast_view
+      if not buffer_view(self.uop): self.realize()
+      return self._wrap(bitcast_view(self.device, self.uop, dt))
     if (isz := self.dtype.itemsize) != (osz := dt.itemsize):
       # another item size rescales the last axis (as in tinygrad): the bytes move through unsigned words and shifts,
       # lowest first (little-endian), so it is elementwise work on any shape (a symbolic one too)
@@ -323,9 +335,12 @@ class Tensor(TensorAPI):
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
     # tinygrad's checks and words: an assign never casts (a silent cast can lose precision) nor moves the value
     if x.dtype is not self.dtype: raise RuntimeError(f"assign dtype mismatch {self.dtype} != {x.dtype}")
-    if x.device is not None and x.device != self.device: raise RuntimeError(f"assign device mismatch {self.device} != {x.device}")
+    # a device without kernels (DISK) takes values from any device: they are copied in
+    storage = is_storage(self.device)
+    if x.device is not None and x.device != self.device and not storage: raise RuntimeError(f"assign device mismatch {self.device} != {x.device}")
     if x.shape != self.shape: x = x.expand(self.shape)
     if x.shape != self.shape: raise ValueError(f"assign: cannot assign shape {x.shape} to shape {self.shape}")
+    if storage and x.device is not None and x.device != self.device: x = x.to(self.device)
     if type(self.device) is tuple and x.uop.axis != self.uop.axis:
       raise RuntimeError(f"multi axis mismatch {self.uop.axis} != {x.uop.axis}")
     if self.uop.op is Ops.BITCAST and buffer_view(src := self.uop.src[0]) and src.dtype.itemsize == self.dtype.itemsize:
@@ -348,6 +363,11 @@ class Tensor(TensorAPI):
     if not buffer_view(self.uop): self.uop = self.contiguous().realize().uop
     value = x.uop
     if _reads_buffer_differently(value, self.uop): value = x.contiguous().uop
+    if storage:  # nothing to fuse a write into on a device without kernels: its bytes go in now
+      from tinyhybrid.engine.storage import check_assign
+      check_assign(self.device, self.uop, value)
+      self.uop = UOp(Ops.STORE, self.dtype, (self.uop, value))
+      return self.realize()
     self.uop = UOp(Ops.STORE, self.dtype, (self.uop, value))
     if contiguous_buffer(self.uop.src[0]) is None: _view_writes.append(self)
     return self
@@ -619,6 +639,10 @@ def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) 
     if not buffer_view(t.uop): by_device.setdefault(t.device, []).append(t)
   steps: list[engine.Step] = []
   for device, ts in by_device.items():
+    if is_storage(device):  # DISK: views and copies, done here and now (engine/storage.py)
+      from tinyhybrid.engine.storage import realize_on_storage
+      _apply_becomes(realize_on_storage(device, [t.uop for t in ts], _realize_graphs))
+      continue
     # a constant (a graph that reads no buffer) is computed per tensor, as in tinygrad: two Tensor.zeros(2) realized
     # are two buffers, and a lazy tensor built the same way is handed neither (an assign to one would change it)
     consts = {u for u in {t.uop for t in ts} if not _computes_from_memory(u)}

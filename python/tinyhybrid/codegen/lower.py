@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Callable
 from tinyhybrid import viz
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
-from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem
+from tinyhybrid.schedule.kernelize import KernelItem
+from tinyhybrid.uop.buffers import BufferSlot
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, sint
 from tinyhybrid.uop.shape import max_shape, shape_of

@@ -20,7 +20,7 @@ from tinyhybrid.engine.multi import batch_runners
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor
-from tinyhybrid.schedule.kernelize import base_buffer, buffer_view, contiguous_buffer
+from tinyhybrid.uop.buffers import base_buffer, buffer_view, contiguous_buffer
 from tinyhybrid.schedule.multi import is_realized_multi
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, binds_of, map_binds, unbind_all, unbind_arg

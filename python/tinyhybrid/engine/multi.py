@@ -24,7 +24,8 @@ from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Devi
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.runtime import hcq as hcq_runtime
 from tinyhybrid.helpers import PROFILE, ContextVar, prod
-from tinyhybrid.schedule.kernelize import base_buffer, buffer_uop, buffer_view, contiguous_buffer, without_history
+from tinyhybrid.schedule.kernelize import without_history
+from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, byte_range
 from tinyhybrid.schedule.multi import Sharded, lower_multi, lower_selects
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, movement
@@ -60,24 +61,9 @@ def _in_place(device: str) -> bool:
   return _host_memory(device) and Device[device].shares_host_memory
 
 
-def _whole(u: UOp) -> Buffer | None:
-  """The realized buffer u is all of, in order (reshapes of it)."""
-  while u.op is Ops.RESHAPE and len(u.src) == 1: u = u.src[0]
-  return u.arg if (buf := contiguous_buffer(u)) is not None and isinstance(buf, Buffer) else None
-
-
 def _source_range(u: UOp) -> tuple[Buffer, int] | None:
-  """(buffer, byte offset) when u is one contiguous range of a realized buffer (whole, or a slice of its leading axis)."""
-  if (buf := _whole(u)) is not None: return buf, 0
-  if u.op is not Ops.SHRINK or len(u.src) != 1: return None
-  shape = shape_of(u.src[0])
-  if shape is None or not all(type(d) is int for d in shape): return None
-  if (buf := _whole(u.src[0])) is None: return None
-  k = next((i for i, (b, s) in enumerate(zip(u.arg, shape)) if b != (0, s)), 0)
-  if any(shape[i] != 1 for i in range(k)) or any(u.arg[i] != (0, shape[i]) for i in range(k + 1, len(shape))): return None
-  inner = 1
-  for d in shape[k + 1:]: inner *= d
-  return buf, u.arg[k][0] * inner * buf.dtype.itemsize
+  """(buffer, byte offset) when u is one run of a realized buffer's memory, in order (uop/buffers.byte_range)."""
+  return (rng[0], rng[1]) if (rng := byte_range(u)) is not None and isinstance(rng[0], Buffer) else None
 
 
 def copy_buffer(dst: Buffer, src: Buffer, src_offset: int = 0) -> None:
@@ -92,7 +78,7 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
     if not spec.nbytes: continue
     if not (_host_memory(dst.device) and _host_memory(src.device)):
       # a device with memory of its own (CL, CUDA): through the host, with its allocator's blocking copies
-      dst.copyin(src.as_buffer()[spec.src_offset:spec.src_offset + spec.nbytes], spec.dst_offset)
+      dst.copyin(src.as_buffer(spec.src_offset, spec.nbytes), spec.dst_offset)
       engine.count_runs(0, 0, 2 * spec.nbytes)
       continue
     _submit_copy(dst.device, dst.address, src.address, spec)

@@ -20,7 +20,8 @@ from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, TC, GlobalCounters
-from tinyhybrid.schedule.kernelize import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, create_schedule, normalize, strip_reshapes
+from tinyhybrid.schedule.kernelize import create_schedule, normalize
+from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops

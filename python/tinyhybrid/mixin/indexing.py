@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 
+from tinyhybrid.device import is_storage
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
@@ -87,6 +88,8 @@ class IndexingMixin:
     """A list / ndarray / Tensor index as an int tensor on this device (concrete values are range-checked)."""
     from tinyhybrid.tensor import Tensor
     if isinstance(index, Tensor):
+      if is_storage(self.device):
+        raise NotImplementedError(f"{self.device} runs no kernels, so it cannot gather or scatter by tensor indices: move the tensor to a device first (.to('CPU'))")
       if index.device != self.device: raise ValueError(f"index on {index.device}, tensor on {self.device}")
       if index.dtype is dtypes.bool: raise IndexError("internal: bool index reached _index_tensor")
       if not index.dtype._is_int: raise IndexError(f"tensors used as indices must be int tensors, got {index.dtype}")
@@ -298,7 +301,7 @@ class IndexingMixin:
     tensor instead becomes the merged value (where(selected, v, old)), so gradients reach both the old value and v.
     v is broadcast to the selection; a Tensor v must have this dtype (RuntimeError), a Python value is cast."""
     from tinyhybrid.tensor import Tensor
-    from tinyhybrid.schedule.kernelize import buffer_view
+    from tinyhybrid.uop.buffers import buffer_view
     if self.requires_grad or (isinstance(v, Tensor) and v.requires_grad):
       which = "target" if self.requires_grad else "value"
       raise NotImplementedError(f"setitem with requires_grad is not supported: the {which} has requires_grad=True (target {self.shape} "
@@ -309,6 +312,7 @@ class IndexingMixin:
       self.uop = UOp(Ops.DETACH, self.dtype, (inner.uop,))
       return
     if not isinstance(v, Tensor): v = Tensor(v, device=self.device, dtype=self.dtype)
+    elif v.device != self.device and v.device is not None and is_storage(self.device): v = v.to(self.device)  # into DISK
     elif v.device != self.device: raise ValueError(f"setitem: value on {v.device}, tensor on {self.device}")
     elif v.dtype is not self.dtype:
       raise RuntimeError(f"setitem: dtype mismatch, a {v.dtype} value of shape {v.shape} into a {self.dtype} tensor of shape "
@@ -316,7 +320,7 @@ class IndexingMixin:
     parts = self._parse_indices(indices)  # bad indices raise before anything is computed
     xparts = [p for p in parts if p[0] != "int"]
     adv = [(d, p[1]) for d, p in enumerate(xparts) if p[0] == "adv"]
-    if self.uop.op is not Ops.STORE and not buffer_view(self.uop) and _setitem_concrete(self, parts):
+    if self.uop.op is not Ops.STORE and not buffer_view(self.uop) and _setitem_concrete(self, parts) and not is_storage(self.device):
       # x[i] += y on a lazy x runs x[i].assign(x[i] + y), then x[i] = that: the value is the assign's, kept lazy
       given = v
       if v.uop.op is Ops.STORE: v = self._wrap(v.uop.src[1], v.shape)
@@ -595,7 +599,7 @@ def _broadcast_value(v: Tensor, shape: tuple[int, ...], op: str) -> Tensor:
 def _realize_readers(view: Any, keep: tuple) -> None:
   """Computes every live lazy tensor that reads the buffer under view, so that a write happening now does not
   change what they see (torch's eager order: reads issued before a write see the old values)."""
-  from tinyhybrid.schedule.kernelize import buffer_view
+  from tinyhybrid.uop.buffers import buffer_view
   from tinyhybrid.tensor import _all_tensors
   base = view
   while base.op is not Ops.BUFFER: base = base.src[0]
@@ -620,7 +624,7 @@ def _setitem_concrete(x: Tensor, parts: list[tuple]) -> bool:
 def _check_no_other_uses(x: Tensor, values: tuple[Tensor, ...]) -> None:
   """tinygrad's rule for a lazy target that reads memory: if another live tensor was computed from it (a view of it
   included), the merged value would leave that tensor with the old value where eager code would alias it: RuntimeError."""
-  from tinyhybrid.schedule.kernelize import buffer_view
+  from tinyhybrid.uop.buffers import buffer_view
   from tinyhybrid.tensor import _all_tensors
   u = x.uop
   if not any(n.op is Ops.BUFFER for n in u.toposort()): return  # constants only: nothing can alias it
@@ -639,7 +643,7 @@ def _check_no_other_uses(x: Tensor, values: tuple[Tensor, ...]) -> None:
 def _setitem_history(x: Tensor, parts: list[tuple], v: Tensor) -> bool:
   """Whether an in-place write keeps the value's graph under x: v is computed from a tensor that requires grad, and not
   from x's own memory (which the write changes)."""
-  from tinyhybrid.schedule.kernelize import base_buffer
+  from tinyhybrid.uop.buffers import base_buffer
   from tinyhybrid.tensor import Tensor, _all_tensors
   if Tensor.no_grad or not v.dtype._is_float or not _setitem_concrete(x, parts): return False
   wants = {t.uop for t in list(_all_tensors) if t.requires_grad}

@@ -134,7 +134,7 @@ class RandomMixin:
     words = np.array([key[0], key[1], key[0] ^ key[1] ^ _PARITY, num & _M32], dtype=np.uint32)
     from tinyhybrid.engine.realize import capture_random
     # a TinyJit replay draws anew: it refills this buffer with the words of the same call made again
-    from tinyhybrid.schedule.kernelize import buffer_uop
+    from tinyhybrid.uop.buffers import buffer_uop
     t = Tensor(buffer_uop(_WordsBuffer(dev, words), (len(words),)), device=dev)
     capture_random(t.uop, lambda: R._next_rng_words(device, num).uop)
     return t

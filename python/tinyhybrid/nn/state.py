@@ -20,7 +20,7 @@ import safetensors
 from tinyhybrid.device import Buffer, Device, np_storage
 from tinyhybrid.dtype import TORCH_NAMES, DType, dtypes
 from tinyhybrid.helpers import DEBUG, prod
-from tinyhybrid.schedule.kernelize import buffer_uop
+from tinyhybrid.uop.buffers import buffer_uop
 from tinyhybrid.tensor import Tensor
 
 FileLike = Tensor | str | os.PathLike
@@ -125,25 +125,39 @@ def _safe_parse(data: bytes, name: str) -> tuple[dict[str, dict[str, Any]], int,
   return entries, data_start, json.loads(data[8:data_start])
 
 
+def _safe_header(fn: str | os.PathLike) -> tuple[int, dict[str, Any]]:
+  """The data start and JSON header of a .safetensors file, checked by the library (header, dtypes, offsets against
+  the file's size) without reading the data."""
+  try:
+    with safetensors.safe_open(str(fn), framework="numpy"): pass
+    with open(fn, "rb") as f: header = json.loads(f.read(size := int.from_bytes(f.read(8), "little")))
+  except (safetensors.SafetensorError, ValueError) as e: raise ValueError(f"{fn}: not a valid safetensors file: {e}") from None
+  return 8 + size, header
+
+
 def safe_load_metadata(fn: FileLike) -> tuple[Tensor, int, dict[str, Any]]:
   """(the file as a uint8 tensor, where its data starts, its JSON header): the header maps each tensor name to
-  {"dtype", "shape", "data_offsets"} (relative to the data start) and "__metadata__" to the optional text metadata."""
-  data, name = _read_bytes(fn)
-  _, data_start, header = _safe_parse(data, name)
-  return fn if isinstance(fn, Tensor) else _from_raw(data, dtypes.uint8, (len(data),)), data_start, header
+  {"dtype", "shape", "data_offsets"} (relative to the data start) and "__metadata__" to the optional text metadata.
+  A file given by path is the tensor of its DISK device: nothing is read beyond the header."""
+  if isinstance(fn, Tensor):
+    data, name = _read_bytes(fn)
+    _, data_start, header = _safe_parse(data, name)
+    return fn, data_start, header
+  data_start, header = _safe_header(fn)
+  return Tensor(pathlib.Path(fn)), data_start, header
 
 
 def safe_load(fn: FileLike) -> dict[str, Tensor]:
-  """The tensors of a .safetensors file, by name, in the file's order."""
-  data, name = _read_bytes(fn)
-  entries, _, header = _safe_parse(data, name)
-  del data  # the entries hold their own copies
+  """The tensors of a .safetensors file, by name, in the file's order. From a path they are views of the file on its
+  DISK device (as in tinygrad): move them (.to(), load_state_dict) to compute with them; nothing is read before."""
+  t, data_start, header = safe_load_metadata(fn)
+  name = "<tensor>" if isinstance(fn, Tensor) else str(fn)
   ret = {}
-  for k in header:
+  for k, v in header.items():
     if k == "__metadata__": continue
-    if (dt := _SAFE_DTYPES.get(header[k]["dtype"])) is None:
-      raise ValueError(f"{name}: tensor {k!r} has dtype {header[k]['dtype']}, which tinyhybrid lacks")
-    ret[k] = _from_raw(entries.pop(k)["data"], dt, tuple(header[k]["shape"]))
+    if (dt := _SAFE_DTYPES.get(v["dtype"])) is None: raise ValueError(f"{name}: tensor {k!r} has dtype {v['dtype']}, which tinyhybrid lacks")
+    start, end = (data_start + o for o in v["data_offsets"])
+    ret[k] = t[start:end].bitcast(dt).reshape(tuple(v["shape"]))
   return ret
 
 

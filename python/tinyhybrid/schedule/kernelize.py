@@ -9,21 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tinyhybrid.device import Buffer
-from tinyhybrid.dtype import DType
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.uop.ops import UOp, map_binds, movement, sint
+from tinyhybrid.uop.ops import UOp, map_binds
 from tinyhybrid.uop.shape import max_shape, shape_of
+from tinyhybrid.uop.buffers import BufferSlot, concrete, base_buffer, buffer_view, contiguous_buffer, strip_reshapes
 
 MOVEMENT = GroupOp.Movement
-
-
-@dataclass(frozen=True)
-class BufferSlot:
-  """A buffer by position: inputs first (in graph order), then the buffers the schedule creates."""
-  index: int
-  size: int
-  dtype: DType
 
 
 @dataclass
@@ -43,12 +35,6 @@ class ScheduleSpec:
   n_inputs: int
   new_slots: list[BufferSlot]
   outputs: list[tuple[str, int]]  # per root: ("view", slot) | ("store", -1) | ("none", -1)
-
-
-def buffer_view(u: UOp) -> bool:
-  """A node that is already memory: a BUFFER, or movement on top of one (an AFTER is its realized src[0])."""
-  while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
-  return u.op is Ops.BUFFER
 
 
 def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple[UOp, list[Buffer], list[UOp]]:
@@ -106,7 +92,9 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
       srcs = tuple(new[x] if x in new else rebuild(x) if x.op is Ops.AFTER else x for x in u.src)
       new[u] = u if all(a is b for a, b in zip(srcs, u.src)) else u.replace(src=srcs)
     return new.get(root, root)
-  return [rebuild(r) for r in roots], list(afters)
+  out = [rebuild(r) for r in roots], list(afters)
+  new.clear(), afters.clear()  # rebuild refers to itself, a cycle only gc frees: it must not hold the graph's buffers
+  return out
 
 
 def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> ScheduleSpec:
@@ -119,7 +107,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
   # a root that is only a reshape of something already getting a buffer is a view of that buffer, not a copy (unless
   # a shape is symbolic: such a buffer is laid out in its max shape, which a reshape does not follow)
   ends_kernel |= {r for r in roots if not buffer_view(r) and ((base := strip_reshapes(r)) not in ends_kernel or
-                  (base is not r and not (_concrete(shape_of(r)) and _concrete(shape_of(base)))))}
+                  (base is not r and not (concrete(shape_of(r)) and concrete(shape_of(base)))))}
   ends_kernel |= _shared_results(nodes, ends_kernel)
   ends_kernel |= _expanded_work(nodes, ends_kernel)
   ends_kernel -= _epilogue_fused(nodes, ends_kernel)
@@ -185,7 +173,7 @@ def split_reduces(key: UOp) -> UOp:
   shape: tuple[int, ...]
   out: tuple[int, ...]
   for u in key.toposort():
-    if u.op is not Ops.REDUCE or not _concrete(shape := shape_of(u.src[0])) or not _concrete(out := shape_of(u)): continue  # type: ignore[assignment]
+    if u.op is not Ops.REDUCE or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): continue  # type: ignore[assignment]
     if prod(shape) // max(prod(out), 1) < SPLIT_RATIO: continue
     op, axes = u.arg
     for split in range(min(256, SPLIT_OUTPUTS // max(prod(out), 1)), 7, -1):
@@ -306,33 +294,3 @@ def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:
   return n
 
 
-def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
-  """The buffer a node is all of, in order (a BUFFER, or a reshape of one; a realized AFTER is its view), or None."""
-  if u.op is Ops.AFTER: u = u.src[0]
-  if u.op is Ops.RESHAPE: u = u.src[0]
-  return u.arg if u.op is Ops.BUFFER else None
-
-
-def buffer_uop(buf: Buffer | BufferSlot, shape: tuple[sint, ...]) -> UOp:
-  """The node for a realized buffer (or a slot) seen with `shape`. A symbolic shape's buffer is laid out in its max
-  shape (uop/shape.py max_shape): the view is that shape shrunk to the symbolic one."""
-  b = UOp(Ops.BUFFER, buf.dtype, (), buf)
-  if type(sum(shape)) is int: return b if tuple(shape) == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (b,), tuple(shape))
-  big = max_shape(shape)
-  if big != (buf.size,): b = UOp(Ops.RESHAPE, buf.dtype, (b,), big)
-  return movement(Ops.SHRINK, b, tuple((0, d) for d in shape))
-
-
-def base_buffer(u: UOp) -> UOp:
-  """The BUFFER under a view (movement ops and realized AFTERs)."""
-  while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
-  if u.op is not Ops.BUFFER: raise ValueError("assign: the target is not a view of a buffer")
-  return u
-
-
-def _concrete(shape: tuple | None) -> bool: return all(type(d) is int for d in shape or ())
-
-
-def strip_reshapes(u: UOp) -> UOp:
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import itertools
 
-from tinyhybrid.schedule.kernelize import BufferSlot, KernelItem, base_buffer, buffer_uop
+from tinyhybrid.schedule.kernelize import KernelItem
+from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of

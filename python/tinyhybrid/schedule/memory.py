@@ -1,7 +1,7 @@
 """Memory planning: buffers a schedule creates share memory when their lifetimes do not overlap."""
 from __future__ import annotations
 
-from tinyhybrid.schedule.kernelize import BufferSlot
+from tinyhybrid.uop.buffers import BufferSlot
 
 
 def plan_memory(kernel_slots: list[list[int]], new_slots: list[BufferSlot], keep: set[int]) -> list[int]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tinyhybrid.helpers import ALL2ALL, DEBUG, RING, getenv, prod
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.schedule.kernelize import buffer_view
+from tinyhybrid.uop.buffers import buffer_view
 from tinyhybrid.uop.ops import UOp, movement
 from tinyhybrid.uop.shape import shape_of
 from tinyhybrid.uop.sharding import LEAVES, PER_SHARD, node_axis, shard_bounds
