@@ -16,7 +16,6 @@ from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine import realize as realize_mod
 from tinyhybrid.helpers import Context, GlobalCounters
 from tinyhybrid.uop import AxisType, Ops
-from tinyhybrid.uop.shape import shape_of
 from tinyhybrid.uop.ops import UOp
 
 IDX = dtypes.weakint
@@ -237,26 +236,21 @@ def _stopped(t: Tensor, match: str) -> None:
 
 
 def test_planted_wrong_shrink(fresh, monkeypatch):
-  orig = lower_mod.through_views
-  def wrong_shrink(u, idx):
-    base, bidx, cond = orig(u, idx)
-    return (base, (bidx[0] + 1,) + bidx[1:], cond) if u.op is Ops.SHRINK else (base, bidx, cond)
+  orig = lower_mod.INDEX_MAPS[Ops.SHRINK]
+  def wrong_shrink(idx, src, u):
+    out = orig(idx, src, u)
+    return (out[0] + 1,) + out[1:]
   x = Tensor(np.arange(37, dtype=np.float32)).realize()
-  monkeypatch.setattr(lower_mod, "through_views", wrong_shrink)
+  monkeypatch.setitem(lower_mod.INDEX_MAPS, Ops.SHRINK, wrong_shrink)
   _stopped(x[5:37] * 2, r"LOAD.* \(float, 37 elements\) may be out of bounds: at .* (the index is 37|reads element 37)")
 
 
 def test_planted_off_by_one_pad(fresh, monkeypatch):
-  orig = lower_mod.through_views
-  def off_by_one(u, idx):
-    if u.op is not Ops.PAD: return orig(u, idx)
+  def off_by_one(idx, src, u):
     (b, _), = u.arg
-    s = shape_of(u.src[0])[0]
-    base, bidx, cond = orig(u.src[0], (idx[0] - b,))
-    inside = (idx[0] < b).logical_not() & (idx[0] < b + s + 1)  # one element past the source
-    return base, bidx, inside if cond is None else inside & cond
+    return (idx[0] < b).logical_not() & (idx[0] < b + src[0] + 1)  # one element past the source
   x = Tensor(np.arange(29, dtype=np.float32)).realize()
-  monkeypatch.setattr(lower_mod, "through_views", off_by_one)
+  monkeypatch.setattr(lower_mod, "_pad_inside", off_by_one)
   _stopped(x.pad((2, 3)) + 1, r"\(float, 29 elements\) may be out of bounds: at .* (the index is 29|reads element 29)")
 
 
@@ -359,11 +353,11 @@ def test_symbolic_buffer_proves_under_jit(fresh, monkeypatch):
 
 def test_planted_symbolic_overread(fresh, monkeypatch):
   # a reshape of the Variable-sized buffer that reads one element past its row: caught for some n, with the size there
-  orig = lower_mod.through_views
-  def one_past(u, idx):
-    base, bidx, cond = orig(u, idx)
-    return (base, (bidx[0] + 1,) + bidx[1:], cond) if u.op is Ops.RESHAPE and base.op is Ops.BUFFER else (base, bidx, cond)
-  monkeypatch.setattr(lower_mod, "through_views", one_past)
+  orig = lower_mod.INDEX_MAPS[Ops.RESHAPE]
+  def one_past(idx, src, u):
+    out = orig(idx, src, u)
+    return (out[0] + 1,) + out[1:] if u.src[0].op is Ops.BUFFER else out
+  monkeypatch.setitem(lower_mod.INDEX_MAPS, Ops.RESHAPE, one_past)
   x = Tensor(np.arange(12, dtype=np.float32)).reshape(Variable("n", 1, 10).bind(4), 3)
   with Context(CHECK_OOB=1), pytest.raises(OutOfBoundsError) as e: x.sum(1).realize()
   msg = str(e.value)

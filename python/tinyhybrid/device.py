@@ -9,7 +9,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import numpy as np
 
@@ -369,7 +369,7 @@ def device_base(device: str) -> str:
 Device = _DeviceRegistry()
 
 
-def is_storage(device: Any) -> bool:
+def is_storage(device: Any) -> TypeGuard[str]:
   """Whether a tensor's device (a name, a tuple of them, None) holds memory and runs no kernels (DISK)."""
   return type(device) is str and not Device[device].runs_kernels
 

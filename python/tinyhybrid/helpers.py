@@ -326,14 +326,14 @@ def _kv_path(table: str, key: Any) -> pathlib.Path:
 def diskcache_get(table: str, key: Any) -> Any:
   """The value put under (table, key), or None."""
   from tinyhybrid.runtime import diskcache
-  if CACHELEVEL.value < 1: return None
+  if CACHELEVEL < 1: return None
   blob = diskcache.read(_kv_path(table, key))
   return None if blob is None else pickle.loads(blob)
 
 
 def diskcache_put(table: str, key: Any, val: Any, prepickled: bool = False) -> Any:
   from tinyhybrid.runtime import diskcache
-  if CACHELEVEL.value >= 1: diskcache.write(_kv_path(table, key), val if prepickled else pickle.dumps(val))
+  if CACHELEVEL >= 1: diskcache.write(_kv_path(table, key), val if prepickled else pickle.dumps(val))
   return val
 
 

@@ -1,17 +1,19 @@
 """Lowering a scheduled kernel to the kernel IR: loops (RANGE), index arithmetic pushed through the movement ops,
-gated LOADs, a REDUCE over the reduce loops and the STORE. Index expressions are simplified by the native engine."""
+gated LOADs, a REDUCE over the reduce loops and the STORE. The values are a rule set run by the native rewrite engine
+(pm_views moves an index through one movement op, pm_lower turns each node at an index into kernel IR); the loops
+and stores around them are laid out here. Index expressions are simplified by the native engine."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from tinyhybrid import viz
-from tinyhybrid.dtype import dtypes
+from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import KernelItem
 from tinyhybrid.uop.buffers import BufferSlot
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, sint
+from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
 from tinyhybrid.uop.shape import max_shape, shape_of
 
 if TYPE_CHECKING:
@@ -109,38 +111,71 @@ def _reshape_index(idx: tuple[UOp, ...], new: tuple, old: tuple) -> tuple[UOp, .
   return tuple(out)
 
 
-def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
-  """Follows movement ops down from u: the first non-movement node, the index into it, and the condition under which
-  the position is inside every PAD (None when nothing pads)."""
+# ** views to indices: a movement op's index map, one rule per op **
+# The value of a tensor-graph node u at an index, under a gate, is INDEX(u, gate, *index) (gate: TRUE when none) while
+# it is being lowered. Each rule below moves that INDEX one node down; what is left when none applies is kernel IR.
+
+TRUE = UOp.const(dtypes.bool, True)
+PAD_MASK = "pad"  # the arg of a WHERE that zeroes a value outside a PAD, until it is known whether the value is a load
+
+
+def at(u: UOp, idx: tuple[UOp, ...], valid: UOp | None = None) -> UOp:
+  """u's value at idx, under valid, to be lowered."""
+  return UOp(Ops.INDEX, u.dtype, (u, TRUE if valid is None else valid, *idx))
+
+
+def _gate(x: UOp) -> UOp | None: return None if x.src[1] is TRUE else x.src[1]
+
+
+def _permute(idx: tuple[UOp, ...], src: tuple, u: UOp) -> tuple[UOp, ...]:
+  inv = [0] * len(u.arg)
+  for i, a in enumerate(u.arg): inv[a] = i
+  return tuple(idx[inv[j]] for j in range(len(u.arg)))
+
+
+# how an index into a movement op's result indexes its source (shape of the source, the node)
+INDEX_MAPS: dict[Ops, Callable[[tuple[UOp, ...], tuple, UOp], tuple[UOp, ...]]] = {
+  Ops.RESHAPE: lambda idx, src, u: _reshape_index(idx, shape_of(u) or (), src),
+  Ops.PERMUTE: _permute,
+  Ops.EXPAND: lambda idx, src, u: tuple(_c(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, src, u.arg)),
+  Ops.SHRINK: lambda idx, src, u: tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)),
+  Ops.FLIP: lambda idx, src, u: tuple((s - 1) - i if f else i for i, s, f in zip(idx, src, u.arg)),
+  Ops.PAD: lambda idx, src, u: tuple((i - b).simplify() if b else i for i, (b, _) in zip(idx, u.arg)),
+}
+
+
+def _pad_inside(idx: tuple[UOp, ...], src: tuple, u: UOp) -> UOp | None:
+  """Where an index into a PAD's result is inside its source (None: everywhere it is reached)."""
   cond: UOp | None = None
-  while u.op in GroupOp.Movement or u.op is Ops.AFTER:
-    if u.op is Ops.AFTER:
-      u = u.src[0]
-      continue
-    src = u.src[0]
-    ss = shape_of(src) or ()
-    op, arg = u.op, u.arg
-    if op is Ops.RESHAPE: idx = _reshape_index(idx, shape_of(u) or (), ss)
-    elif op is Ops.PERMUTE:
-      inv = [0] * len(arg)
-      for i, a in enumerate(arg): inv[a] = i
-      idx = tuple(idx[inv[j]] for j in range(len(arg)))
-    elif op is Ops.EXPAND: idx = tuple(_c(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, ss, arg))
-    elif op is Ops.SHRINK: idx = tuple(i + b if b else i for i, (b, _) in zip(idx, arg))
-    elif op is Ops.FLIP: idx = tuple((s - 1) - i if f else i for i, s, f in zip(idx, ss, arg))
-    elif op is Ops.PAD:
-      inner = []
-      for ix, s, (b, a) in zip(idx, ss, arg):
-        inner.append(ix - b if b else ix)
-        if b: cond = _and(cond, (ix < b).logical_not())
-        if a: cond = _and(cond, ix < b + s)
-      idx = tuple(x.simplify() for x in inner)
-    else: raise NotImplementedError(f"lowering: movement op {op}")
-    u = src
-  if cond is not None:
-    cond = cond.simplify()
-    if cond.op is Ops.CONST and cond.arg is True: cond = None  # padding that is never reached
-  return u, idx, cond
+  for ix, s, (b, a) in zip(idx, src, u.arg):
+    if b: cond = _and(cond, (ix < b).logical_not())
+    if a: cond = _and(cond, ix < b + s)
+  if cond is None or ((cond := cond.simplify()).op is Ops.CONST and cond.arg is True): return None
+  return cond
+
+
+def _through_movement(x: UOp, u: UOp) -> UOp:
+  idx, src_shape = x.src[2:], shape_of(u.src[0]) or ()
+  inner = at(u.src[0], INDEX_MAPS[u.op](idx, src_shape, u), _gate(x))
+  if u.op is not Ops.PAD or (cond := _pad_inside(idx, src_shape, u)) is None: return inner
+  return UOp(Ops.WHERE, x.dtype, (cond, at(u.src[0], inner.src[2:], _and(_gate(x), cond)), UOp.const(x.dtype, 0)), PAD_MASK)
+
+
+pm_views = PatternMatcher([
+  (UPat(Ops.INDEX, src=(UPat(Ops.AFTER, name="u"),), allow_any_len=True, name="x"), lambda x, u: x.replace(src=(u.src[0], *x.src[1:]))),
+  (UPat(Ops.INDEX, src=(UPat(GroupOp.Movement, name="u"),), allow_any_len=True, name="x"), _through_movement),
+  # two pads in a chain mask once, with both conditions
+  (UPat(Ops.WHERE, arg=PAD_MASK, src=(UPat(name="c1"), UPat(Ops.WHERE, arg=PAD_MASK, src=(UPat(name="c2"), UPat(name="v"), UPat())), UPat(name="z"))),
+   lambda c1, c2, v, z: UOp(Ops.WHERE, v.dtype, ((c1 & c2).simplify(), v, z), PAD_MASK)),
+])
+
+
+def through_views(u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
+  """Follows movement ops down from u: the first other node, the index into it, and the condition under which the
+  position is inside every PAD (None when nothing pads)."""
+  x = graph_rewrite(at(u, idx), pm_views, bottom_up=True, name="views to indices")
+  if x.op is Ops.WHERE: x = x.src[1]  # a PAD's mask: its condition is the gate
+  return x.src[0], x.src[2:], _gate(x)
 
 
 def symbolic_numel(u: UOp) -> UOp | None:
@@ -183,13 +218,13 @@ class Lowerer:
     self.item = item
     self.buffers: list[BufferSlot] = [item.buffer]
     self.params: dict[int, UOp] = {}
-    self.memo: dict[tuple, UOp] = {}
-    self.reduce_ranges: list[UOp] = []  # the loops of a reduce fused into an elementwise kernel (its epilogue)
-    self.reduce_sizes: list[sint] = []
+    # the loops of the kernel's reduce, and of a reduce fused into an elementwise kernel (its epilogue)
+    self.loops: dict[str, ReduceLoops] = {ROOT: ReduceLoops(), FUSED: ReduceLoops()}
     self.next_axis = 0
     self.sizes: dict[BufferSlot, tuple[UOp, ...]] = {}  # symbolic_numel of the Variable-sized buffers
 
   def symbolic_size(self, view: UOp, base: UOp) -> None:
+    """Keeps the size of a Variable-sized buffer that view (movement ops over base) reads, for CHECK_OOB."""
     if base.op is not Ops.BUFFER or (n := symbolic_numel(view)) is None: return
     have = self.sizes.get(base.arg, ())
     if not any(n is h for h in have): self.sizes[base.arg] = have + (n,)
@@ -207,102 +242,55 @@ class Lowerer:
     index = UOp(Ops.INDEX, buf.dtype, (self.param(buf), flat.simplify()))
     return UOp(Ops.LOAD, buf.dtype, (index,) if valid is None else (index, valid.simplify()))
 
-  def value(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> UOp:
-    """The kernel IR of u at index idx under the gate valid. Walks with an explicit stack, not recursion: a chain of
-    10^5 elementwise ops is as deep as the Tensor program that built it."""
-    root = (u, idx, valid)
-    steps: dict[tuple, tuple[list[tuple], Callable[[list[UOp]], UOp]]]
-    stack, steps = [root], {}
-    while stack:
-      key = stack[-1]
-      if key in self.memo:
-        stack.pop()
-        continue
-      if (step := steps.get(key)) is None: step = steps[key] = self._step(*key)
-      deps, build = step
-      if missing := [d for d in deps if d not in self.memo]:
-        stack.extend(reversed(missing))
-        continue
-      stack.pop()
-      self.memo[key] = build([self.memo[d] for d in deps])
-    return self.memo[root]
-
-  def _step(self, u: UOp, idx: tuple[UOp, ...], valid: UOp | None) -> tuple[list[tuple], Callable[[list[UOp]], UOp]]:
-    """What the value of u at idx needs (the (node, index, gate) triples below it) and how it is made from theirs."""
-    op = u.op
-    if u is not self.item.out and u in self.item.realized:
-      # an assign earlier in the schedule: its result is the target's view of the buffer it wrote
-      if u.op is Ops.STORE: return [(u.src[0], idx, valid)], lambda v: v[0]
-      return [], lambda _: self.load(self.item.realized[u], _flat(idx, max_shape(shape_of(u) or ())), valid)
-    if op is Ops.BUFFER: return [], lambda _: self.load(u.arg, idx[0], valid)
-    if op is Ops.CONST or op is Ops.DEFINE_VAR: return [], lambda _: u
-    if op is Ops.IOTA: return [], lambda _: idx[0].cast(u.dtype)
-    if op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.AFTER): return [(u.src[0], idx, valid)], lambda v: v[0]
-    if op in GroupOp.Movement:
-      base, bidx, cond = through_views(u, idx)
-      self.symbolic_size(u, base)
-      # a load masked by the padding is already 0 outside it
-      def masked(v: list[UOp]) -> UOp: return v[0] if cond is None or v[0].op is Ops.LOAD else cond.where(v[0], UOp.const(v[0].dtype, 0))
-      return [(base, bidx, _and(valid, cond))], masked
-    if op is Ops.REDUCE: return [(u.src[0], self.fused_reduce_index(u, idx), valid)], lambda v: self.fused_reduce(u, v[0])
-    if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-      return [(s, idx, valid) for s in u.src], lambda v: UOp(op, u.dtype, tuple(v), u.arg)
-    raise NotImplementedError(f"lowering: {op} inside a kernel")
-
   def fused_reduce_index(self, u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
     """The index into the source of a reduce inside an elementwise kernel (schedule/kernelize.py _epilogue_fused): its
     reduced axes get loops of their own, its other axes are the kernel's index."""
-    if self.reduce_ranges: raise NotImplementedError("lowering: two reduces in one kernel")
+    fused = self.loops[FUSED]
+    if fused.ranges: raise NotImplementedError("lowering: two reduces in one kernel")
     full = []
     for i, s in enumerate(shape_of(u.src[0]) or ()):
       if i not in u.arg[1]: full.append(idx[i])
       elif s == 1: full.append(_c(0))
       else:
         full.append(r := UOp(Ops.RANGE, IDX, (_c(s),), (self.next_axis, AxisType.REDUCE)))
-        self.reduce_ranges.append(r)
-        self.reduce_sizes.append(s)
+        fused.ranges.append(r)
+        fused.sizes.append(s)
         self.next_axis += 1
     return tuple(full)
 
-  def fused_reduce(self, u: UOp, src: UOp) -> UOp:
-    """The fused reduce of its source's value (a one-hot sum collapses to the one term, and its loop goes)."""
-    op = u.arg[0]
+  def reduce(self, kind: str, op: Ops, dtype: DType, src: UOp) -> UOp:
+    """The reduce of its source's value over its loops (a one-hot sum collapses to the one term, and its loop goes)."""
+    loops = self.loops[kind]
     if op is Ops.ADD:
-      src, kept = collapse_one_hot(src, self.reduce_ranges)
-      self.reduce_sizes = [s for r, s in zip(self.reduce_ranges, self.reduce_sizes) if r in kept]
-      self.reduce_ranges = kept
-    if _over_nothing(self.reduce_ranges):
-      self.reduce_ranges, self.reduce_sizes = [], []
-      return UOp.const(u.dtype, reduce_identity(op, u.dtype))
-    if not self.reduce_ranges: return src if src.dtype == u.dtype else src.cast(u.dtype)
-    return UOp(Ops.REDUCE, u.dtype, (src, *self.reduce_ranges), op)
+      src, kept = collapse_one_hot(src, loops.ranges)
+      for r in loops.ranges:
+        if r not in kept: loops.collapsed *= r.src[0].vmax
+      loops.sizes = [s for r, s in zip(loops.ranges, loops.sizes) if r in kept]
+      loops.ranges = kept
+    if _over_nothing(loops.ranges):
+      loops.ranges, loops.sizes = [], []
+      return UOp.const(dtype, reduce_identity(op, dtype))
+    if not loops.ranges: return src if src.dtype == dtype else src.cast(dtype)
+    return UOp(Ops.REDUCE, dtype, (src, *loops.ranges), op)
 
   def lower(self) -> LoweredKernel:
+    """The kernel: its loops and stores laid out around the output's value at the loops' index, then every value
+    turned into kernel IR by the rule set (pm_lower)."""
     out = self.item.out
     out_shape = shape_of(out) or ()
     full_shape: tuple[sint, ...] = shape_of(out.src[0]) if out.op is Ops.REDUCE else out_shape  # type: ignore[assignment]
     axes = set(out.arg[1]) if out.op is Ops.REDUCE else set()
-    ranges: list[UOp]
-    reduce_ranges: list[UOp]
-    rng, ranges, reduce_ranges = [], [], []
-    collapsed = 1  # the trip count of the reduce loops a gather's one-hot no longer needs
+    rng: list[UOp] = []
+    ranges: list[UOp] = []
     dests: list[tuple[UOp, UOp]] = []  # (PARAM, index) of each store of the value
     for i, s in enumerate(full_shape):
       if s == 1: rng.append(_c(0)); continue
       r = UOp(Ops.RANGE, IDX, (_c(s),), (i, AxisType.REDUCE if i in axes else AxisType.LOOP))
       rng.append(r)
-      (reduce_ranges if i in axes else ranges).append(r)
+      (self.loops[ROOT].ranges if i in axes else ranges).append(r)
     self.next_axis = len(full_shape)
     if out.op is Ops.REDUCE:
-      src = self.value(out.src[0], tuple(rng), None)
-      if out.arg[0] is Ops.ADD:
-        src, kept = collapse_one_hot(src, reduce_ranges)
-        for r in reduce_ranges:
-          if r not in kept: collapsed *= r.src[0].vmax
-        reduce_ranges = kept
-      if _over_nothing(reduce_ranges): val = UOp.const(out.dtype, reduce_identity(out.arg[0], out.dtype))
-      elif reduce_ranges: val = UOp(Ops.REDUCE, out.dtype, (src, *reduce_ranges), out.arg[0])
-      else: val = src if src.dtype == out.dtype else src.cast(out.dtype)
+      val = UOp(Ops.REDUCE, out.dtype, (at(out.src[0], tuple(rng)),), (ROOT, out.arg[0]))
       store_idx = _flat(tuple(_c(0) if i in axes else r for i, r in enumerate(rng)), max_shape(out_shape))
     elif out.op is Ops.STORE:
       # assign: the value goes through the target's view into the target's own buffer (and the same value into the
@@ -312,22 +300,101 @@ class Lowerer:
         self.symbolic_size(st.src[0], base)
         if base.op is not Ops.BUFFER or cond is not None: raise ValueError("assign: the target must be a view of a buffer without padding")
         dests.append((self.param(base.arg), bidx[0]))
-      val = self.value(out.src[1], tuple(rng), None)
+      val = at(out.src[1], tuple(rng))
     else:
-      val = self.value(out, tuple(rng), None)
+      val = at(out, tuple(rng))
       store_idx = _flat(tuple(rng), max_shape(out_shape))
-      full_shape = tuple(full_shape) + tuple(self.reduce_sizes)
     if not dests: dests.append((self.param(self.item.buffer), store_idx))
     stores = [UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (p, i.simplify())), val)) for p, i in dests]
     body = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
-    ast = UOp.sink(UOp(Ops.END, dtypes.void, (body, *ranges))).simplify()
+    lowered = graph_rewrite(UOp.sink(UOp(Ops.END, dtypes.void, (body, *ranges))), pm_lower, ctx=self, bottom_up=True, name="lower")
+    val = _stored_value(lowered)
+    ast = lowered.simplify()
+    if out.op not in (Ops.REDUCE, Ops.STORE): full_shape = tuple(full_shape) + tuple(self.loops[FUSED].sizes)
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
-    work = prod(max_shape(full_shape)) // collapsed
+    work = prod(max_shape(full_shape)) // self.loops[ROOT].collapsed
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
-    return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.reduce_ranges)), ast, self.buffers, 1, work, vars=kvars, ops=arith * work,
-                         mem=sum(b.size * b.dtype.itemsize for b in self.buffers),
+    return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.loops[FUSED].ranges)), ast, self.buffers, 1, work,
+                         vars=kvars, ops=arith * work, mem=sum(b.size * b.dtype.itemsize for b in self.buffers),
                          sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes}, outs=len(dests))
+
+
+def _stored_value(sink: UOp) -> UOp:
+  """The value a lowered kernel (SINK(END(STORE or GROUP of STOREs, *loops))) stores."""
+  body = sink.src[0].src[0]
+  return (body if body.op is Ops.STORE else body.src[0]).src[1]
+
+
+@dataclass
+class ReduceLoops:
+  """A reduce's loops while its value is lowered: the ranges it still runs, their sizes, and the trip count of those
+  a one-hot sum no longer needs."""
+  ranges: list[UOp] = field(default_factory=list)
+  sizes: list[sint] = field(default_factory=list)
+  collapsed: int = 1
+
+
+# ** lowering: the value of each tensor-graph node at an index, as kernel IR **
+
+NOT_PARAM = tuple(o for o in Ops if o is not Ops.PARAM)  # an INDEX of a PARAM is kernel IR already (a load's address)
+# REDUCE arg (kind, op) while the reduce waits for its source's value: the kernel's own reduce, or one fused into it
+ROOT, FUSED = "root", "fused"
+
+
+def _lowering(x: UOp) -> bool:
+  """Whether x is a value still being lowered (its rule fires once its sources are kernel IR)."""
+  return (x.op is Ops.INDEX and x.src[0].op is not Ops.PARAM) or (x.op is Ops.WHERE and x.arg == PAD_MASK)
+
+
+def _realized(ctx: Lowerer, x: UOp, u: UOp) -> UOp | None:
+  """A result of an earlier kernel of the schedule is read from its buffer (an assign's: through its target's view)."""
+  if u is ctx.item.out or u not in ctx.item.realized: return None
+  if u.op is Ops.STORE: return at(u.src[0], x.src[2:], _gate(x))
+  return ctx.load(ctx.item.realized[u], _flat(x.src[2:], max_shape(shape_of(u) or ())), _gate(x))
+
+
+def _note_symbolic_size(ctx: Lowerer, x: UOp, u: UOp) -> None:
+  """(never rewrites) A view straight over a Variable-sized buffer records that buffer's size."""
+  base = u
+  while base.op in GroupOp.Movement or base.op is Ops.AFTER: base = base.src[0]
+  ctx.symbolic_size(u, base)
+
+
+def _fused_reduce(ctx: Lowerer, x: UOp, u: UOp) -> UOp:
+  return UOp(Ops.REDUCE, u.dtype, (at(u.src[0], ctx.fused_reduce_index(u, x.src[2:]), _gate(x)),), (FUSED, u.arg[0]))
+
+
+def _reduce_of_value(ctx: Lowerer, r: UOp, v: UOp) -> UOp | None:
+  if type(r.arg) is not tuple or _lowering(v): return None
+  kind, op = r.arg
+  return ctx.reduce(kind, op, r.dtype, v)
+
+
+def _pad_mask(c: UOp, v: UOp, z: UOp) -> UOp | None:
+  """Zero outside the PAD, unless the value is a load: its gate has the PAD's condition, so it is 0 there already."""
+  return None if _lowering(v) else v if v.op is Ops.LOAD else c.where(v, z)
+
+
+def _unsupported(u: UOp) -> Any: raise NotImplementedError(f"lowering: {u.op} inside a kernel")
+
+
+def _index_of(ops: Any, fn: Callable) -> tuple[UPat, Callable]:
+  return UPat(Ops.INDEX, src=(UPat(ops, name="u"),), allow_any_len=True, name="x"), fn
+
+
+pm_lower = PatternMatcher([_index_of(NOT_PARAM, _realized), _index_of(GroupOp.Movement, _note_symbolic_size)]) + pm_views + PatternMatcher([
+  _index_of(Ops.BUFFER, lambda ctx, x, u: ctx.load(u.arg, x.src[2], _gate(x))),
+  _index_of((Ops.CONST, Ops.DEFINE_VAR), lambda u: u),
+  _index_of(Ops.IOTA, lambda x, u: x.src[2].cast(u.dtype)),
+  _index_of((Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), lambda x, u: at(u.src[0], x.src[2:], _gate(x))),
+  _index_of(Ops.REDUCE, _fused_reduce),
+  _index_of((*GroupOp.ALU, Ops.CAST, Ops.BITCAST), lambda x, u: UOp(u.op, u.dtype, tuple(at(s, x.src[2:], _gate(x)) for s in u.src), u.arg)),
+  _index_of(NOT_PARAM, lambda u: _unsupported(u)),
+  # once their sources are kernel IR: a reduce, and a PAD's mask
+  (UPat(Ops.REDUCE, src=(UPat(name="v"),), name="r"), _reduce_of_value),
+  (UPat(Ops.WHERE, arg=PAD_MASK, src=(UPat(name="c"), UPat(name="v"), UPat(name="z"))), _pad_mask),
+])
 
 
 def _and_terms(c: UOp) -> list[UOp]:
@@ -372,6 +439,4 @@ def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:
 
 def lower(item: KernelItem) -> LoweredKernel:
   """The kernel of a schedule item as loops over its buffers, before any optimization (codegen/search.py optimize)."""
-  k = Lowerer(item).lower()
-  viz.stage("lower", item.out, k.ast)
-  return k
+  return Lowerer(item).lower()

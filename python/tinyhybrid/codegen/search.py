@@ -183,7 +183,7 @@ def _cached_opts(path: Path) -> list[Opt] | None:
 
 def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
   path = _cache_path(k, dev, width)
-  if CACHELEVEL.value >= 1 and not IGNORE_BEAM_CACHE.value and (cached := _cached_opts(path)) is not None: return cached
+  if CACHELEVEL >= 1 and not IGNORE_BEAM_CACHE.value and (cached := _cached_opts(path)) is not None: return cached
   seen: set[str] = set()
 
   def measure(timer: _Timer, plans: list[tuple[Opt, ...]], limit: float, desc: str) -> list[tuple[float, tuple[Opt, ...]]]:
@@ -211,5 +211,5 @@ def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
       if not improved: break
   best = list(beam[0][1])
   if DEBUG >= 2: print(f"BEAM {k.name}: {beam[0][0] * 1e6:.1f} us with {best}")
-  if CACHELEVEL.value >= 1: diskcache.write(path, json.dumps([[o.op.name, o.axis, o.arg] for o in best]).encode())
+  if CACHELEVEL >= 1: diskcache.write(path, json.dumps([[o.op.name, o.axis, o.arg] for o in best]).encode())
   return best

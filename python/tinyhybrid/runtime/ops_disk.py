@@ -50,13 +50,15 @@ class DiskDevice(Compiled):
       if (have := os.fstat(self.fd).st_size) < nbytes:
         if not self.writable: raise PermissionError(f"{self.name}: the file has {have} bytes, a buffer of {nbytes} needs it to grow, and it is read-only")
         os.ftruncate(self.fd, nbytes)
-      if nbytes: self.mem = mmap.mmap(self.fd, nbytes, access=mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ)
+      mem = mmap.mmap(self.fd, nbytes, access=mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ) if nbytes else None
     except BaseException:
       if not self.refcount: self._close()
       raise
     self.refcount += 1
     self.size = max(self.size or 0, nbytes)
-    return np.frombuffer(self.mem, dtype=np.uint8, count=nbytes) if nbytes else np.zeros(0, dtype=np.uint8)
+    if mem is None: return np.zeros(0, dtype=np.uint8)
+    self.mem = mem
+    return np.frombuffer(mem, dtype=np.uint8, count=nbytes)
 
   def _replaced(self) -> bool:
     try: now = os.stat(self.path)

@@ -93,7 +93,9 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
       new[u] = u if all(a is b for a, b in zip(srcs, u.src)) else u.replace(src=srcs)
     return new.get(root, root)
   out = [rebuild(r) for r in roots], list(afters)
-  new.clear(), afters.clear()  # rebuild refers to itself, a cycle only gc frees: it must not hold the graph's buffers
+  # rebuild refers to itself, a cycle only gc frees: it must not hold the graph's buffers
+  new.clear()
+  afters.clear()
   return out
 
 

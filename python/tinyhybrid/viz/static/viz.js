@@ -219,6 +219,7 @@ document.addEventListener("keydown", (e) => {
   const keys = {
     ArrowRight: () => state.call >= 0 && state.step < state.steps && showStep(state.step + 1),
     ArrowLeft: () => state.call >= 0 && state.step > 0 && showStep(state.step - 1),
+    End: () => state.call >= 0 && showStep(state.steps), Home: () => state.call >= 0 && showStep(0),
     ArrowDown: () => moveCall(1), ArrowUp: () => moveCall(-1),
     PageDown: () => moveGroup(1), PageUp: () => moveGroup(-1),
   };
