@@ -138,7 +138,7 @@ def test_double_needs_fp64():
 
 
 def test_build_error_names_the_kernel_and_shows_the_log():
-  from tinyhybrid.runtime.compiler import CompileError
+  from tinyhybrid.device import CompileError
   src = "__kernel void broken_kernel(__global float* a) { a[0] = not_declared; }"
   with pytest.raises(CompileError, match="broken_kernel") as e: Device["CL"].compile("broken_kernel", src)
   assert "not_declared" in str(e.value)  # the driver's build log

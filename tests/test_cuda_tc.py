@@ -69,7 +69,8 @@ def test_tc_0_and_odd_shapes_fall_back(dev):
 def test_beam_searches_the_tc_action(monkeypatch):
   from tinyhybrid import Device
   from tinyhybrid.codegen import search
-  from tinyhybrid.codegen.opt import Opt, OptOps, apply_opts
+  from tinyhybrid.codegen.kernel import Opt, OptOps
+  from tinyhybrid.codegen.opt import apply_opts
   seen = []
   monkeypatch.setattr(realize, "optimize", lambda k, dev: seen.append(k) or search.optimize(k, dev))
   _matmul(CUDA, 32, 32, 32, dtypes.bfloat16, dtypes.float).realize()
@@ -234,7 +235,7 @@ def test_emulated_tc_with_unrolled_k_and_more_warps(dev, monkeypatch):
   (LOCAL), more tiles per warp (UPCAST)."""
   from tinyhybrid import Device
   from tinyhybrid.codegen import search
-  from tinyhybrid.codegen.opt import KernelParts, Opt, OptOps
+  from tinyhybrid.codegen.kernel import KernelParts, Opt, OptOps
   seen = []
   monkeypatch.setattr(realize, "optimize", lambda k, d: seen.append(k) or search.optimize(k, d))
   m, n, k = 64, 32, 64

@@ -42,7 +42,8 @@ def test_cnn_forward_backward_matches_torch():
 
 
 def test_compile_error_names_compiler_message_and_source():
-  from tinyhybrid.runtime.compiler import CompileError, compile_shared
+  from tinyhybrid.runtime.compiler import compile_shared
+  from tinyhybrid.device import CompileError
   with pytest.raises(RuntimeError) as e:
     compile_shared([("broken", "void broken(const unsigned long long* args) { this is not C; }")])
   assert isinstance(e.value, CompileError)
@@ -50,7 +51,8 @@ def test_compile_error_names_compiler_message_and_source():
 
 
 def test_a_batch_with_a_broken_kernel_names_that_kernel(tmp_path, monkeypatch):
-  from tinyhybrid.runtime.compiler import CompileError, compile_shared
+  from tinyhybrid.runtime.compiler import compile_shared
+  from tinyhybrid.device import CompileError
   monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
   good = ("fine", "void fine(const unsigned long long* args) { (void)args; }")
   with pytest.raises(CompileError, match="kernel broken") as e:

@@ -10,7 +10,8 @@ import pytest
 
 from tinyhybrid import Device, Tensor, Variable
 from tinyhybrid.codegen.gpu import gpu_optimizations
-from tinyhybrid.codegen.opt import KernelOptError, Opt, OptOps, apply_opts
+from tinyhybrid.codegen.kernel import KernelOptError, Opt, OptOps
+from tinyhybrid.codegen.opt import apply_opts
 from tinyhybrid.codegen.search import actions, finalize
 from tinyhybrid.device import Buffer
 from tinyhybrid.runtime import ops_cl
@@ -122,7 +123,7 @@ def test_device_limits(dev):
   """A work-group past the device's size, or a group's accumulators past its local memory, does not apply; the PYTHON
   device runs a kernel planned for another device's limits."""
   from tinyhybrid.renderer.opencl import OpenCLRenderer
-  from tinyhybrid.runtime.ops_cl import CLProperties
+  from tinyhybrid.renderer.opencl import CLProperties
   t, ref = CASES["matmul"]()
   k, _ = kernel_of(t)
   props = Device["CL"].props if dev == "CL" else CLProperties(**CL_LIKE)

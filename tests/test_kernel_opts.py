@@ -9,7 +9,8 @@ from tinyhybrid import Context, Device, Tensor
 from tinyhybrid.codegen import search
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import Lowerer
-from tinyhybrid.codegen.opt import KernelOptError, Opt, OptOps, apply_opts
+from tinyhybrid.codegen.kernel import KernelOptError, Opt, OptOps
+from tinyhybrid.codegen.opt import apply_opts
 from tinyhybrid.codegen.search import actions, finalize
 from tinyhybrid.device import Buffer
 from tinyhybrid.engine.realize import kernel_cache, schedule_cache

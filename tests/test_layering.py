@@ -77,9 +77,9 @@ def test_allow_list_is_current():
 
 @pytest.mark.parametrize("path", _modules("codegen", "renderer", "engine"), ids=_name)
 def test_codegen_renderers_and_engine_load_no_device(path: Path):
-  # a type from a device module under `if TYPE_CHECKING:` loads nothing (renderer/opencl.py names CLProperties); the
-  # engine asks a device for what it can do (Compiled.runner, chain_runner), never for its class
-  bad = sorted(m for m in _imports(path, type_checking=False) if _under(m, "tinyhybrid.runtime") and m.rpartition(".")[2].startswith("ops_"))
+  # not even for a type (a renderer's device properties, CLProperties, live with the renderer); the engine asks a
+  # device for what it can do (Compiled.runner, chain_runner), never for its class
+  bad = sorted(m for m in _imports(path) if _under(m, "tinyhybrid.runtime") and m.rpartition(".")[2].startswith("ops_"))
   assert not bad, f"{_name(path)} imports the runtime device modules {bad}"
 
 
@@ -103,6 +103,25 @@ def test_the_api_takes_buffer_views_from_the_ir(path: Path):
   """Which node is memory, and which bytes of it, are facts of the IR (uop/buffers.py), not the scheduler's."""
   bad = sorted(m for m in _imports(path) if _under(m, "tinyhybrid.schedule.kernelize"))
   assert not bad, f"{_name(path)} imports {bad}: buffer views live in uop/buffers.py"
+
+
+@pytest.mark.parametrize("name, below", [
+  ("dtype.py", ("tinyhybrid.device", "tinyhybrid.runtime")),  # dtype owns its NumPy table (np_storage)
+  ("device.py", ("tinyhybrid.runtime",)),  # device owns CompileError; runtime modules build on device, not the reverse
+])
+def test_the_base_modules_import_nothing_above_them(name: str, below: tuple[str, ...]):
+  bad = sorted(m for m in _imports(PKG / name) if _under(m, *below))
+  assert not bad, f"{name} imports {bad}"
+
+
+def test_the_kernel_passes_share_types_without_cycles():
+  """The kernel's shared types live in codegen/kernel.py, so no two codegen modules import each other."""
+  mods = {_name(p): {m for m in _imports(p) if _under(m, "tinyhybrid.codegen")} for p in _modules("codegen")}
+  def names(m: str) -> str: return m.removeprefix("tinyhybrid.").replace(".", "/") + ".py"
+  pairs = sorted((a, b) for a, deps in mods.items() for b in {names(m) for m in deps} if b in mods and a < b
+                 and any(names(m) == a for m in mods[b]))
+  assert not pairs, f"codegen modules that import each other: {pairs}"
+  assert not any(_under(m, "tinyhybrid.codegen.opt") for m in _imports(PKG / "codegen" / "kernel.py"))
 
 
 def test_realize_uops_hands_back_the_becomes_map():

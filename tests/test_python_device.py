@@ -13,7 +13,7 @@ import torch
 
 from tinyhybrid import Device, Tensor, dtypes
 from tinyhybrid.codegen import search
-from tinyhybrid.codegen.opt import KernelParts, Opt, OptOps
+from tinyhybrid.codegen.kernel import KernelParts, Opt, OptOps
 from tinyhybrid.device import Buffer
 from tinyhybrid.engine import realize
 from tinyhybrid.runtime.lanes import OutOfBoundsAccess

@@ -13,22 +13,11 @@ from typing import Any, Callable, TypeGuard
 
 import numpy as np
 
-from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.dtype import DType, dtypes, np_storage
 from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv, once
-from tinyhybrid.runtime.compiler import CompileError  # noqa: F401 (tinygrad's place for it)
 
-# numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
-_NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
-               "unsigned short": np.uint16, "int": np.int32, "unsigned int": np.uint32, "long": np.int64,
-               "unsigned long": np.uint64, "half": np.float16, "__bf16": np.uint16, "float": np.float32,
-               "double": np.float64, "float8_e4m3": np.uint8, "float8_e5m2": np.uint8, "float8_e4m3fnuz": np.uint8,
-               "float8_e5m2fnuz": np.uint8}
-
-
-def np_storage(dtype: DType) -> np.dtype:
-  """The numpy dtype that stores values of `dtype` (raw bits where numpy has no such type)."""
-  try: return np.dtype(_NP_STORAGE[dtype.scalar().name])
-  except KeyError: raise TypeError(f"{dtype} has no numpy storage") from None
+class CompileError(RuntimeError):
+  """A kernel failed to compile: carries the compiler's message and the kernel's source (tinygrad's place for it)."""
 
 
 class Allocator:

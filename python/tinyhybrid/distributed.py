@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from tinyhybrid.device import np_storage
+from tinyhybrid.dtype import np_storage
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.uop.buffers import contiguous_buffer
 

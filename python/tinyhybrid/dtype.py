@@ -6,6 +6,8 @@ import functools
 import math
 from typing import Callable, Final, TypeAlias
 
+import numpy as np
+
 from tinyhybrid import _core
 from tinyhybrid.uop import AddrSpace  # noqa: F401 (tinygrad's import path: tinygrad.dtype.AddrSpace)
 from tinyhybrid.helpers import DEFAULT_FLOAT, DEFAULT_INT
@@ -158,17 +160,14 @@ def sum_acc_dtype(dt: DType) -> DType:
 
 def _to_np_dtype(dtype: DType) -> type | None:
   """The numpy scalar type that holds dtype's values (float32 for bfloat16 and fp8s), None for void."""
-  import numpy as np
   if dtype in (dtypes.bfloat16, *dtypes.fp8s): return np.float32
   if dtype is dtypes.void: return None
-  from tinyhybrid.device import np_storage
   return np_storage(strong_dtype(dtype)).type
 
 
 def _from_np_dtype(npdtype: object) -> DType:
   """The dtype of a NumPy dtype (tinygrad's name); one with no Tensor dtype (object, complex, strings, dates) is a
   TypeError."""
-  import numpy as np
   d = np.dtype(npdtype)  # type: ignore[call-overload]
   if d.kind not in "biuf" or (dt := DTYPES_DICT.get(d.name)) is None:
     raise TypeError(f"NumPy arrays of dtype {d} have no Tensor dtype (bool, ints and floats do)")
@@ -223,3 +222,17 @@ def fp8_to_float(x: int, dtype: DType) -> float:
   if dtype is dtypes.fp8e4m3 and (x & 0x7f) == 0x7f: return math.nan
   if dtype is dtypes.fp8e5m2 and e == 31: return math.nan if m else sign * math.inf
   return sign * (m / (1 << mbits) * 2.0 ** (1 - bias) if e == 0 else (1 + m / (1 << mbits)) * 2.0 ** (e - bias))
+
+
+# numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
+_NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
+               "unsigned short": np.uint16, "int": np.int32, "unsigned int": np.uint32, "long": np.int64,
+               "unsigned long": np.uint64, "half": np.float16, "__bf16": np.uint16, "float": np.float32,
+               "double": np.float64, "float8_e4m3": np.uint8, "float8_e5m2": np.uint8, "float8_e4m3fnuz": np.uint8,
+               "float8_e5m2fnuz": np.uint8}
+
+
+def np_storage(dtype: DType) -> np.dtype:
+  """The numpy dtype that stores values of `dtype` (raw bits where numpy has no such type)."""
+  try: return np.dtype(_NP_STORAGE[dtype.scalar().name])
+  except KeyError: raise TypeError(f"{dtype} has no numpy storage") from None

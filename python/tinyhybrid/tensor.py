@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from tinyhybrid.device import Buffer, Device, is_storage, np_storage
+from tinyhybrid.device import Buffer, Device, is_storage
+from tinyhybrid.dtype import np_storage
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.dtype import DType, DTypeLike, _from_np_dtype, dtypes, strong_dtype, to_dtype
 # names tinygrad's programs and tests import from tinygrad.tensor

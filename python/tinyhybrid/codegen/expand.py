@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable
 
-from tinyhybrid.codegen.opt import LANES, KernelParts, rkind, rsize, stride
+from tinyhybrid.codegen.kernel import LANES, KernelParts, rkind, rsize, stride
 from tinyhybrid.codegen.tc import has_tc
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import postorder, prod

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tinyhybrid.codegen.expand import csize
-from tinyhybrid.codegen.opt import LOCALS, KernelOptError, KernelParts, Opt, OptOps, apply_opt, rkind, rng, rsize, stride
+from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rng, rsize, stride
+from tinyhybrid.codegen.opt import LOCALS, apply_opt
 from tinyhybrid.codegen.tc import tc_choices
 from tinyhybrid.helpers import TC, TC_SELECT, prod
 from tinyhybrid.uop import AxisType, Ops

@@ -4,7 +4,8 @@ reused across, unroll small reduce axes, block a long reduce for the cache, and 
 from __future__ import annotations
 
 from tinyhybrid.codegen.lower import LoweredKernel
-from tinyhybrid.codegen.opt import LANES, KernelOptError, KernelParts, Opt, OptOps, apply_opt, rkind, rsize, stride
+from tinyhybrid.codegen.kernel import LANES, KernelOptError, KernelParts, Opt, OptOps, rkind, rsize, stride
+from tinyhybrid.codegen.opt import apply_opt
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 

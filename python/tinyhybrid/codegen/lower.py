@@ -17,7 +17,7 @@ from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
 from tinyhybrid.uop.shape import max_shape, shape_of
 
 if TYPE_CHECKING:
-  from tinyhybrid.codegen.opt import Opt
+  from tinyhybrid.codegen.kernel import Opt
 
 IDX = dtypes.weakint
 

@@ -22,13 +22,16 @@ from tinyhybrid.codegen.expand import expand
 from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_grid
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
-from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, KernelOptError, KernelParts, Opt, OptOps, apply_opts, merge_loops, rkind, rsize
+from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rsize
+from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, apply_opts, merge_loops
 from tinyhybrid.codegen.tc import has_tc, tc_choices
 from tinyhybrid.codegen.validate import check_kernel
-from tinyhybrid.device import Buffer, np_storage
+from tinyhybrid.device import Buffer
+from tinyhybrid.dtype import np_storage
 from tinyhybrid.helpers import BEAM, CACHELEVEL, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, NOOPT, TC, TC_SELECT
 from tinyhybrid.runtime import diskcache
-from tinyhybrid.runtime.compiler import CompileError, compiler_key
+from tinyhybrid.runtime.compiler import compiler_key
+from tinyhybrid.device import CompileError
 from tinyhybrid.uop import AxisType, Ops
 
 if TYPE_CHECKING:

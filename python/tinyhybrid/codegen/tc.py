@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, rkind, rng, rsize
 
 if TYPE_CHECKING:
-  from tinyhybrid.codegen.opt import KernelParts
   from tinyhybrid.renderer import Renderer, TensorCore
 
 TC_INPUTS = (dtypes.half, dtypes.bfloat16)
@@ -35,7 +35,6 @@ def has_tc(ast: UOp) -> bool: return any(u.op is Ops.WMMA for u in ast.toposort(
 def tc_choices(k: KernelParts) -> list[tuple[UOp, UOp, UOp, UOp, UOp]]:
   """The (m, n, k, A load, B load) triples of loops a TC action could take in this kernel, in the order its axis
   argument numbers them; none when the kernel is not a product summed over k."""
-  from tinyhybrid.codegen.opt import rkind
   red = k.reduce
   if red is None or red.arg is not Ops.ADD or red.src[0].op is not Ops.MUL: return []
   x, y = (_operand(s, red.dtype) for s in red.src[0].src)
@@ -59,7 +58,6 @@ def pick_tc(ren: Renderer, dtype_in, dtype_out, select: int) -> TensorCore | Non
 def apply_tc(k: KernelParts, axis: int, select: int, ren: Renderer | None, next_axis: int) -> None:
   """The TC action on k (in place): the axis-th choice of tc_choices, on tensor core `select` (-1: the first that
   fits the dtypes)."""
-  from tinyhybrid.codegen.opt import KernelOptError, rng, rsize
   if ren is None or not ren.tensor_cores: raise KernelOptError("TC: this device has no tensor cores")
   choices = tc_choices(k)
   if not 0 <= axis < len(choices): raise KernelOptError(f"TC: no matmul choice {axis} in this kernel ({len(choices)} of them)")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tinyhybrid.device import np_storage
+from tinyhybrid.dtype import np_storage
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
 from tinyhybrid.nn.state import FileLike, _from_raw, _read_bytes

@@ -22,7 +22,7 @@ from google.protobuf import json_format, text_format
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, TensorProto, numpy_helper
 
-from tinyhybrid.device import np_storage
+from tinyhybrid.dtype import np_storage
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.tensor import Tensor
 

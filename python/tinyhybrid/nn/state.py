@@ -17,7 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import safetensors
 
-from tinyhybrid.device import Buffer, Device, np_storage
+from tinyhybrid.device import Buffer, Device
+from tinyhybrid.dtype import np_storage
 from tinyhybrid.dtype import TORCH_NAMES, DType, dtypes
 from tinyhybrid.helpers import DEBUG, prod
 from tinyhybrid.uop.buffers import buffer_uop

@@ -6,7 +6,7 @@ through vload_half/vstore_half, rounding every result to half as the hardware ty
 type for (double without cl_khr_fp64, the fp8s) is an error at render time, before anything is launched."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
@@ -16,8 +16,6 @@ from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 
-if TYPE_CHECKING:
-  from tinyhybrid.runtime.ops_cl import CLProperties
 
 _TYPES = {"__bf16": "float", "bool": "bool", "signed char": "char", "unsigned char": "uchar", "short": "short",
           "unsigned short": "ushort", "int": "int", "unsigned int": "uint", "long": "long", "unsigned long": "ulong",
@@ -46,6 +44,20 @@ inline float th_round_half(float f) { return th_h2f(th_f2h(f)); }
 """
 _HALF_FROM_DOUBLE = """inline float th_d2h(double d) { ushort h; vstore_half_rte(d, 0, (half*)&h); return th_h2f(h); }
 """
+
+
+@dataclass(frozen=True)
+class CLProperties:
+  """What the code generator needs to know about a device: its limits and extensions."""
+  name: str
+  ident: str                   # platform, device and driver versions: part of every cache key
+  is_cpu: bool
+  compute_units: int
+  max_work_group: int
+  max_local: tuple[int, ...]   # per local dimension
+  local_mem: int               # bytes of local memory per work-group
+  max_alloc: int
+  extensions: frozenset[str]
 
 
 class OpenCLWriter(GPUWriter):

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tinyhybrid.device import CompileError
 from tinyhybrid.runtime import diskcache
 
 CFLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
@@ -39,10 +40,6 @@ def compiler_key() -> str:
   """The compiler and its version, for cache keys."""
   cc = c_compiler()
   return f"{cc}\0{_compiler_id(cc)}"
-
-
-class CompileError(RuntimeError):
-  """A kernel failed to compile: carries the compiler's message and the kernel's source."""
 
 
 # how a source becomes a library: part of every cache key, so a change here never loads an old library

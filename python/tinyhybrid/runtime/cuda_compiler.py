@@ -25,7 +25,7 @@ from typing import Any
 
 from tinyhybrid.helpers import once
 from tinyhybrid.runtime import diskcache
-from tinyhybrid.runtime.compiler import CompileError
+from tinyhybrid.device import CompileError
 
 _NVRTC_CDEF = """
 typedef int nvrtcResult; typedef struct _nvrtcProgram* nvrtcProgram;

@@ -10,14 +10,13 @@ import functools
 import hashlib
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CompileError, ProfileEvent, Runner, profile_events
 from tinyhybrid.helpers import PROFILE, once
 from tinyhybrid.runtime import diskcache
-from tinyhybrid.runtime.compiler import CompileError
+from tinyhybrid.renderer.opencl import CLProperties, OpenCLRenderer
 
 _CDEF = """
 typedef int32_t cl_int; typedef uint32_t cl_uint; typedef uint64_t cl_ulong; typedef uint64_t cl_bitfield;
@@ -154,20 +153,6 @@ def why_unavailable() -> str | None:
 def available() -> bool: return why_unavailable() is None
 
 
-@dataclass(frozen=True)
-class CLProperties:
-  """What the code generator needs to know about a device: its limits and extensions."""
-  name: str
-  ident: str                   # platform, device and driver versions: part of every cache key
-  is_cpu: bool
-  compute_units: int
-  max_work_group: int
-  max_local: tuple[int, ...]   # per local dimension
-  local_mem: int               # bytes of local memory per work-group
-  max_alloc: int
-  extensions: frozenset[str]
-
-
 def _properties(plat: Any, dev: Any) -> CLProperties:
   ffi, lib = _api()
   ndim = _info(lib.clGetDeviceInfo, dev, _MAX_WORK_ITEM_DIMENSIONS, "cl_uint")
@@ -302,7 +287,6 @@ class CLDevice(Compiled):
     check(err[0], f"clCreateContext on {self.props.name}")
     self.queue = lib.clCreateCommandQueue(self.ctx, self.device_id, _QUEUE_PROFILING_ENABLE, err)
     check(err[0], f"clCreateCommandQueue on {self.props.name}")
-    from tinyhybrid.renderer.opencl import OpenCLRenderer
     super().__init__(name, CLAllocator(self), OpenCLRenderer(self.props), self._build_kernels)
     self._sizes: dict[Any, tuple[Any, Any]] = {}
     self._programs: dict[str, Any] = {}  # built programs by their binary's path in the cache
