@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import KernelItem
-from tinyhybrid.uop.buffers import BufferSlot
+from tinyhybrid.uop.buffers import BufferSlot, view_base
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, sint
 from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
@@ -356,9 +356,7 @@ def _realized(ctx: Lowerer, x: UOp, u: UOp) -> UOp | None:
 
 def _note_symbolic_size(ctx: Lowerer, x: UOp, u: UOp) -> None:
   """(never rewrites) A view straight over a Variable-sized buffer records that buffer's size."""
-  base = u
-  while base.op in GroupOp.Movement or base.op is Ops.AFTER: base = base.src[0]
-  ctx.symbolic_size(u, base)
+  ctx.symbolic_size(u, view_base(u))
 
 
 def _fused_reduce(ctx: Lowerer, x: UOp, u: UOp) -> UOp:

@@ -26,10 +26,15 @@ class BufferSlot:
   dtype: DType
 
 
+def view_base(u: UOp) -> UOp:
+  """The node under u's movement ops (an AFTER is its realized src[0])."""
+  while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
+  return u
+
+
 def buffer_view(u: UOp) -> bool:
   """A node that is already memory: a BUFFER, or movement on top of one (an AFTER is its realized src[0])."""
-  while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
-  return u.op is Ops.BUFFER
+  return view_base(u).op is Ops.BUFFER
 
 
 def contiguous_buffer(u: UOp) -> Buffer | BufferSlot | None:
@@ -51,8 +56,7 @@ def buffer_uop(buf: Buffer | BufferSlot, shape: tuple[sint, ...]) -> UOp:
 
 def base_buffer(u: UOp) -> UOp:
   """The BUFFER under a view (movement ops and realized AFTERs)."""
-  while u.op in MOVEMENT or u.op is Ops.AFTER: u = u.src[0]
-  if u.op is not Ops.BUFFER: raise ValueError("assign: the target is not a view of a buffer")
+  if (u := view_base(u)).op is not Ops.BUFFER: raise ValueError("assign: the target is not a view of a buffer")
   return u
 
 
