@@ -3,6 +3,7 @@
 under each action alone and after the default plan, against NumPy/torch (the kernels of test_kernel_opts.py); the grid
 within the device's limits; actions that do not apply."""
 import os
+from collections import OrderedDict
 from dataclasses import replace
 
 import numpy as np
@@ -131,3 +132,46 @@ def test_device_limits(dev):
   with pytest.raises(KernelOptError): apply_opts(k.ast, [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 2, 4)], tiny)
   with pytest.raises(KernelOptError): finalize(k, [Opt(OptOps.UPCAST, 2, 16), Opt(OptOps.GROUP, 1, 8)], tiny)  # 8 x 16 x 4 bytes
   np.testing.assert_allclose(run_plan(t, [Opt(OptOps.UPCAST, 2, 4), Opt(OptOps.GROUP, 1, 4)], dev, tiny), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_local_limits_per_dimension(dev):
+  """Each local dimension has its own limit (dimension 0 the innermost output loop): a group of 16 along the output's
+  rows fits a device whose other dimensions take 2, and 4 along the outer loop, dimension 1, does not."""
+  from tinyhybrid.renderer.opencl import CLProperties, OpenCLRenderer
+  t, ref = CASES["matmul"]()  # (48, 64) @ (64, 80): axis 0 the 48 rows, axis 2 the 80 columns
+  k, _ = kernel_of(t)
+  props = Device["CL"].props if dev == "CL" else CLProperties(**CL_LIKE)
+  narrow = OpenCLRenderer(replace(props, max_work_group=64, max_local=(16, 2, 2)))
+  with pytest.raises(KernelOptError, match="past the device's limits"): apply_opts(k.ast, [Opt(OptOps.LOCAL, 2, 16), Opt(OptOps.LOCAL, 0, 4)], narrow)
+  np.testing.assert_allclose(run_plan(t, [Opt(OptOps.LOCAL, 2, 16), Opt(OptOps.LOCAL, 0, 2)], dev, narrow), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_group_size_follows_the_renderer(monkeypatch):
+  """The default plan fills a work-group up to the renderer's group_items: four warps on an NVIDIA GPU (a
+  multiprocessor holds 32 groups at most, so 16 work-items would leave three quarters of it idle)."""
+  from tinyhybrid.engine import realize
+  monkeypatch.setattr(realize, "schedule_cache", OrderedDict())
+  monkeypatch.setattr(realize, "kernel_cache", OrderedDict())
+  for target, items in (("NULL:CUDA:sm_90", 128), ("NULL:PTX:sm_90", 128)):
+    realize.kernel_cache.clear()
+    (Tensor.empty(1 << 20, device=target) + Tensor.empty(1 << 20, device=target)).realize()
+    (lk, _), = realize.kernel_cache.values()
+    assert int(np.prod(lk.launch[1])) == items, (target, lk.launch)
+
+
+def test_planning_switches_take_effect_and_are_part_of_the_cache_key(monkeypatch):
+  """tinygrad's NOLOCALS=1 plans without work-groups and SPLIT_REDUCEOP=0 keeps a long reduce in one kernel; a plan
+  made under other values is not reused from the caches."""
+  from tinyhybrid.engine import realize
+  from tinyhybrid.helpers import Context
+  monkeypatch.setattr(realize, "schedule_cache", OrderedDict())
+  monkeypatch.setattr(realize, "kernel_cache", OrderedDict())
+  dev = "NULL:CUDA:sm_90"
+  a = Tensor.empty(1 << 20, device=dev).realize()
+  def launches() -> list:
+    before = set(realize.kernel_cache)
+    (a + 1).sum().realize()
+    return [lk.launch for key, (lk, _) in realize.kernel_cache.items() if key not in before]
+  assert len(launches()) == 2  # split in two: a GPU spreads a long reduce over its work-groups
+  with Context(SPLIT_REDUCEOP=0): assert len(launches()) == 1
+  with Context(NOLOCALS=1, SPLIT_REDUCEOP=0): assert [lo for _, lo in launches()] == [(1, 1, 1)]

@@ -337,6 +337,16 @@ def test_scatter_reduce(reduce, include_self):
   ref = torch.tensor(BASE).scatter_reduce(0, torch.tensor(idx), torch.tensor(SRC), reduce, include_self=include_self)
   _close(ours.numpy(), ref)
 
+def test_gather_on_a_gpu_is_not_split():
+  """A GPU splits a long reduce in two kernels (schedule/kernelize.split_reduces), but not the one-hot sum of a
+  lookup, which the lowering turns into one load per output: planned for an H200, the gather stays that cheap."""
+  from tinyhybrid import GlobalCounters
+  t = Tensor.empty(50000, 8, device="NULL:CUDA:sm_90").realize()
+  GlobalCounters.reset()
+  t[Tensor([[3, 49999, 0], [7, 7, 12345]], device="NULL:CUDA:sm_90")].realize()
+  assert GlobalCounters.global_ops < 1000, GlobalCounters.global_ops
+
+
 
 def test_scatter_reduce_modes_int():
   idx = np.array([[0, 1, 0], [1, 1, 0]])

@@ -123,6 +123,30 @@ IMAGE = ContextVar("IMAGE", 0)
 CPU_LLVM = ContextVar("CPU_LLVM", 0)
 AMD_LLVM = ContextVar("AMD_LLVM", 0)
 EMULATE = ContextVar("EMULATE", "")
+# the scheduler's and planner's switches: SPLIT_REDUCEOP=0 keeps a GPU's long reduces in one kernel (see
+# schedule/kernelize.split_reduces); NOLOCALS=1 plans GPU kernels without work-groups (one work-item per group)
+SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
+NOLOCALS = ContextVar("NOLOCALS", 0)
+# tinygrad's other switches, importable and accepted by Context(...) so that its scripts run unchanged; none changes a
+# value here.
+# WINO: convolutions stay direct (no Winograd rewrite); FLOAT16, ALLOW_TF32: no implicit precision change is made;
+# NO_MEMORY_PLANNER, PCONTIG, USE_ATOMICS, FUSE_OPTIM, DISABLE_FAST_IDIV, MAX_KERNEL_BUFFERS, MAX_BUFFER_SIZE,
+# TUPLE_ORDER: scheduling details of tinygrad's; SCACHE, CCACHE, LRU: caches this project keeps always;
+# VALIDATE_WITH_CPU, CAPTURING, CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY, TRACEMETA, NO_COLOR, NULL_ALLOW_COPYOUT,
+# ALLOW_DEVICE_USAGE, DISALLOW_BROADCAST, ALLREDUCE_CAST, OPENPILOT_HACKS, EMULATED_DTYPES: debugging and special builds
+WINO, FLOAT16, ALLOW_TF32 = ContextVar("WINO", 0), ContextVar("FLOAT16", 0), ContextVar("ALLOW_TF32", 0)
+NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
+PCONTIG, USE_ATOMICS, FUSE_OPTIM = ContextVar("PCONTIG", 0), ContextVar("USE_ATOMICS", 0), ContextVar("FUSE_OPTIM", 0)
+DISABLE_FAST_IDIV = ContextVar("DISABLE_FAST_IDIV", 1)
+MAX_KERNEL_BUFFERS, MAX_BUFFER_SIZE, TUPLE_ORDER = ContextVar("MAX_KERNEL_BUFFERS", 0), ContextVar("MAX_BUFFER_SIZE", 0), ContextVar("TUPLE_ORDER", 1)
+SCACHE = ContextVar("SCACHE", 1)
+CCACHE, LRU, VALIDATE_WITH_CPU = ContextVar("CCACHE", 1), ContextVar("LRU", 1), ContextVar("VALIDATE_WITH_CPU", 0)
+CAPTURING = ContextVar("CAPTURING", 1)
+CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY = ContextVar("CAPTURE_PROCESS_REPLAY", 0), ContextVar("DEBUG_RANGEIFY", 0)
+TRACEMETA, NO_COLOR = ContextVar("TRACEMETA", 1), ContextVar("NO_COLOR", 0)
+NULL_ALLOW_COPYOUT, ALLOW_DEVICE_USAGE = ContextVar("NULL_ALLOW_COPYOUT", 0), ContextVar("ALLOW_DEVICE_USAGE", 1)
+DISALLOW_BROADCAST, ALLREDUCE_CAST = ContextVar("DISALLOW_BROADCAST", 0), ContextVar("ALLREDUCE_CAST", 1)
+OPENPILOT_HACKS, EMULATED_DTYPES = ContextVar("OPENPILOT_HACKS", 0), ContextVar("EMULATED_DTYPES", "")
 CI = os.getenv("CI", "") != ""
 OSX = sys.platform == "darwin"
 WIN = sys.platform == "win32"

@@ -14,7 +14,7 @@ from tinyhybrid.codegen.expand import csize
 from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rng, rsize, stride
 from tinyhybrid.codegen.opt import LOCALS, apply_opt
 from tinyhybrid.codegen.tc import tc_choices
-from tinyhybrid.helpers import TC, TC_SELECT, prod
+from tinyhybrid.helpers import NOLOCALS, TC, TC_SELECT, prod
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -88,7 +88,6 @@ def _loads(p: KernelParts) -> list[UOp]: return [u.src[0].src[1] for u in p.valu
 GROUP_STEPS = 64      # reduce steps per work-item left from which a reduce is grouped
 GROUP_OUTPUTS = 4096  # outputs below which a reduce is grouped: too few work-groups to fill the device otherwise
 TILE_VECTORS = 16     # accumulator vectors of a register tile (of the device's width)
-LOCAL_ITEMS = 16      # work-items per group the local tiles aim for
 
 
 def tc_optimizations(plan: _Plan) -> list[Opt] | None:
@@ -113,7 +112,7 @@ def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
   plan = _Plan(k.ast, ren)
   p = plan.parts
   if any(r.src[0].op is not Ops.CONST for r in p.all_ranges()): return []  # a loop of a variable's length: the grid only
-  if TC and ren.tensor_cores and (tc := tc_optimizations(plan)) is not None: return tc
+  if TC and not NOLOCALS and ren.tensor_cores and (tc := tc_optimizations(plan)) is not None: return tc  # a warp is a group
   out_idx, loads, red, vec = p.out.src[1], _loads(p), p.reduce, ren.vec
   streamed = [ld for ld in loads if any(stride(ld, r) != 0 for r in p.reduce_ranges) and any(stride(ld, r) != 0 for r in p.loops)]
   reused = [r for r in p.loops if red is not None and any(stride(ld, r) == 0 for ld in streamed)]
@@ -140,16 +139,16 @@ def gpu_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
     elif reused and rsize(r) % 4 == 0: plan.apply(OptOps.UNROLL, r.arg[0], 4)
   # 4. a reduce with many steps and few outputs: its longest loop split among the items of a group
   rloops = [r for r in plan.parts.reduce_ranges if rkind(r) is AxisType.REDUCE]
-  if rloops and not reused and prod(rsize(r) for r in plan.loops()) < GROUP_OUTPUTS:
+  if rloops and not reused and not NOLOCALS and prod(rsize(r) for r in plan.loops()) < GROUP_OUTPUTS:
     big = max(rloops, key=rsize)
     for g in (16, 8, 4):
       if rsize(big) % g == 0 and prod(rsize(r) for r in rloops) // g >= GROUP_STEPS and plan.apply(OptOps.GROUP, big.arg[0], g): break
   # 5. work-groups: local tiles along the output loops left, innermost first, keeping two groups per loop at least;
   # a group is square-ish where two loops are left (it shares a tile's loads both ways)
-  loops = plan.loops()
+  loops = plan.loops() if not NOLOCALS else []  # NOLOCALS=1: a work-item per group
   for i, r in enumerate(reversed(loops)):
     have = plan.lanes(LOCALS)
-    cap = LOCAL_ITEMS // have if i + 1 == len(loops) else max(LOCAL_ITEMS // have // 4, 1)
-    for amt in (16, 8, 4, 2):
+    cap = ren.group_items // have if i + 1 == len(loops) else max(ren.group_items // have // 4, 1)
+    for amt in (128, 64, 32, 16, 8, 4, 2):
       if amt <= cap and rsize(r) % amt == 0 and rsize(r) // amt >= 2 and plan.apply(OptOps.LOCAL, r.arg[0], amt): break
   return plan.opts

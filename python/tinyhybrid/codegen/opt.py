@@ -55,9 +55,10 @@ def apply_opt(ast: UOp, opt: Opt, ren: Renderer | None = None) -> UOp:
   if gpu and opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP):
     assert ren is not None
     _local(k, r, opt, next_axis)
-    locals_ = [x for x in k.all_ranges() if rkind(x) in LOCALS]
+    # in the order codegen/gpu.grid gives them dimensions: the innermost is dimension 0
+    locals_ = [x for x in reversed(k.loops + k.reduce_ranges) if rkind(x) in LOCALS]
     if len(locals_) > len(ren.max_local): raise KernelOptError(f"more local dimensions than the device's {len(ren.max_local)}")
-    if prod(rsize(x) for x in locals_) > ren.max_work_group or any(rsize(x) > min(ren.max_local) for x in locals_):
+    if prod(rsize(x) for x in locals_) > ren.max_work_group or any(rsize(x) > m for x, m in zip(locals_, ren.max_local)):
       raise KernelOptError(f"a work-group of {[rsize(x) for x in locals_]} is past the device's limits")
   elif opt.op is OptOps.UPCAST:
     if r not in k.loops or kind not in (AxisType.LOOP, AxisType.THREAD): raise KernelOptError("UPCAST needs an output loop")

@@ -24,9 +24,10 @@ TC_INPUTS = (dtypes.half, dtypes.bfloat16)
 
 
 def _operand(x: UOp, acc) -> UOp | None:
-  """The fp16/bf16 load a factor of the product reads (through a cast to the accumulator's type), else None."""
+  """The fp16/bf16 value a factor of the product is (through a cast to the accumulator's type), else None: a load, or
+  an elementwise expression such as a float32 load cast to half, which the fragments then compute lane by lane."""
   if x.op is Ops.CAST and x.dtype == acc: x = x.src[0]
-  return x if x.op is Ops.LOAD and x.dtype in TC_INPUTS and len(x.src) == 1 else None
+  return x if x.dtype in TC_INPUTS and not any(u.op is Ops.REDUCE for u in x.toposort()) else None
 
 
 def has_tc(ast: UOp) -> bool: return any(u.op is Ops.WMMA for u in ast.toposort())
@@ -42,7 +43,7 @@ def tc_choices(k: KernelParts) -> list[tuple[UOp, UOp, UOp, UOp, UOp]]:
   if any(rkind(r) not in (AxisType.LOOP, AxisType.REDUCE) or r.src[0].op is not Ops.CONST for r in k.all_ranges()): return []
   out = []
   for a, b in ((x, y), (y, x)):
-    ia, ib = set(a.src[0].src[1].toposort()), set(b.src[0].src[1].toposort())
+    ia, ib = set(a.toposort()), set(b.toposort())
     ms = [r for r in k.loops if r in ia and r not in ib]
     ns = [r for r in k.loops if r in ib and r not in ia]
     ks = [r for r in k.reduce_ranges if r in ia and r in ib]

@@ -19,7 +19,7 @@ from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
-from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOOPT, TC, GlobalCounters
+from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, GlobalCounters
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
 from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.localize import localize
@@ -63,9 +63,14 @@ def count_runs(kernels: int, ops: int, mem: int) -> None:
   GlobalCounters.global_mem += mem
 
 
-# (normalized sink, device) -> compiled schedule; the key keeps its graph alive, and so its identity. Least recently
-# used plans are dropped past the limit, so programs that build ever-new graphs do not grow without bound.
-schedule_cache: OrderedDict[tuple[UOp, str], CompiledSchedule] = OrderedDict()
+# (normalized sink, device, the planning switches' values) -> compiled schedule; the key keeps its graph alive, and so
+# its identity. Least recently used plans are dropped past the limit, so programs that build ever-new graphs do not
+# grow without bound.
+schedule_cache: OrderedDict[tuple[UOp, str, tuple], CompiledSchedule] = OrderedDict()
+PLANNING = (TC, TC_SELECT, BEAM, NOOPT, SPLIT_REDUCEOP, NOLOCALS)  # a plan made under other values is not reused
+
+
+def _cache_key(key: UOp, device: str) -> tuple[UOp, str, tuple]: return (key, device, tuple(v.value for v in PLANNING))
 SCHEDULE_CACHE_SIZE = 256
 
 
@@ -85,7 +90,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   t0 = time.perf_counter()
   spec_check(key, "tensor graph", "normalize")
   with viz.group("schedule") as vg:
-    spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local)
+    spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local and bool(SPLIT_REDUCEOP))
     if vg.on:
       vg.name = f"schedule of {len(spec.items)} kernels"
       viz.stage("kernelize", key, UOp.sink(*[it.out for it in spec.items]))
@@ -96,7 +101,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   for item in spec.items:
     local, slots = localize(item)
     spec_check(local.out, "kernel graph", "kernelize")
-    kernels.append((ck := (local.out, local.also, local.buffer, device, BEAM.value, NOOPT.value, TC.value), slots))
+    kernels.append((ck := (local.out, local.also, local.buffer, device, *(v.value for v in PLANNING)), slots))
     if ck in kernel_cache:
       kernel_cache.move_to_end(ck)  # in use: the last to go
       if CHECK_OOB: check_kernel(kernel_cache[ck][0], kernel_cache[ck][1].src)  # lowered before CHECK_OOB was set
@@ -240,7 +245,7 @@ def prepare(device: str, roots: list[UOp], var_vals: dict[UOp, int] | None = Non
   bound variables' values."""
   if var_vals is None: var_vals = {}
   key, inputs, nodes = normalize(roots, var_vals)
-  return Prepared(device, roots, key, inputs, nodes, var_vals, schedule_cache.get((key, device)))
+  return Prepared(device, roots, key, inputs, nodes, var_vals, schedule_cache.get(_cache_key(key, device)))
 
 
 def bind(p: Prepared, on_done: Callable[[Step], None] | None = None) -> Step:
@@ -248,10 +253,10 @@ def bind(p: Prepared, on_done: Callable[[Step], None] | None = None) -> Step:
   slots: the inputs, then the memory plan's physical buffers."""
   cs, device = p.cs, p.device
   if cs is None or (CHECK_OOB and not cs.proven):  # a plan made before CHECK_OOB was set is made (and proven) again
-    cs = schedule_cache[(p.key, device)] = _compile_schedule(p.key, len(p.inputs), device, tuple(sorted(p.var_vals, key=lambda v: v.arg)))
+    cs = schedule_cache[_cache_key(p.key, device)] = _compile_schedule(p.key, len(p.inputs), device, tuple(sorted(p.var_vals, key=lambda v: v.arg)))
     if len(schedule_cache) > SCHEDULE_CACHE_SIZE: schedule_cache.popitem(last=False)
   else:
-    schedule_cache.move_to_end((p.key, device))
+    schedule_cache.move_to_end(_cache_key(p.key, device))
     if DEBUG >= 3: print(f"schedule cache hit: {len(cs.items)} kernels")
   phys: dict[int, Buffer] = {}
   bufs: list[Buffer] = list(p.inputs)

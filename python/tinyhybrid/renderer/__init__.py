@@ -54,6 +54,7 @@ class Renderer:
   max_global: tuple[int, ...] = ()   # work-groups per grid dimension
   max_local: tuple[int, ...] = ()    # work-items per local dimension
   max_work_group: int = 1            # work-items per work-group
+  group_items: int = 16              # work-items per group the default plan aims for (codegen/gpu.py)
   local_mem: int = 0                 # bytes of local memory per work-group
   tensor_cores: list[TensorCore] = []  # the matrix instructions the TC action can use (codegen/tc.py)
 

@@ -221,6 +221,8 @@ class CUDARenderer(Renderer):
   max_local = (1024, 1024, 64)
   max_work_group = 1024
   local_mem = 48 * 1024  # static shared memory per block
+  # four warps: a multiprocessor holds at most 32 blocks, so smaller ones leave most of its 64 warps' slots empty
+  group_items = 128
 
   def __init__(self, arch: str = "sm_90", vec: int = 4):
     if not re.fullmatch(r"sm_\d+[a-z]?", arch): raise ValueError(f"CUDA: {arch!r} is not an architecture (sm_80, sm_90, ...)")

@@ -180,6 +180,7 @@ class PythonRenderer(Renderer):
   def __init__(self, arch: str | None = None, vec: int = 4):
     if arch is not None and not re.fullmatch(r"sm_\d+[a-z]?", arch): raise ValueError(f"PYTHON: {arch!r} is not an architecture it emulates (sm_80, sm_90, ...)")
     self.arch, self.vec = arch, vec
+    if arch is not None: self.group_items = 128  # as renderer/cuda.py plans
     self.tensor_cores = NV_TENSOR_CORES if arch is not None and int(re.sub(r"\D", "", arch)) >= 80 else []
 
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)

@@ -9,10 +9,11 @@ GPU, asking for the device raises a RuntimeError that says so; compile-only mode
 runtime/ops_null.py) needs neither."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, Runner, Target
-from tinyhybrid.helpers import JIT, once
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, Target, profile_events
+from tinyhybrid.helpers import JIT, PROFILE, once
 from tinyhybrid.runtime.cuda_compiler import CUDACompiler, PTXCompiler, build_kernels
 
 _CDEF = """
@@ -182,6 +183,14 @@ class CUDAProgram:
     self.fn = fn[0]
 
   def call(self, args: list[int], launch: Any) -> None:
+    if not PROFILE: return self.launch(args, launch)
+    # PROFILE=1: the kernel's span by the device's events, ending at the host's clock once it is done
+    start = time.monotonic_ns()
+    took = int(self.timed(args, launch) * 1e9)
+    end = time.monotonic_ns()
+    profile_events.append(ProfileEvent(self.name, self.dev.name, max(start, end - took), end))
+
+  def launch(self, args: list[int], launch: Any) -> None:
     ffi, lib = _api()
     (gx, gy, gz), (lx, ly, lz) = launch
     words = ffi.new("unsigned long long[]", max(len(args), 1))
@@ -195,7 +204,7 @@ class CUDAProgram:
     for e in ev: check(lib.cuEventCreate(e, 0), "cuEventCreate")
     try:
       check(lib.cuEventRecord(ev[0][0], ffi.NULL), "cuEventRecord")
-      self.call(args, launch)
+      self.launch(args, launch)
       check(lib.cuEventRecord(ev[1][0], ffi.NULL), "cuEventRecord")
       check(lib.cuEventSynchronize(ev[1][0]), f"kernel {self.name}")
       ms = ffi.new("float*")

@@ -13,7 +13,7 @@ from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, map_binds
 from tinyhybrid.uop.shape import max_shape, shape_of
-from tinyhybrid.uop.buffers import BufferSlot, concrete, base_buffer, buffer_view, contiguous_buffer, strip_reshapes
+from tinyhybrid.uop.buffers import BufferSlot, concrete, base_buffer, buffer_view, contiguous_buffer, strip_reshapes, view_base
 
 MOVEMENT = GroupOp.Movement
 
@@ -167,6 +167,15 @@ SPLIT_RATIO = 32768  # values per output from which a reduce is split
 SPLIT_OUTPUTS = 1 << 22  # the first stage's outputs stay below this
 
 
+def _one_hot_axes(x: UOp, shape: tuple[int, ...]) -> set[int]:
+  """The axes along which x is a one-hot select, where(index == arange, y, 0) (mixin/indexing.py's gathers and
+  lookups): the lowering collapses a sum over such an axis to one indexed load (codegen/lower.collapse_one_hot), so
+  it is no work for a split to spread."""
+  if x.op is not Ops.WHERE or (zero := view_base(x.src[2])).op is not Ops.CONST or zero.arg != 0: return set()
+  lengths = {b.arg for c in x.src[0].toposort() if c.op is Ops.CMPEQ for s in c.src if (b := view_base(s)).op is Ops.IOTA}
+  return {a for a, n in enumerate(shape) if n in lengths}
+
+
 def split_reduces(key: UOp) -> UOp:
   """Each reduce of at least SPLIT_RATIO values into every output reduced in two stages: first into `split` partial
   results per output, each over a contiguous block of one reduce axis, then those. A GPU spreads work over its
@@ -176,10 +185,11 @@ def split_reduces(key: UOp) -> UOp:
   out: tuple[int, ...]
   for u in key.toposort():
     if u.op is not Ops.REDUCE or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): continue  # type: ignore[assignment]
-    if prod(shape) // max(prod(out), 1) < SPLIT_RATIO: continue
     op, axes = u.arg
+    looped = [a for a in axes if a not in _one_hot_axes(u.src[0], shape)]
+    if prod(shape) // max(prod(out), 1) // prod(shape[a] for a in axes if a not in looped) < SPLIT_RATIO: continue
     for split in range(min(256, SPLIT_OUTPUTS // max(prod(out), 1)), 7, -1):
-      if (a := next((a for a in axes if shape[a] % split == 0 and shape[a] // split > 1), None)) is not None: break
+      if (a := next((a for a in looped if shape[a] % split == 0 and shape[a] // split > 1), None)) is not None: break
     else: continue
     x = u.src[0].substitute(subs) if subs else u.src[0]
     x = UOp(Ops.RESHAPE, x.dtype, (x,), shape[:a] + (split, shape[a] // split) + shape[a + 1:])
