@@ -7,7 +7,7 @@
 # 3. the torch-comparison suite (the modules tests/conftest.py runs on a device) on DEV=CUDA and DEV=CUDA:PTX side by side;
 #    (tests/test_cuda_tc.py among them: fp16/bf16 matmuls on the tensor cores checked against NumPy on the device);
 # 4. bench/cuda.py on both: 8192^3 fp16 matmul (tensor cores, and TC=0 for comparison), 1 GiB add, jitted launch
-#    overhead, each against torch.
+#    overhead, each against torch; then bench/cuda_tc_sweep.py: the tensor-core matmul's register and group tiles.
 # Writes OUT_DIR/gpu_check.log (everything) and OUT_DIR/gpu_check.json (one object: the suite's summaries and the
 # benchmark lines). Each step has its own time limit, so a hang in one still leaves the others' results.
 set -uo pipefail
@@ -50,6 +50,9 @@ for dev in CUDA CUDA:PTX; do
   say "bench/cuda.py on DEV=$dev"
   DEV="$dev" timeout 60 python3 bench/cuda.py 2>>"$log" | tee -a "$out/bench.jsonl" "$log"
 done
+
+say "bench/cuda_tc_sweep.py on DEV=CUDA"
+DEV=CUDA timeout 90 python3 bench/cuda_tc_sweep.py 2>>"$log" | tee -a "$out/tc_sweep.jsonl" "$log"
 
 python3 - "$out" <<'EOF'
 import json, pathlib, sys

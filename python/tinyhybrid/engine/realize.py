@@ -19,7 +19,7 @@ from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
-from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, GlobalCounters
+from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
 from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.localize import localize
@@ -67,7 +67,7 @@ def count_runs(kernels: int, ops: int, mem: int) -> None:
 # its identity. Least recently used plans are dropped past the limit, so programs that build ever-new graphs do not
 # grow without bound.
 schedule_cache: OrderedDict[tuple[UOp, str, tuple], CompiledSchedule] = OrderedDict()
-PLANNING = (TC, TC_SELECT, BEAM, NOOPT, SPLIT_REDUCEOP, NOLOCALS)  # a plan made under other values is not reused
+PLANNING = (TC, TC_SELECT, BEAM, NOOPT, SPLIT_REDUCEOP, NOLOCALS, TRANSCENDENTAL)  # a plan made under other values is not reused
 
 
 def _cache_key(key: UOp, device: str) -> tuple[UOp, str, tuple]: return (key, device, tuple(v.value for v in PLANNING))

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
+from tinyhybrid.codegen.transcendental import decompose_transcendentals, transcendental_dtypes
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.uop import AxisType, GroupOp, Ops
@@ -136,8 +138,11 @@ class CStyleWriter:
   MASK_INT: dict[int, str] = _MASK_INT    # element size -> the integer type of a vector comparison's lane mask
   IDX = "long long"                       # the type of loop counters
   SUFFIX = ("ll", "ull")                  # the literal suffixes of 64-bit signed and unsigned ints
+  # float dtypes it has no EXP2, LOG2 and SIN for: decomposed into other ops (codegen/transcendental.py)
+  LACKS_TRANSCENDENTAL: frozenset[DType] = frozenset()
 
   def __init__(self, k: LoweredKernel):
+    if dts := transcendental_dtypes(self.LACKS_TRANSCENDENTAL): k = replace(k, ast=decompose_transcendentals(k.ast, dts))
     self.k = k
     end = k.ast.src[0]
     self.stores, self.loops = list(end.src[0].src), list(end.src[1:])

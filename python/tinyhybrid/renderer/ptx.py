@@ -8,8 +8,8 @@ The grid: a GLOBAL range is %ctaid, a LOCAL or GROUP_REDUCE one %tid; a grouped 
 .shared memory behind bar.sync. Loops are branches around labels. int8 values live in 16-bit registers and are
 narrowed after every operation; bfloat16 is computed in f32 and rounded (cvt.rn.bf16.f32) after every operation;
 half is native f16 (sm_53 and later) except for division and the transcendental functions, computed in f32.
-exp2, log2 and sin are the hardware's approximations (ex2/lg2/sin.approx), for double through f32: PTX has no f64
-form of them."""
+exp2, log2 and sin are the hardware's approximations (ex2/lg2/sin.approx) for f32 and half; PTX has no f64 form of
+them, so those of double are decomposed into other instructions first (codegen/transcendental.py), to within an ulp."""
 from __future__ import annotations
 
 import re
@@ -49,6 +49,8 @@ def _signed(t: str) -> str: return "s" + t[1:] if t[0] == "u" else t
 
 
 class PTXWriter(CStyleWriter):
+  LACKS_TRANSCENDENTAL = frozenset({dtypes.float64, dtypes.weakfloat})
+
   def __init__(self, k: LoweredKernel, ren: PTXRenderer):
     super().__init__(k)
     self.ren = ren
@@ -254,11 +256,7 @@ class PTXWriter(CStyleWriter):
     elif op in _APPROX:
       if t == "f64" and op in (Ops.SQRT, Ops.RECIPROCAL): self.ins(f"{_APPROX[op].replace('f32', 'f64')} {d}, {s[0]}")
       elif t == "f64" and op is Ops.TRUNC: self.ins(f"cvt.rzi.f64.f64 {d}, {s[0]}")
-      elif t == "f64":
-        f = self.reg("r")  # type: ignore[assignment]
-        self.ins(f"cvt.rn.f32.f64 {f}, {s[0]}")
-        self.ins(f"{_APPROX[op]} {f}, {f}")
-        self.ins(f"cvt.f64.f32 {d}, {f}")
+      elif t == "f64": raise NotImplementedError(f"PTX: {op} on {dt} (decomposed before, see LACKS_TRANSCENDENTAL)")
       else: self.ins(f"{_APPROX[op]} {d}, {s[0]}")
     else: raise NotImplementedError(f"the PTX renderer can't render {op}")
     self.narrow(d, dt)
@@ -554,6 +552,7 @@ class PTXRenderer(Renderer):
   max_local = (1024, 1024, 64)
   max_work_group = 1024
   local_mem = 48 * 1024
+  group_items = 128  # as CUDA C's
 
   def __init__(self, arch: str = "sm_90"):
     if not re.fullmatch(r"sm_\d+[a-z]?", arch): raise ValueError(f"PTX: {arch!r} is not an architecture (sm_80, sm_90, ...)")
