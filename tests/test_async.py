@@ -66,7 +66,7 @@ def test_realize_returns_before_the_work_is_done_and_numpy_waits():
 def test_a_write_from_python_waits_for_the_submit_that_reads_the_buffer():
   gate = hcq.Signal("gate")
   q = Device["CPU"].queue
-  src = Buffer("CPU", 256, dtypes.int32, np.arange(256, dtype=np.int32))
+  src = Buffer("CPU", 256, dtypes.int32, initial=np.arange(256, dtype=np.int32))
   dst = Buffer("CPU", 256, dtypes.int32).ensure_allocated()
   _gated_copy(q, gate, dst.address, src.address, 1024)
   opened: list[float] = []
@@ -123,8 +123,8 @@ def test_copies_into_a_device_run_beside_its_kernels_and_wait_only_for_the_bytes
   from tinyhybrid.engine.multi import _submit_copy
   gate = hcq.Signal("gate")
   dev = Device["CPU:1"]
-  x, y = Buffer("CPU:1", 64, dtypes.int32).ensure_allocated(), Buffer("CPU:1", 64, dtypes.int32, np.arange(64, dtype=np.int32))
-  free_src, free_dst = Buffer("CPU:2", 64, dtypes.int32, np.full(64, 5, np.int32)), Buffer("CPU:1", 64, dtypes.int32).ensure_allocated()
+  x, y = Buffer("CPU:1", 64, dtypes.int32).ensure_allocated(), Buffer("CPU:1", 64, dtypes.int32, initial=np.arange(64, dtype=np.int32))
+  free_src, free_dst = Buffer("CPU:2", 64, dtypes.int32, initial=np.full(64, 5, np.int32)), Buffer("CPU:1", 64, dtypes.int32).ensure_allocated()
   late = Buffer("CPU:1", 64, dtypes.int32).ensure_allocated()
   _gated_copy(dev.queue, gate, x.address, y.address, 256)  # the compute queue, held: writes x
   _submit_copy("CPU:1", free_dst.address, free_src.address, CopySpec(256))  # bytes the held work does not touch
@@ -143,7 +143,7 @@ def test_copies_into_a_device_run_beside_its_kernels_and_wait_only_for_the_bytes
 def test_a_device_timeout_is_a_runtime_error_naming_the_queue_and_values_and_the_device_stays_usable():
   gate = hcq.Signal("gate")
   q = Device["CPU"].queue
-  src = Buffer("CPU", 16, dtypes.int32, np.arange(16, dtype=np.int32))
+  src = Buffer("CPU", 16, dtypes.int32, initial=np.arange(16, dtype=np.int32))
   dst = Buffer("CPU", 16, dtypes.int32).ensure_allocated()
   v = _gated_copy(q, gate, dst.address, src.address, 64)
   with pytest.raises(RuntimeError) as e:

@@ -247,11 +247,11 @@ def test_copies_between_devices():
 def test_a_partial_copy_into_cl_memory():
   from tinyhybrid.device import Buffer, CopySpec
   from tinyhybrid.engine.multi import copy_buffers
-  src = Buffer("CPU", 8, dtypes.int32, np.arange(8, dtype=np.int32))
-  dst = Buffer("CL", 6, dtypes.int32, np.full(6, -1, dtype=np.int32))
+  src = Buffer("CPU", 8, dtypes.int32, initial=np.arange(8, dtype=np.int32))
+  dst = Buffer("CL", 6, dtypes.int32, initial=np.full(6, -1, dtype=np.int32))
   copy_buffers([(dst, src, CopySpec(3 * 4, 2 * 4, 1 * 4))])  # src[2:5] into dst[1:4]
   np.testing.assert_array_equal(dst.numpy(), [-1, 2, 3, 4, -1, -1])
-  back = Buffer("CPU", 4, dtypes.int32, np.zeros(4, dtype=np.int32))
+  back = Buffer("CPU", 4, dtypes.int32, initial=np.zeros(4, dtype=np.int32))
   copy_buffers([(back, dst, CopySpec(2 * 4, 3 * 4, 2 * 4))])  # dst[3:5] into back[2:4]
   np.testing.assert_array_equal(back.numpy(), [0, 0, 4, -1])
   with pytest.raises(ValueError, match="runs past"): copy_buffers([(dst, src, CopySpec(4 * 4, 0, 3 * 4))])

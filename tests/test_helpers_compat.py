@@ -109,3 +109,24 @@ def test_names_tinygrad_programs_import_from_tensor():
   from tinyhybrid.tensor import _to_np_dtype, least_upper_dtype, least_upper_float, sum_acc_dtype
   assert _to_np_dtype(dtypes.float16) is np.float16 and least_upper_dtype(dtypes.int8, dtypes.float32) is dtypes.float32
   assert least_upper_float(dtypes.int32) is dtypes.float32 and sum_acc_dtype(dtypes.int8) is dtypes.int32
+
+
+def test_dev_is_a_context_var():
+  """tinygrad's DEV: Context(DEV=...) changes Device.DEFAULT for the block; setting Device.DEFAULT is refused."""
+  from tinyhybrid import Device, Tensor
+  from tinyhybrid.helpers import Context
+  orig = Device.DEFAULT
+  with Context(DEV="NULL"): assert Tensor.empty(1).device == "NULL" and Device.canonicalize(None) == "NULL"
+  with Context(DEV=orig.lower()): assert Device.canonicalize(None) == orig
+  assert Tensor.empty(1).device == orig
+  with pytest.raises(AttributeError, match="setting Device.DEFAULT is deprecated"): Device.DEFAULT = "CPU"
+
+
+def test_tinygrads_switches_are_importable_and_accepted():
+  from tinyhybrid import helpers
+  from tinyhybrid.helpers import Context
+  names = ("WINO", "SPLIT_REDUCEOP", "NOLOCALS", "TRANSCENDENTAL", "NO_MEMORY_PLANNER", "USE_TC", "ALLOW_DEVICE_USAGE", "SCACHE")
+  assert all(isinstance(getattr(helpers, n), helpers.ContextVar) for n in names)
+  with Context(WINO=1, NO_MEMORY_PLANNER=1, SPLIT_REDUCEOP=0): assert helpers.WINO.value == 1 and helpers.SPLIT_REDUCEOP.value == 0
+  assert helpers.SPLIT_REDUCEOP.value == 1
+  with pytest.raises(KeyError, match="NOT_A_SWITCH"): Context(NOT_A_SWITCH=1)

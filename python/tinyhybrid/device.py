@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any, Callable, TypeGuard
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes, np_storage
-from tinyhybrid.helpers import PROFILE, GlobalCounters, getenv, once
+from tinyhybrid.helpers import DEV, PROFILE, GlobalCounters, getenv, once
 
 class CompileError(RuntimeError):
   """A kernel failed to compile: carries the compiler's message and the kernel's source (tinygrad's place for it)."""
@@ -69,22 +68,64 @@ class Allocator:
     np.frombuffer(dest, dtype=np.uint8)[:] = src
 
 
-class Buffer:
-  """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the Buffer."""
+@dataclass(frozen=True)
+class BufferSpec:
+  """How a buffer's memory is made (tinygrad's): external_ptr is host memory its owner keeps alive and frees (the
+  buffer is attached to it); the other fields are hints for devices that place memory, and change nothing here."""
+  uncached: bool = False
+  cpu_access: bool = False
+  host: bool = False
+  nolru: bool = False
+  zero: bool = False
+  external_ptr: int | None = None
 
-  def __init__(self, device: str, size: int, dtype: DType, initial: bytes | np.ndarray | None = None):
+
+class Buffer:
+  """`size` elements of `dtype` on `device`. Memory is allocated on first use and freed with the Buffer. The
+  constructor takes tinygrad's arguments too: opaque (the allocator's memory, owned from then on), options
+  (BufferSpec), initial_value (bytes), base and offset (a view of base's memory) and preallocate."""
+
+  def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferSpec | None = None,
+               initial_value: bytes | None = None, uop_refcount: int = 0, base: Buffer | None = None, offset: int = 0,
+               preallocate: bool = False, initial: bytes | np.ndarray | None = None):
     if size < 0: raise ValueError(f"Buffer: negative size {size}")
-    self.device, self.size, self.dtype = device, size, dtype
+    self.device, self.size, self.dtype, self.options = device, size, dtype, options
     self._mem: Any = None  # the allocator's memory: a numpy array on the host, a handle on a device with its own
     self._address = 0
     self._external = False
     self._allocator: Allocator | None = None  # the device's, which counts this buffer while it has memory
     self._base: Buffer | None = None  # the buffer whose memory a view (Buffer.view) is part of, kept alive by it
-    if initial is not None: self.copyin(initial)
+    self.offset = 0
+    if base is not None: self._share(base, offset)
+    elif opaque is not None or (options is not None and options.external_ptr is not None) or preallocate: self.allocate(opaque)
+    if initial is not None or initial_value is not None: self.copyin(initial if initial is not None else initial_value)  # type: ignore[arg-type]
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
   def is_allocated(self) -> bool: return self._mem is not None
+
+  def is_initialized(self) -> bool: return self.is_allocated()
+  @property
+  def base(self) -> Buffer: return self._base if self._base is not None else self
+
+  def allocate(self, opaque: Any = None, external_ptr: int | None = None) -> Buffer:
+    """Gives the buffer memory now: the allocator's, opaque (memory the allocator made, owned from now on) or the host
+    memory at external_ptr (see attach). tinygrad's: a buffer that has memory already is an AssertionError."""
+    assert not self.is_allocated(), "can't allocate already allocated buffer"
+    if external_ptr is None and self.options is not None: external_ptr = self.options.external_ptr
+    if external_ptr is not None: return self.attach(external_ptr)
+    if opaque is None: return self.ensure_allocated()
+    self._allocator = alloc = Device[self.device].allocator
+    self._mem, self._address = opaque, alloc.address(opaque)
+    GlobalCounters.mem_used += self.nbytes
+    alloc.used += self.nbytes
+    return self
+
+  def deallocate(self) -> None:
+    """Frees the memory now (the buffer may be allocated again)."""
+    assert self.is_allocated(), "buffer must be allocated to deallocate"
+    self._release()
+    self._mem, self._address, self._external, self._allocator, self._base = None, 0, False, None, None
 
   def ensure_allocated(self) -> Buffer:
     if self._mem is None:
@@ -107,13 +148,13 @@ class Buffer:
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
     """size elements of dtype at byte `offset` of this buffer's memory, as a buffer of its own that shares it (a
     host-memory allocator's: a DISK file's range, a CPU buffer's)."""
-    if not 0 <= offset <= self.nbytes - size * dtype.itemsize:
-      raise ValueError(f"view: {size} x {dtype} at byte {offset} runs past {self}")
-    mem = self.ensure_allocated()._mem
-    v = Buffer(self.device, size, dtype)
-    v._mem, v._external, v._allocator, v._base = mem[offset:offset + v.nbytes], True, self._allocator, self
-    v._address = self._address + offset
-    return v
+    return Buffer(self.device, size, dtype, base=self, offset=offset)
+
+  def _share(self, base: Buffer, offset: int) -> None:
+    if not 0 <= offset <= base.nbytes - self.nbytes: raise ValueError(f"view: {self.size} x {self.dtype} at byte {offset} runs past {base}")
+    mem = base.ensure_allocated()._mem
+    self._mem, self._external, self._allocator, self._base = mem[offset:offset + self.nbytes], True, base._allocator, base
+    self._address, self.offset = base._address + offset, base.offset + offset
 
   def host_memory(self, write: bool = False) -> Any:
     """The allocator's memory itself (a numpy array on the host), once the host may read it (write: also write it)."""
@@ -121,7 +162,9 @@ class Buffer:
     Device[self.device].allocator.idle(mem, write)
     return mem
 
-  def __del__(self) -> None:
+  def __del__(self) -> None: self._release()
+
+  def _release(self) -> None:
     if self._mem is not None and self._external and self._allocator is not None:
       self._allocator.idle(self._mem, True)  # its owner frees it next: not while a submit still uses it
     if self._mem is not None and not self._external:
@@ -143,6 +186,17 @@ class Buffer:
       raise ValueError(f"copyin: a copy of {len(raw)} bytes at {offset} runs past {self.device}'s buffer of {self.nbytes}")
     Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw, offset or 0)
     return self
+
+  def copyout(self, dest: memoryview) -> memoryview:
+    """The buffer's bytes copied into dest (tinygrad's), which it returns."""
+    if dest.nbytes != self.nbytes: raise ValueError(f"copyout: {self.nbytes} bytes into a memoryview of {dest.nbytes}")
+    if self.size: Device[self.device].allocator.copyout(dest.cast("B"), self.ensure_allocated()._mem)
+    return dest
+
+  def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
+    """The bytes (tinygrad's): a copy, or the host memory itself when zero copy is allowed and the memory is the host's."""
+    if allow_zero_copy or force_zero_copy: return self.as_buffer()
+    return memoryview(bytearray(self.as_buffer()))
 
   def numpy(self) -> np.ndarray:
     """A copy of the contents as a flat numpy array (raw bits for dtypes numpy lacks)."""
@@ -314,10 +368,14 @@ class _DeviceRegistry:
   file as memory: tensors there are views of its bytes, copied to and from other devices (runtime/ops_disk.py)."""
   _known = ("CPU", "NULL", "CL", "CUDA", "PYTHON", "NV", "AMD")
 
-  @functools.cached_property
+  @property
   def DEFAULT(self) -> str:  # noqa: N802 (tinygrad's name)
-    dev = os.getenv("DEV", "") or next((d for d in self._known if getenv(d, 0) == 1), "CPU")
-    return self.canonicalize(dev)
+    """DEV's device, read each time: `with Context(DEV="NULL"):` changes it for the block, as in tinygrad."""
+    return _default_device(str(DEV.value))
+
+  @DEFAULT.setter
+  def DEFAULT(self, _: str) -> None:  # noqa: N802
+    raise AttributeError("setting Device.DEFAULT is deprecated: set DEV=... in the environment, or use Context(DEV=...)")
 
   def canonicalize(self, device: str | tuple[str, ...] | list[str] | None) -> Any:
     """The device's canonical name ("cpu:1" -> "CPU:1", "CPU:0" -> "CPU"), or for a tuple of devices the tuple of theirs."""
@@ -344,6 +402,11 @@ class _DeviceRegistry:
     self._names.append(name)
     mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
     return mod.make_device(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _default_device(dev: str) -> str:
+  return Device.canonicalize(dev or next((d for d in _DeviceRegistry._known if getenv(d, 0) == 1), "CPU"))
 
 
 @functools.cache

@@ -88,6 +88,8 @@ class Context(contextlib.ContextDecorator):
 
 
 DEBUG = ContextVar("DEBUG", 0)
+# the default device (Device.DEFAULT) in tinygrad's target syntax, DEV=CL:1, DEV=NULL:CUDA:sm_90; Context(DEV=...) too
+DEV = ContextVar("DEV", "")
 BEAM = ContextVar("BEAM", 0)
 TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
 JIT = ContextVar("JIT", 1)
@@ -98,6 +100,7 @@ NOOPT = ContextVar("NOOPT", 0)
 # tensor cores (codegen/tc.py), tinygrad's names: TC=0 never uses them; TC_SELECT picks one of the renderer's (-1: the
 # first that fits); TC_OPT is how hard to try (0: only shapes that fit exactly, the only level implemented here)
 TC = ContextVar("TC", 1)
+USE_TC = TC  # tinygrad's Python name for it
 TC_SELECT = ContextVar("TC_SELECT", -1)
 TC_OPT = ContextVar("TC_OPT", 0)
 SPEC = ContextVar("SPEC", 0)

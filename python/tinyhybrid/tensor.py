@@ -157,7 +157,7 @@ class Tensor(TensorAPI):
       arr = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     else:
       arr = np.ascontiguousarray(arr, dtype=np_storage(dt))
-    buf = Buffer(device, arr.size, dt, arr)  # type: ignore[arg-type]  # a str: tuples returned above
+    buf = Buffer(device, arr.size, dt, initial=arr)  # type: ignore[arg-type]  # a str: tuples returned above
     return buffer_uop(buf, shape)
 
   # ** basic properties **

@@ -185,7 +185,7 @@ class CapturedJit(Generic[ReturnType]):
     args, written = self.args, self.written
     for slot, b in zip(self.input_slots, inputs):
       if b in written:  # the copy takes its place in inputs (our own list), which keeps it alive through the run
-        inputs[inputs.index(b)] = b = Buffer(b.device, b.size, b.dtype, b.numpy())
+        inputs[inputs.index(b)] = b = Buffer(b.device, b.size, b.dtype, initial=b.numpy())
       args[slot] = b.address
     for var, val in var_vals.items():
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK  # type: ignore[assignment]

@@ -40,7 +40,7 @@ def _from_raw(data: bytes | bytearray | np.ndarray, dtype: DType, shape: tuple[i
   arr = np.frombuffer(data, dtype=np_storage(dtype)) if not isinstance(data, np.ndarray) else data
   if arr.size != prod(shape): raise ValueError(f"{arr.nbytes} bytes do not hold {shape} of {dtype}")
   device = Device.canonicalize(None)
-  return Tensor(buffer_uop(Buffer(device, arr.size, dtype, arr), tuple(shape)), device=device)
+  return Tensor(buffer_uop(Buffer(device, arr.size, dtype, initial=arr), tuple(shape)), device=device)
 
 
 def _raw_bytes(t: Tensor) -> np.ndarray:
