@@ -88,8 +88,24 @@ class Context(contextlib.ContextDecorator):
 
 
 DEBUG = ContextVar("DEBUG", 0)
-# the default device (Device.DEFAULT) in tinygrad's target syntax, DEV=CL:1, DEV=NULL:CUDA:sm_90; Context(DEV=...) too
-DEV = ContextVar("DEV", "")
+class DevVar(ContextVar):
+  """DEV, the default device (Device.DEFAULT) in tinygrad's target syntax: DEV=CL:1, DEV=NULL:CUDA:sm_90, with an
+  interface before a '+' (DEV=MOCK+NV); Context(DEV=...) too. Its first target's parts read as attributes, as
+  tinygrad's: DEV.device, DEV.renderer, DEV.arch, DEV.interface, DEV.indices."""
+  PARTS = ("interface", "indices", "device", "renderer", "arch")
+
+  def __getattr__(self, name: str) -> str:
+    if name not in DevVar.PARTS: raise AttributeError(name)
+    first = str(self.value).split(";")[0]
+    iface, _, target = first.rpartition("+")
+    names = [x.upper() if i < 2 else x for i, x in enumerate(target.split(":"))]
+    parts = [*iface.split(":", 1), "", ""][:2] + (names + ["", "", ""])[:3]
+    return parts[DevVar.PARTS.index(name)]
+
+  def __str__(self) -> str: return str(self.value)
+
+
+DEV = DevVar("DEV", "")
 BEAM = ContextVar("BEAM", 0)
 TRAINING = ContextVar("TRAINING", 0)  # as Tensor.training, for tinygrad scripts that say Context(TRAINING=1)
 JIT = ContextVar("JIT", 1)

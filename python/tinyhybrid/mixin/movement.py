@@ -126,10 +126,13 @@ class MovementMixin:
   def _pad_mode(self: Tensor, pads: list, mode: str) -> Tensor:
     if any(isinstance(v, UOp) for p in pads for v in p) or any(isinstance(s, UOp) for s in self.shape):
       raise NotImplementedError(f"pad: mode {mode!r} needs concrete padding and shape, got {pads} for {self.shape}")
-    if mode == "circular" and any(v < 0 for p in pads for v in p):
-      raise NotImplementedError(f"pad: negative padding {pads} is not supported in mode 'circular'")
-    # reflect and replicate see the whole dimension: pad by the positive amounts first, then crop the negative ones (torch)
+    # reflect and replicate see the whole dimension: pad by the positive amounts first, then crop the negative ones;
+    # circular crops first and wraps what is left (torch's orders)
     t = self
+    if mode == "circular" and any(v < 0 for p in pads for v in p):
+      crop = tuple((-min(b, 0), s + min(a, 0)) for s, (b, a) in zip(t.shape, pads))
+      if any(lo > hi for lo, hi in crop): raise ValueError(f"pad: negative padding {pads} removes more than the shape {self.shape}")
+      t, pads = t.shrink(crop), [(max(b, 0), max(a, 0)) for b, a in pads]
     for d, (b, a) in enumerate(pads):
       b, a = max(b, 0), max(a, 0)
       if b == 0 and a == 0: continue
