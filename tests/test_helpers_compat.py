@@ -120,6 +120,9 @@ def test_dev_is_a_context_var():
   with Context(DEV=orig.lower()): assert Device.canonicalize(None) == orig
   assert Tensor.empty(1).device == orig
   with pytest.raises(AttributeError, match="setting Device.DEFAULT is deprecated"): Device.DEFAULT = "CPU"
+  from tinyhybrid.helpers import DEV
+  for d, parts in (("PCI:0+AMD", ("PCI", "0", "AMD", "", "")), ("null:cuda:sm_90", ("", "", "NULL", "CUDA", "sm_90")), ("", ("",) * 5)):
+    with Context(DEV=d): assert (DEV.interface, DEV.indices, DEV.device, DEV.renderer, DEV.arch) == parts and str(DEV) == d
 
 
 def test_tinygrads_switches_are_importable_and_accepted():
