@@ -109,6 +109,7 @@ def _bits(x) -> np.ndarray:
   """Raw bits of a torch tensor or a Tensor, so every dtype (bf16, fp8) compares exactly."""
   if isinstance(x, Tensor):
     if x.dtype is dtypes.bfloat16: x = x.bitcast(dtypes.uint16)
+    if x.dtype in dtypes.fp8s: x = x.bitcast(dtypes.uint8)  # numpy() gives an fp8's values as float32, as tinygrad's
     return np.ascontiguousarray(x.numpy()).reshape(-1).view(np.uint8)
   return x.contiguous().reshape(-1).view(torch.uint8).numpy()
 

@@ -187,6 +187,15 @@ def test_known_rewrites_proven():
   assert changed == len(exprs) and not unknown
 
 
+def test_gated_value_compared_with_its_fallback_proven():
+  """gate.where(x, 0) != 0 becomes gate & (x != 0) (tinygrad's valid rules), for a gate and a value of any form."""
+  x, y = (UOp.variable(n, -20, 20, W) for n in "xy")
+  exprs = [(x < 5).where(y - 3, 0).ne(0), ((x < 5) & (y < x)).where(x * 2 + y, 0).ne(0), (x.ne(y)).where(x // 3, 0).ne(0)]
+  assert all(e.simplify().op is Ops.AND for e in exprs), [e.simplify().render() for e in exprs]
+  changed, unknown = prove_all(exprs)
+  assert changed == len(exprs) and not unknown
+
+
 def test_simplify_proven_weakint():
   """1000+ random weakint expressions, every run (the seed is fixed so a failure reproduces)."""
   t0 = time.perf_counter()

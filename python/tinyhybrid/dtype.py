@@ -224,6 +224,43 @@ def fp8_to_float(x: int, dtype: DType) -> float:
   return sign * (m / (1 << mbits) * 2.0 ** (1 - bias) if e == 0 else (1 + m / (1 << mbits)) * 2.0 ** (e - bias))
 
 
+@functools.cache
+def _fp8_table(dtype: DType) -> np.ndarray:
+  """The float32 value of each of dtype's 256 bit patterns (a NaN keeps its pattern's sign)."""
+  vals = [fp8_to_float(x, dtype) for x in range(256)]
+  return np.array([math.copysign(v, -1.0) if math.isnan(v) and x & 0x80 else v for x, v in enumerate(vals)], np.float32)
+
+
+def fp8_decode(bits: object, dtype: DType) -> np.ndarray:
+  """fp8 bit patterns (uint8, any shape) of dtype as float32 values: exact."""
+  return _fp8_table(dtype)[np.asarray(bits, np.uint8)]
+
+
+def fp8_encode(x: object, dtype: DType) -> np.ndarray:
+  """Float values (any shape; taken as float64, so a float32 or float64 rounds once) as bit patterns (uint8) of an OCP
+  fp8 dtype, rounded to nearest even. Past the largest finite, fp8e4m3 saturates to +-448 (infinities too) and
+  fp8e5m2 gives +-inf, as torch's casts to float8_e4m3fn and float8_e5m2 do; a NaN is the all-ones pattern with its
+  sign. The fnuz formats are not encoded here."""
+  if dtype not in (dtypes.fp8e4m3, dtypes.fp8e5m2): raise TypeError(f"fp8_encode: {dtype} is not an OCP fp8 dtype (fp8e4m3, fp8e5m2)")
+  _, m, b = _FP8[dtype]
+  ieee = dtype is dtypes.fp8e5m2
+  with np.errstate(invalid="ignore"): u = np.asarray(x, np.float64).view(np.uint64)  # (a signaling NaN stays a NaN)
+  a = u & np.uint64(0x7FFFFFFFFFFFFFFF)
+  e = (a >> np.uint64(52)).astype(np.int64)
+  normal = e - 1023 >= 1 - b
+  # a normal number of the format (or past it): m bits kept and the exponent rebiased; a subnormal: the significand in
+  # units of the format's smallest, 2^(1-b-m)
+  sh = np.where(normal, 52 - m, np.minimum(1076 - b - m - e, 63)).astype(np.uint64)
+  sig = np.where(normal, a, (a & np.uint64(0xFFFFFFFFFFFFF)) | np.where(e > 0, np.uint64(1 << 52), np.uint64(0)))
+  one = np.uint64(1)
+  q, rem, half = sig >> sh, sig & ((one << sh) - one), one << (sh - one)
+  q = np.where(normal, q - np.uint64((1023 - b) << m), q)
+  q = q + ((rem > half) | ((rem == half) & ((q & one) == one)))  # nearest, ties to even
+  q = np.where(q > (0x7B if ieee else 0x7E), np.uint64(0x7C if ieee else 0x7E), q)
+  q = np.where(a > np.uint64(0x7FF0000000000000), np.uint64(0x7F), q)
+  return (((u >> np.uint64(56)) & np.uint64(0x80)) | q).astype(np.uint8)
+
+
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
 _NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
                "unsigned short": np.uint16, "int": np.int32, "unsigned int": np.uint32, "long": np.int64,

@@ -15,6 +15,7 @@ import numpy as np
 
 from tinyhybrid.device import Buffer, Device, is_storage
 from tinyhybrid.dtype import np_storage
+from tinyhybrid.dtype import fp8_decode, fp8_encode
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.dtype import DType, DTypeLike, _from_np_dtype, dtypes, strong_dtype, to_dtype
 # names tinygrad's programs and tests import from tinygrad.tensor
@@ -45,6 +46,7 @@ def _list_array(flat: list, shape: tuple[int, ...], dt: DType) -> np.ndarray:
   """Python values as an array of dt. Values out of an int dtype's range wrap (floats truncate first), as a C cast and
   numpy's astype do, where np.array raises OverflowError."""
   npdt = np_storage(dt) if dt is not dtypes.bfloat16 else np.dtype(np.float32)
+  if dt in dtypes.fp8s: npdt = np.dtype(np.float64)  # the values, rounded once to the fp8 by _from_numpy
   try:
     with np.errstate(over="ignore"): return np.array(flat, dtype=npdt).reshape(shape)
   except (OverflowError, ValueError):
@@ -104,6 +106,7 @@ class Tensor(TensorAPI):
 
   def __init__(self, data: Any, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None, requires_grad: bool | None = None):
     self.uop: UOp = self._init_uop(data, device, dtype)
+    if requires_grad and self.uop.dtype in dtypes.weaks: self.uop = _committed(self.uop)  # a parameter has storage
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     _all_tensors.add(self)  # only once it is whole: a failed construction leaves no half-made tensor behind
@@ -129,7 +132,7 @@ class Tensor(TensorAPI):
       else: u = copy_to(u, self.device)
       return u
     if isinstance(data, (bool, int, float)):
-      return UOp.const(dt or strong_dtype(dtypes.from_py(data)), data)
+      return UOp.const(dt or dtypes.from_py(data), data)
     if isinstance(data, bytes):
       arr: np.ndarray = np.frombuffer(data, dtype=np.uint8)
       dt = dt or dtypes.uint8
@@ -155,6 +158,8 @@ class Tensor(TensorAPI):
     if dt is dtypes.bfloat16:  # numpy has no bfloat16: round float32 to its top 16 bits (nearest even)
       bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
       arr = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    elif dt in dtypes.fp8s:  # numpy has no fp8: the values rounded to their bit patterns (as a cast rounds)
+      arr = fp8_encode(arr, dt)
     else:
       arr = np.ascontiguousarray(arr, dtype=np_storage(dt))
     buf = Buffer(device, arr.size, dt, initial=arr)  # type: ignore[arg-type]  # a str: tuples returned above
@@ -334,6 +339,7 @@ class Tensor(TensorAPI):
     sharded, axis: RuntimeError otherwise, as in tinygrad); lazy like any op."""
     if isinstance(x, (bool, int, float)): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
+    if x.dtype in dtypes.weaks: x = x.cast(least_upper_dtype(self.dtype, x.dtype))  # a weak value takes the tensor's type
     # tinygrad's checks and words: an assign never casts (a silent cast can lose precision) nor moves the value
     if x.dtype is not self.dtype: raise RuntimeError(f"assign dtype mismatch {self.dtype} != {x.dtype}")
     # a device without kernels (DISK) takes values from any device: they are copied in
@@ -519,6 +525,7 @@ class Tensor(TensorAPI):
     """The values as a numpy array (a copy)."""
     if any(type(d) is not int for d in self.shape):
       raise ValueError(f"numpy: shape {self.shape} is symbolic; shrink or reshape it to ints first (t[:n], t.reshape(n))")
+    if self.dtype in dtypes.weaks: return self.cast(strong_dtype(self.dtype)).numpy()  # (its storage's type; self stays weak)
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_out_dtype(self.dtype))
     engine.check_not_capturing("numpy")  # .item(), .tolist() and .data() read through here too
     if type(self.device) is tuple:  # sharded: the shards gathered (one replica's, for a replicated tensor)
@@ -528,6 +535,7 @@ class Tensor(TensorAPI):
       return shards[0] if axis is None else np.concatenate(shards, axis=axis)
     out = self._buffer().numpy()
     if self.dtype is dtypes.bfloat16: out = (out.astype(np.uint32) << 16).view(np.float32)
+    if self.dtype in dtypes.fp8s: out = fp8_decode(out, self.dtype)  # float32 values, as tinygrad's
     return out.reshape(self.shape)
 
   def data(self) -> memoryview:
@@ -571,9 +579,16 @@ def _computes_from_memory(u: UOp) -> bool:
 
 # ** realize: engine/realize.py plans and runs UOp graphs and hands back what they became; the live tensors follow here **
 
+def _committed(u: UOp) -> UOp:
+  """A weak-typed value as the type it commits to (a constant stays a constant)."""
+  return UOp.const(strong_dtype(u.dtype), u.arg) if u.op is Ops.CONST else u.cast(strong_dtype(u.dtype))
+
+
 def _realize(tensors: list[Tensor]) -> None:
   """Realizing is planning, then running. Sharded tensors (a tuple of devices) go through engine/multi.py, which
   realizes their shards here."""
+  for t in tensors:  # weakness ends where storage begins: a weak value is stored as the type it commits to
+    if t.dtype in dtypes.weaks: t.uop = _committed(t.uop)
   if any(type(t.device) is tuple for t in tensors):
     realize_sharded([t for t in tensors if type(t.device) is tuple])
     tensors = [t for t in tensors if type(t.device) is not tuple]
@@ -753,6 +768,6 @@ def _reads_buffer_differently(value: UOp, target: UOp) -> bool:
   return not all(u is target or (u is base and target is base) for u in nodes if u is base or base in u.src)
 
 
-def _np_out_dtype(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt is dtypes.bfloat16 else np_storage(dt)
+def _np_out_dtype(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt is dtypes.bfloat16 or dt in dtypes.fp8s else np_storage(dt)
 
 

@@ -230,7 +230,8 @@ class ElementwiseMixin:
       if not a.dtype._is_float: a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
       # the true quotient (FDIV), not a * (1/b): an ulp below an integer would round to the wrong one
       return a._floor_div(b) if rounding_mode == "floor" else a._alu(Ops.FDIV, b).trunc()
-    if not a.dtype._is_float: a, b = a.cast(least_upper_float(a.dtype)), b.cast(least_upper_float(b.dtype))
+    # ints (weak ones too: Tensor(3) / Tensor(2)) divide in the default float, as in tinygrad
+    if not a.dtype._is_float: a, b = a.cast(least_upper_float(strong_dtype(a.dtype))), b.cast(least_upper_float(strong_dtype(b.dtype)))
     return a._alu(Ops.MUL, b.reciprocal())
   def mod(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
     """Python's (and torch's remainder) %: the sign follows the divisor; -1 % inf is inf."""

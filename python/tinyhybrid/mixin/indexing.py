@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 import numpy as np
 
 from tinyhybrid.device import is_storage
-from tinyhybrid.dtype import dtypes
+from tinyhybrid.dtype import dtypes, least_upper_dtype
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, bound_value, sint, ssimplify
@@ -312,7 +312,8 @@ class IndexingMixin:
       self.uop = UOp(Ops.DETACH, self.dtype, (inner.uop,))
       return
     if not isinstance(v, Tensor): v = Tensor(v, device=self.device, dtype=self.dtype)
-    elif v.device != self.device and v.device is not None and is_storage(self.device): v = v.to(self.device)  # into DISK
+    if v.dtype in dtypes.weaks: v = v.cast(least_upper_dtype(self.dtype, v.dtype))  # a weak value takes the tensor's type
+    if v.device != self.device and v.device is not None and is_storage(self.device): v = v.to(self.device)  # into DISK
     elif v.device != self.device: raise ValueError(f"setitem: value on {v.device}, tensor on {self.device}")
     elif v.dtype is not self.dtype:
       raise RuntimeError(f"setitem: dtype mismatch, a {v.dtype} value of shape {v.shape} into a {self.dtype} tensor of shape "

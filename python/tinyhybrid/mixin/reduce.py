@@ -63,10 +63,10 @@ class ReduceMixin:
 
   # ** reductions; over a zero-size axis each gives its identity: sum 0, prod 1, max dtype.min, min dtype.max **
   def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype=None) -> Tensor:
-    """Sum over axis; ints accumulate in at least int32, half and bfloat16 accumulate in float32 and cast back."""
+    """Sum over axis; ints accumulate in at least int32, half, bfloat16 and the fp8s accumulate in float32 and cast back."""
     acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, self._axes(axis), keepdim)
-    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+    return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s) else ret
 
   def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype=None) -> Tensor:
     return self.cast(to_dtype(dtype) if dtype is not None else self.dtype)._reduce(Ops.MUL, self._axes(axis), keepdim)

@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
 from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
 from tinyhybrid.codegen.transcendental import decompose_transcendentals, transcendental_dtypes
-from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.dtype import DType, dtypes, fp8_decode
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.spec import spec_check_linear
 
-# bfloat16 values are computed as float and stored as their top 16 bits
-_CTYPES = {"__bf16": "float", "bool": "bool", "signed char": "signed char", "unsigned char": "unsigned char", "short": "short",
-           "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
+# bfloat16 values are computed as float and stored as their top 16 bits, the OCP fp8s computed as float and stored as
+# their byte
+_CTYPES = {"__bf16": "float", "float8_e4m3": "float", "float8_e5m2": "float", "bool": "bool", "signed char": "signed char",
+           "unsigned char": "unsigned char", "short": "short", "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
            "unsigned long": "unsigned long long", "weakint": "long long", "half": "th_half", "float": "float",
            "double": "double", "weakfloat": "double"}
 _MASK_INT = {1: "char", 2: "short", 4: "int", 8: "long"}  # what clang gives a vector comparison
@@ -45,6 +47,74 @@ def floor_div_helpers(qual: str, i64: str, u64: str) -> str:
   {i64} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }}
 """
+
+
+# The OCP fp8 formats (https://www.opencompute.org/documents/ocp-8-bit-floating-point-specification-ofp8-revision-1-0-2023-12-01-pdf-1):
+# dtype -> (name, mantissa bits, exponent bias, whether it has infinities). E4M3FN has none and one NaN per sign (all
+# ones); E5M2 is laid out as IEEE's formats are.
+FP8_FORMATS = {dtypes.fp8e4m3: ("e4m3", 3, 7, False), dtypes.fp8e5m2: ("e5m2", 2, 15, True)}
+
+
+@functools.cache
+def _fp8_table(dt: DType) -> str:
+  """dt's 256 values as a C initializer (hex floats, NAN and INFINITY from math.h)."""
+  def lit(v: float) -> str:
+    if math.isnan(v): return "-NAN" if math.copysign(1.0, v) < 0 else "NAN"
+    return ("-INFINITY" if v < 0 else "INFINITY") if math.isinf(v) else re.sub(r"\.?0*p", "p", float.hex(v)) + "f"
+  return "{" + ", ".join(lit(float(v)) for v in fp8_decode(list(range(256)), dt)) + "}"
+
+
+def fp8_helpers(qual: str, memcpy: str) -> str:
+  """What every fp8 format's conversions share, in a C dialect (function qualifier, memcpy's name), in 32-bit integers:
+  th_fp8_dec(byte, ...) is exact; th_fp8_enc(float, ...) rounds to nearest even. Past the largest finite, E4M3
+  saturates to +-448 (infinities too: a number never becomes its NaN) and E5M2 gives +-inf, as torch's casts
+  (torch.float8_e4m3fn, torch.float8_e5m2) do; a NaN becomes the format's all-ones pattern with its sign. A double
+  reaches th_fp8_enc through th_fp8_d2f, rounded to odd, so that it rounds once."""
+  return f"""{qual}float th_fp8_dec(unsigned int x, int m, int b, int ieee) {{
+  unsigned int s = (x & 0x80u) << 24, e = (x & 0x7fu) >> m, f = x & ((1u << m) - 1u), u;
+  if (ieee && e == (0x7fu >> m)) u = s | 0x7f800000u | (f ? 0x400000u : 0u);  /* inf, NaN */
+  else if (!ieee && (x & 0x7fu) == 0x7fu) u = s | 0x7fc00000u;                /* NaN */
+  else if (e == 0) {{ float r = (float)f / (float)(1u << (b + m - 1)); return s ? -r : r; }}  /* zero, subnormal */
+  else u = s | ((e + 127u - (unsigned int)b) << 23) | (f << (23 - m));
+  float r; {memcpy}(&r, &u, sizeof(r)); return r;
+}}
+{qual}unsigned char th_fp8_enc(float x, int m, int b, int ieee) {{
+  unsigned int u, a, q, rem, sh; {memcpy}(&u, &x, sizeof(u));
+  unsigned int s = (u >> 24) & 0x80u;
+  a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned char)(s | 0x7fu);  /* NaN */
+  int e = (int)(a >> 23);
+  if (e - 127 >= 1 - b) {{  /* a normal number of the format (or past it): keep m bits, rebias the exponent */
+    sh = 23u - (unsigned int)m;
+    q = (a >> sh) - ((unsigned int)(127 - b) << m);
+  }} else {{  /* a subnormal of the format: the significand in units of its smallest, 2^(1-b-m) */
+    int t = 151 - b - m - e;
+    sh = t > 31 ? 31u : (unsigned int)t;
+    a = (a & 0x7fffffu) | (e ? 0x800000u : 0u);
+    q = a >> sh;
+  }}
+  rem = a & ((1u << sh) - 1u);
+  if (rem > (1u << (sh - 1u)) || (rem == (1u << (sh - 1u)) && (q & 1u))) q++;  /* nearest, ties to even */
+  if (ieee ? q > 0x7bu : q > 0x7eu) q = ieee ? 0x7cu : 0x7eu;  /* E5M2: inf; E4M3: its largest, 448 */
+  return (unsigned char)(s | q);
+}}
+{qual}float th_fp8_d2f(double d) {{  /* rounded to odd: the rounding on to fp8 is then the only one that counts */
+  float f = (float)d; unsigned int u; {memcpy}(&u, &f, sizeof(u));
+  if ((double)f != d && d == d) {{ if (((double)f < 0.0 ? -(double)f : (double)f) > (d < 0.0 ? -d : d)) u -= 1u; u |= 1u; }}
+  {memcpy}(&f, &u, sizeof(f)); return f;
+}}"""
+
+
+def fp8_format_helpers(dt: DType, qual: str, table: bool = False) -> str:
+  """One fp8 format's conversions (after fp8_helpers): th_<fmt>2f(byte) -> float, th_f2<fmt>(float) -> byte, and
+  th_round_<fmt>(float), the value rounded to the format. With `table`, th_<fmt>2f looks the byte up in a table of
+  the 256 values (the CPU's choice: a kernel may decode hundreds of values, and the compiler inlines each decode)."""
+  name, m, b, ieee = FP8_FORMATS[dt]
+  out = f"static const float th_{name}_values[256] = {_fp8_table(dt)};\n" if table else ""
+  dec = f"th_{name}_values[x]" if table else f"th_fp8_dec(x, {m}, {b}, {int(ieee)})"
+  return out + (f"{qual}float th_{name}2f(unsigned char x) {{ return {dec}; }}\n"
+                f"{qual}unsigned char th_f2{name}(float x) {{ return th_fp8_enc(x, {m}, {b}, {int(ieee)}); }}\n"
+                f"{qual}float th_round_{name}(float x) {{ return th_{name}2f(th_f2{name}(x)); }}")
 
 
 # Sources are self-contained, and several can be compiled as one file (runtime/compiler.py builds a schedule's
@@ -108,7 +178,9 @@ def state_bytes(src: str, threads: int) -> int:
 CHUNKS = 64       # pieces the outermost THREAD loop is handed out in
 
 
-def storage_ctype(dt: DType) -> str: return "unsigned short" if dt.scalar() is dtypes.bfloat16 else ctype(dt)
+def storage_ctype(dt: DType) -> str:
+  if dt.scalar() is dtypes.bfloat16: return "unsigned short"
+  return "unsigned char" if dt.scalar() in FP8_FORMATS else ctype(dt)
 
 
 def ctype(dt: DType) -> str:
@@ -140,6 +212,8 @@ class CStyleWriter:
   SUFFIX = ("ll", "ull")                  # the literal suffixes of 64-bit signed and unsigned ints
   # float dtypes it has no EXP2, LOG2 and SIN for: decomposed into other ops (codegen/transcendental.py)
   LACKS_TRANSCENDENTAL: frozenset[DType] = frozenset()
+  HELPER_QUAL, MEMCPY = "static inline ", "__builtin_memcpy"  # how its helper functions are declared, memcpy's name
+  FP8_TABLE = False  # whether fp8 values are decoded by a table look-up (see fp8_format_helpers)
 
   def __init__(self, k: LoweredKernel):
     if dts := transcendental_dtypes(self.LACKS_TRANSCENDENTAL): k = replace(k, ast=decompose_transcendentals(k.ast, dts))
@@ -214,26 +288,51 @@ class CStyleWriter:
     fn = MATH[op] + ("" if dt is dtypes.double else "f")
     return f"{fn}({x})" if dt in (dtypes.float, dtypes.double) else f"(({t}){fn}((float){x}))"
   def rounding(self, dt: DType) -> str | None:
-    """The helper that rounds a result of dt computed in a wider type (bfloat16 runs in float), None if none is."""
+    """The helper that rounds a result of dt computed in a wider type (bfloat16 and the fp8s run in float), None if
+    none is."""
+    if dt in FP8_FORMATS: return self.fp8(dt, "round")
     return "th_round_bf16" if dt is dtypes.bfloat16 else None
+
+  def fp8(self, dt: DType, what: str) -> str:
+    """The name of an fp8 helper of dt (see fp8_format_helpers): "dec" (byte -> float), "enc" (float -> byte) or
+    "round"."""
+    self.helper("th_fp8", fp8_helpers(self.HELPER_QUAL, self.MEMCPY))
+    name = FP8_FORMATS[dt.scalar()][0]
+    self.helper(f"th_fp8_{name}", fp8_format_helpers(dt.scalar(), self.HELPER_QUAL, self.FP8_TABLE))
+    return {"dec": f"th_{name}2f", "enc": f"th_f2{name}", "round": f"th_round_{name}"}[what]
 
   def cast(self, u: UOp, t: str, x: str) -> str:
     dt = u.dtype
     if dt.count > 1: return self.convert(x, t)
     if dt is dtypes.bool: return f"({x} != 0)"
     if dt is dtypes.bfloat16: return f"th_round_bf16((float){x})"
+    if dt in FP8_FORMATS: return self.fp8_cast(u, x)
     return f"(({t})th_d2f_odd({x}))" if dt is dtypes.half and u.src[0].dtype is dtypes.double else f"(({t}){x})"
+
+  def fp8_cast(self, u: UOp, x: str) -> str:
+    """A cast to an fp8: rounded once from the value (a double through th_fp8_d2f)."""
+    return f"{self.fp8(u.dtype, 'round')}({'th_fp8_d2f' if self.scalar(u.src[0].dtype) == 'double' else '(float)'}({x}))"
+
+  def fp8_bitcast(self, u: UOp, t: str, x: str) -> str | None:
+    """A scalar bitcast from or to an fp8 (held as a float): through its byte. None where neither side is one."""
+    src, dt = u.src[0].dtype, u.dtype
+    if src not in FP8_FORMATS and dt not in FP8_FORMATS: return None
+    byte = f"{self.fp8(src, 'enc')}({x})" if src in FP8_FORMATS else f"(unsigned char){x}"
+    return f"{self.fp8(dt, 'dec')}({byte})" if dt in FP8_FORMATS else f"(({t}){byte})"
 
   def bitcast(self, u: UOp, t: str, x: str) -> str:
     if u.dtype.count > 1: return f"(({t}){x})"
     if dtypes.bfloat16 in (u.dtype, u.src[0].dtype):
       return f"th_bf2f((unsigned short){x})" if u.dtype is dtypes.bfloat16 else f"(({t})th_f2bf({x}))"
+    if (f8 := self.fp8_bitcast(u, t, x)) is not None: return f8
     return f"(__extension__({{ union {{ {self.scalar(u.src[0].dtype)} a; {t} b; }} th_u; th_u.a = {x}; th_u.b; }}))"
 
   def load_scalar(self, buf: str, idx: str, dt: DType) -> str:
+    if dt in FP8_FORMATS: return f"{self.fp8(dt, 'dec')}({buf}[{idx}])"
     return f"th_bf2f({buf}[{idx}])" if dt is dtypes.bfloat16 else f"{buf}[{idx}]"
 
   def store_scalar(self, buf: str, idx: str, v: str, dt: DType) -> str:
+    if dt in FP8_FORMATS: return f"{buf}[{idx}] = {self.fp8(dt, 'enc')}({v});"
     return f"{buf}[{idx}] = {f'th_f2bf({v})' if dt is dtypes.bfloat16 else v};"
 
   def vload(self, u: UOp, t: str, ptr: str) -> str: raise NotImplementedError
@@ -426,6 +525,7 @@ class CWriter(CStyleWriter):
   """C for the CPU device (see the module doc). A kernel that stores more than `stream_bytes` stores its aligned
   vectors non-temporally: what it writes would not stay in the cache anyway, and a plain store first reads the line
   it writes (an allreduce storing its sum to every device's result is a third faster)."""
+  FP8_TABLE = True
 
   def __init__(self, k: LoweredKernel, stream_bytes: int):
     super().__init__(k)
@@ -516,7 +616,8 @@ class CWriter(CStyleWriter):
     fence = ["#ifdef __SSE2__", "  __builtin_ia32_sfence();", "#endif"] if any("nontemporal" in ln for ln in self.lines) else []
     return "\n".join([PRELUDE, *self.types.values(), *self.helpers.values(), header, *statics, *self.lines, *fence, "}\n"])
 
-  def acc_bytes(self, acc: UOp) -> int: return acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 else csize(acc.dtype))
+  def acc_bytes(self, acc: UOp) -> int:
+    return acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 or acc.dtype.scalar() in FP8_FORMATS else csize(acc.dtype))
 
   def combine(self) -> None:
     """Two-stage reduce: each core leaves its accumulators in its slot; the last core to finish adds up the others'
@@ -558,6 +659,7 @@ class CRenderer(Renderer):
     self.vec = vec
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes  # see CWriter
 
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)  # no fp8 type in C
+  # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str: return CWriter(k, self.stream_bytes).write()

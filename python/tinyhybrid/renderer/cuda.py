@@ -4,8 +4,11 @@ scalar variable, computed lane by lane (NVRTC compiles such code ~50x faster tha
 operators); a vector load or a reduce's vector accumulator is a `th_v<T, N>`, a struct of N lanes aligned like the
 hardware's vector loads (16 bytes at most), so an aligned vector load is one ld.global.v4. half is cuda_fp16.h's, computed natively
 (sm_53 and later); bfloat16 is stored as cuda_bf16.h's __nv_bfloat16 and computed in float, every result rounded to
-bfloat16 as the hardware type would. The fp8s are not rendered. Contractions into fma happen only where the kernel
-asks (a reduce's multiply-add): the compiler runs with --fmad=false, as the other backends keep mul and add apart."""
+bfloat16 as the hardware type would. The OCP fp8s are stored as cuda_fp8.h's __nv_fp8_e4m3 and __nv_fp8_e5m2 and
+computed in float the same way, converted by the C renderer's helpers (renderer/cstyle.py fp8_helpers: torch's
+rounding, saturation and NaNs, where cuda_fp8.h's own conversions saturate E5M2 too and write other NaNs); the fnuz
+ones are not rendered. Contractions into fma happen only where the kernel asks (a reduce's multiply-add): the compiler
+runs with --fmad=false, as the other backends keep mul and add apart."""
 from __future__ import annotations
 
 import re
@@ -14,7 +17,7 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.renderer.cstyle import floor_div_helpers, MATH
+from tinyhybrid.renderer.cstyle import FP8_FORMATS, floor_div_helpers, MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -53,6 +56,8 @@ template <typename V> __device__ inline V th_mld(const typename V::elem* p, unsi
 #endif
 """
 _HALF = "#include <cuda_fp16.h>"
+_FP8 = "#include <cuda_fp8.h>"
+_FP8_STORAGE = {dtypes.fp8e4m3: "__nv_fp8_e4m3", dtypes.fp8e5m2: "__nv_fp8_e5m2"}
 _BF16 = """#include <cuda_bf16.h>
 #ifndef TH_BF16
 #define TH_BF16
@@ -61,7 +66,8 @@ __device__ inline float th_round_bf16(float f) { return __bfloat162float(__float
 
 
 class CUDAWriter(GPUWriter):
-  TYPES = _TYPES
+  TYPES = {**_TYPES, "float8_e4m3": "float", "float8_e5m2": "float"}
+  HELPER_QUAL, MEMCPY = "__device__ inline ", "memcpy"
 
   def __init__(self, k: LoweredKernel):
     super().__init__(k)
@@ -157,6 +163,7 @@ class CUDAWriter(GPUWriter):
 
   def storage(self, dt: DType) -> str:
     """The type a buffer of dt holds."""
+    if (f8 := _FP8_STORAGE.get(dt.scalar())) is not None: return f8
     return "__nv_bfloat16" if dt.scalar() is dtypes.bfloat16 else self.scalar(dt)
 
   def cast(self, u: UOp, t: str, x: str) -> str:
@@ -164,6 +171,7 @@ class CUDAWriter(GPUWriter):
     if src is dtypes.half and dt is not dtypes.half: x = f"__half2float({x})"  # half's own conversions are ambiguous
     if dt is dtypes.bool: return f"({x} != 0)"
     if dt is dtypes.bfloat16: return f"th_round_bf16((float){x})"
+    if dt in FP8_FORMATS: return self.fp8_cast(u, x)
     if dt is dtypes.half:
       if src is dtypes.double: return f"__double2half({x})"
       if (fn := _INT_TO_HALF.get(self.scalar(src))) is not None: return f"{fn}({x})"
@@ -172,14 +180,17 @@ class CUDAWriter(GPUWriter):
 
   def bitcast(self, u: UOp, t: str, x: str) -> str:
     src = u.src[0].dtype
+    if (f8 := self.fp8_bitcast(u, t, x)) is not None: return f8
     if u.dtype is dtypes.bfloat16: return f"__bfloat162float(__ushort_as_bfloat16((unsigned short){x}))"
     if src is dtypes.bfloat16: return f"th_bitcast<{t}>(__bfloat16_as_ushort(__float2bfloat16_rn({x})))"
     return f"th_bitcast<{t}>({x})"
 
   def load_scalar(self, buf: str, idx: str, dt: DType) -> str:
+    if dt in FP8_FORMATS: return f"{self.fp8(dt, 'dec')}({buf}[{idx}].__x)"
     return f"__bfloat162float({buf}[{idx}])" if dt is dtypes.bfloat16 else f"{buf}[{idx}]"
 
   def store_scalar(self, buf: str, idx: str, v: str, dt: DType) -> str:
+    if dt in FP8_FORMATS: return f"{buf}[{idx}].__x = {self.fp8(dt, 'enc')}({v});"
     return f"{buf}[{idx}] = {f'__float2bfloat16_rn({v})' if dt is dtypes.bfloat16 else v};"
 
   def vload(self, u: UOp, t: str, ptr: str) -> str:
@@ -207,6 +218,7 @@ class CUDAWriter(GPUWriter):
   def finish(self) -> str:
     used = {u.dtype.scalar() for u in self.k.ast.toposort()} | {b.dtype.scalar() for b in self.k.buffers}
     headers = ([_HALF] if dtypes.half in used or dtypes.bfloat16 in used else []) + ([_BF16] if dtypes.bfloat16 in used else [])
+    if used & set(FP8_FORMATS): headers.append(_FP8)
     threads = prod(self.k.launch[1]) if self.k.launch is not None else 1
     header = f'extern "C" __global__ void __launch_bounds__({threads}) {self.k.name}(' + ", ".join(self.param_decls) + ") {"
     statics = ["  " + line for v in self.statics.values() for line in v.split("\n")]
@@ -229,7 +241,7 @@ class CUDARenderer(Renderer):
     self.arch, self.vec = arch, vec  # vectors of 4: a 16-byte load of floats
     self.tensor_cores = NV_TENSOR_CORES if int(re.sub(r"\D", "", arch)) >= 80 else []  # mma.sync m16n8k16: sm_80 on
 
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str:
     used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}

@@ -10,8 +10,9 @@ them in local memory), and a tensor-core instruction gathers its fragments from 
 and scatters the result back, with the instruction's layout (TensorCore.a_elem, b_elem, c_elem). Memory accesses,
 casts and the tensor-core step are the helpers of runtime/lanes.py, which check every address a live lane touches.
 
-Types compute as the GPU backends' do: half natively (NumPy rounds every result), bfloat16 in float with every result
-rounded to bfloat16, a fused multiply-add only where the kernel's reduce asks. The fp8s are not rendered."""
+Types compute as the GPU backends' do: half natively (NumPy rounds every result), bfloat16 and the OCP fp8s (fp8e4m3,
+fp8e5m2) in float with every result rounded to the type (stored as their bits: bfloat16's top 16, an fp8's byte), a
+fused multiply-add only where the kernel's reduce asks. The fnuz fp8s are not rendered."""
 from __future__ import annotations
 
 import math
@@ -26,14 +27,23 @@ from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
-# the NumPy type a dtype computes in (bfloat16 in float32: runtime/lanes.py stores it as its top 16 bits)
-NP_TYPES = {"bool": "bool_", "signed char": "int8", "unsigned char": "uint8", "short": "int16", "unsigned short": "uint16",
-            "int": "int32", "unsigned int": "uint32", "long": "int64", "unsigned long": "uint64", "weakint": "int64",
+# the NumPy type a dtype computes in (bfloat16 and the fp8s in float32: runtime/lanes.py stores them as their bits)
+NP_TYPES = {"float8_e4m3": "float32", "float8_e5m2": "float32", "bool": "bool_", "signed char": "int8", "unsigned char": "uint8",
+            "short": "int16", "unsigned short": "uint16", "int": "int32", "unsigned int": "uint32", "long": "int64", "unsigned long": "uint64", "weakint": "int64",
             "half": "float16", "__bf16": "float32", "float": "float32", "double": "float64", "weakfloat": "float64"}
 _BINARY = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&",
            Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.FDIV: "/"}
 _NP_MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 assert set(_NP_MATH) == set(MATH)
+# the types computed in float32 and rounded to a narrower format, by the name runtime/lanes.py gives the format
+_NARROW = {dtypes.bfloat16: "bf16", dtypes.fp8e4m3: "e4m3", dtypes.fp8e5m2: "e5m2"}
+_STORAGE = {dtypes.bfloat16: "np.uint16", dtypes.fp8e4m3: "np.uint8", dtypes.fp8e5m2: "np.uint8"}
+
+
+def _narrow(dt: DType) -> str | None: return _NARROW.get(dt.scalar())
+
+
+def _round(e: str, fmt: str) -> str: return f"th.round_bf16({e})" if fmt == "bf16" else f"th.round_fp8({e}, '{fmt}')"
 
 
 class PythonWriter(GPUWriter):
@@ -68,8 +78,8 @@ class PythonWriter(GPUWriter):
     if op is Ops.VECTORIZE: return f"th.vec({', '.join(s)})"
     if op is Ops.GEP: return f"{s[0]}[{u.arg[0]}]" if dt.count == 1 else f"{s[0]}[{list(u.arg)}]"
     if op is Ops.LOAD: return self.load(u)
-    if op is Ops.CAST: return f"th.cast({s[0]}, {t}, {u.dtype.scalar() is dtypes.bfloat16})"
-    if op is Ops.BITCAST: return f"th.bitcast({s[0]}, {self.np_type(u.src[0].dtype)}, {t}, {u.src[0].dtype.scalar() is dtypes.bfloat16}, {dt.scalar() is dtypes.bfloat16})"
+    if op is Ops.CAST: return f"th.cast({s[0]}, {t}, {_narrow(dt)!r})"
+    if op is Ops.BITCAST: return f"th.bitcast({s[0]}, {self.np_type(u.src[0].dtype)}, {t}, {_narrow(u.src[0].dtype)!r}, {_narrow(dt)!r})"
     if op is Ops.WHERE: return f"np.where({s[0]}, {s[1]}, {s[2]})"
     if op is Ops.MAX: return f"th.maximum({s[0]}, {s[1]})"
     if op is Ops.NEG: return f"(-{s[0]})"
@@ -84,7 +94,8 @@ class PythonWriter(GPUWriter):
     mask = next((self.names[s] for s in u.src[1:] if s.dtype is dtypes.uint), "None")
     what = f"'data{u.src[0].src[0].arg}'"
     e = f"th.load({buf}, {idx}, {gate}, {what})" if dt.count == 1 else f"th.vload({buf}, {idx}, {dt.count}, {gate}, {mask}, {what})"
-    return f"th.bf2f({e})" if dt.scalar() is dtypes.bfloat16 else e  # bfloat16 is stored as its top 16 bits
+    if (fmt := _narrow(dt)) is None: return e
+    return f"th.bf2f({e})" if fmt == "bf16" else f"th.fp82f({e}, '{fmt}')"  # stored as their bits
 
   def name(self, u: UOp) -> None:
     if u.op is Ops.WMMA: return  # a step of its reduce
@@ -93,8 +104,8 @@ class PythonWriter(GPUWriter):
     if u.op in (Ops.CONST, Ops.GEP):
       self.names[u] = e
       return
-    # bfloat16 computes in float: every result rounds, as the hardware type would
-    if u.op in GroupOp.ALU and u.op not in GroupOp.Comparison and u.dtype.scalar() is dtypes.bfloat16: e = f"th.round_bf16({e})"
+    # bfloat16 and the fp8s compute in float: every result rounds, as the hardware type would
+    if u.op in GroupOp.ALU and u.op not in GroupOp.Comparison and (fmt := _narrow(u.dtype)) is not None: e = _round(e, fmt)
     self.counter += 1
     self.names[u] = nm = f"v{self.counter}"
     self.emit(f"{nm} = {e}")
@@ -106,7 +117,7 @@ class PythonWriter(GPUWriter):
     elif op is Ops.ADD: upd = f"({a} | {self.names[term]})" if dt is dtypes.bool else f"({a} + {self.names[term]})"
     elif op is Ops.MUL: upd = f"({a} * {self.names[term]})"
     else: upd = f"th.maximum({self.names[term]}, {a})"
-    if dt is dtypes.bfloat16: upd = f"th.round_bf16({upd})"
+    if (fmt := _narrow(dt)) is not None: upd = _round(upd, fmt)
     return f"{a} = {upd}"
 
   # ** the frame **
@@ -156,13 +167,14 @@ class PythonWriter(GPUWriter):
   def store(self, st: UOp) -> None:
     index, val = st.src
     buf, idx = (self.names[x] for x in index.src)
-    v = f"th.f2bf({self.names[val]})" if val.dtype.scalar() is dtypes.bfloat16 else self.names[val]
+    v, fmt = self.names[val], _narrow(val.dtype)
+    if fmt is not None: v = f"th.f2bf({v})" if fmt == "bf16" else f"th.f2fp8({v}, '{fmt}')"
     self.emit(f"th.store({buf}, {idx}, {v}, {val.dtype.count}, 'data{index.src[0].arg}')")
 
   def finish(self) -> str:
     """The kernel's function, after BUFFERS (the NumPy storage type and element count of each buffer it takes) and VARS
     (how many variables' values follow them)."""
-    bufs = ", ".join(f"({'np.uint16' if b.dtype.scalar() is dtypes.bfloat16 else self.np_type(b.dtype)}, {b.size})" for b in self.k.buffers)
+    bufs = ", ".join(f"({_STORAGE.get(b.dtype.scalar()) or self.np_type(b.dtype)}, {b.size})" for b in self.k.buffers)
     args = ", ".join(["th", "np", *self.param_decls, "gid", "lid", "lane"])
     return "\n".join([f"BUFFERS = ({bufs}{',' if len(self.k.buffers) == 1 else ''})", f"VARS = {len(self.k.vars)}", f"def {self.k.name}({args}):", *self.lines, ""])
 
@@ -183,7 +195,7 @@ class PythonRenderer(Renderer):
     if arch is not None: self.group_items = 128  # as renderer/cuda.py plans
     self.tensor_cores = NV_TENSOR_CORES if arch is not None and int(re.sub(r"\D", "", arch)) >= 80 else []
 
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s)
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str:
     used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}

@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tinyhybrid.dtype import dtypes, fp8_decode, fp8_encode
+
 
 class OutOfBoundsAccess(IndexError):
   """A kernel on the PYTHON device read or wrote an element outside its buffer."""
@@ -93,19 +95,43 @@ def f2bf(x: Any) -> Any:
   return np.where((u & 0x7FFFFFFF) > 0x7F800000, ((u >> 16) | 0x40).astype(np.uint16), rounded)
 
 
-def cast(x: Any, t: Any, to_bf16: bool) -> Any:
+# the OCP fp8s by the names kernels give them: computed in float32, stored as their bit patterns (uint8)
+_FP8 = {"e4m3": dtypes.fp8e4m3, "e5m2": dtypes.fp8e5m2}
+
+
+def fp82f(raw: Any, fmt: str) -> Any: return fp8_decode(raw, _FP8[fmt])
+
+
+def f2fp8(x: Any, fmt: str) -> Any:
+  """float values to fp8 bit patterns, rounded to nearest even (see dtype.fp8_encode: e4m3 saturates, e5m2 overflows
+  to inf)."""
+  return fp8_encode(x, _FP8[fmt])
+
+
+def round_fp8(x: Any, fmt: str) -> Any: return fp82f(f2fp8(x, fmt), fmt)
+
+
+def _round(x: Any, fmt: str | None) -> Any:
+  """x rounded to a format computed in float32 ("bf16", "e4m3", "e5m2"; None: as it is)."""
+  if fmt is None: return x
+  return round_bf16(x) if fmt == "bf16" else round_fp8(x, fmt)
+
+
+def cast(x: Any, t: Any, fmt: str | None) -> Any:
+  """x as type t; fmt names the format t holds when that is narrower than t (bf16 and the fp8s in float32)."""
   if t is np.bool_: return np.asarray(x) != 0
-  out = np.asarray(x).astype(t)
-  return round_bf16(out) if to_bf16 else out
+  if fmt in _FP8: return round_fp8(x, fmt)  # from the value itself (a float64 rounds once)
+  return _round(np.asarray(x).astype(t), fmt)
 
 
-def bitcast(x: Any, src: Any, t: Any, from_bf16: bool, to_bf16: bool) -> Any:
-  """x's bits as type t (a vector: along its lanes, the first axis)."""
+def bitcast(x: Any, src: Any, t: Any, from_fmt: str | None, to_fmt: str | None) -> Any:
+  """x's bits as type t (a vector: along its lanes, the first axis); from_fmt and to_fmt as cast's fmt."""
   x = np.asarray(x)
-  if from_bf16: x = f2bf(x)
-  dst = np.uint16 if to_bf16 else t
+  if from_fmt is not None: x = f2bf(x) if from_fmt == "bf16" else f2fp8(x, from_fmt)
+  dst = t if to_fmt is None else np.uint16 if to_fmt == "bf16" else np.uint8
   out = x.view(dst) if x.ndim < 2 else np.ascontiguousarray(x.T).view(dst).T
-  return bf2f(out) if to_bf16 else out
+  if to_fmt is None: return out
+  return bf2f(out) if to_fmt == "bf16" else fp82f(out, to_fmt)
 
 
 def cdiv(a: Any, b: Any) -> Any:

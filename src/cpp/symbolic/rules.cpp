@@ -192,6 +192,14 @@ std::vector<Rule> where_rules() {
                  return UOp::make(Ops::WHERE, c["t"]->dtype(), {c.ref("c"), c.ref("f"), c.ref("t")});
                },
                "(not c).where(t, f)"});
+  // a gated value compared with the 0 its gate gives otherwise: the gate and the compare, so a load behind the gate is
+  // only needed where the gate holds (a padded or masked read tested for non-zero)
+  r.push_back({alu(Ops::CMPNE, {op(OpSet{Ops::WHERE}, {var("g", b), var("x"), cvar("z")}), cvar("z2")}),
+               [](const Captured& c, void*) -> UOpRef {
+                 if (!is_zero(c["z"]) || !is_zero(c["z2"])) return nullptr;
+                 return UOp::make(Ops::AND, DType::bool_(), {c.ref("g"), UOp::make(Ops::CMPNE, DType::bool_(), {c.ref("x"), c.ref("z2")})});
+               },
+               "gate.where(x, 0) != 0"});
   return r;
 }
 
