@@ -74,3 +74,14 @@ def test_key_value_cache(tmp_path, monkeypatch):
   assert square(3) == 9 and square(3) == 9 and calls == [3]
   diskcache_clear()
   assert diskcache_get("t", "k") is None
+
+
+def test_function_names():
+  import tinyhybrid
+  from tinyhybrid.function import _function, function
+  from tinyhybrid.uop.ops import ParamArg
+  assert tinyhybrid.function is function and _function.depth == 0
+  p = UOp.param(2, tinyhybrid.dtypes.half, (3, 4), "CPU", name="w")
+  assert isinstance(p.arg, ParamArg) and (p.arg.slot, p.shape, p.device, p.dtype) == (2, (3, 4), "CPU", tinyhybrid.dtypes.half)
+  sharded = UOp.param(0, tinyhybrid.dtypes.float, (4, 6), ("CPU:0", "CPU:1"), axis=1)
+  assert sharded.shape == (4, 6) and sharded.device == ("CPU", "CPU:1") and sharded.axis == 1

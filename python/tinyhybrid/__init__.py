@@ -7,6 +7,7 @@ from tinyhybrid.uop.ops import UOp, Variable  # noqa: F401
 from tinyhybrid.device import Device  # noqa: F401
 from tinyhybrid.tensor import Tensor  # noqa: F401
 from tinyhybrid.engine.jit import TinyJit  # noqa: F401
+from tinyhybrid.function import function  # noqa: F401
 from tinyhybrid import viz as _viz
 
 _viz._setup()

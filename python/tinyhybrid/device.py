@@ -98,7 +98,9 @@ class Buffer:
     self.offset = 0
     if base is not None: self._share(base, offset)
     elif opaque is not None or (options is not None and options.external_ptr is not None) or preallocate: self.allocate(opaque)
-    if initial is not None or initial_value is not None: self.copyin(initial if initial is not None else initial_value)  # type: ignore[arg-type]
+    # made from host data (Tensor([1, 2])): what tinygrad holds as a copy still to run, not as state a function reads
+    self.from_host = initial is not None or initial_value is not None
+    if self.from_host: self.copyin(initial if initial is not None else initial_value)  # type: ignore[arg-type]
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize

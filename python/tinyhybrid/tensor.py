@@ -9,7 +9,7 @@ import itertools
 import math
 import pathlib
 import weakref
-from typing import Any, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -299,7 +299,9 @@ class Tensor(TensorAPI):
   # ** realize and read **
   def realize(self, *lst: Tensor) -> Tensor:
     """Compute this tensor (and lst) now."""
-    _realize([t for t in (self, *lst) if t.device is not None])  # a deviceless const is its own value
+    _realize(ts := [t for t in (self, *lst) if t.device is not None])  # a deviceless const is its own value
+    for t in ts:  # realized by request: state from now on, even if made from host data (function's implicit inputs)
+      if (b := t.uop.base).op is Ops.BUFFER and isinstance(b.arg, Buffer): b.arg.from_host = False
     return self
 
   # ** autograd **
@@ -555,6 +557,22 @@ class Tensor(TensorAPI):
     if not -max(1, total) <= dim < max(1, total):
       raise IndexError(f"dimension {dim} is out of range for a tensor of shape {self.shape}")
     return dim + total if dim < 0 else dim
+
+  # ** functions (function.py): a body over placeholders, called on tensors **
+  def as_param(self, slot: int) -> Tensor:
+    """A placeholder for a tensor like this one (dtype, shape, device, sharding) as argument `slot` of a body."""
+    return Tensor(UOp.param(slot, self.dtype, self.shape, self.device, axis=self.uop.axis if type(self.device) is tuple else None))
+
+  def call(self, *lst: Tensor, fxn: Tensor | UOp, grad_fxn: Callable | None = None) -> Tensor:
+    """fxn, a body over placeholders (UOp.param, as_param), on (self, *lst): placeholder i reads argument i.
+    grad_fxn(grad, call) -> one gradient per argument (call.src[1:]) stands in for the chain rule through the body."""
+    from tinyhybrid.function import call
+    return call(fxn.uop if isinstance(fxn, Tensor) else fxn, (self, *lst), grad_fxn)
+
+  def callify(self, *lst: Tensor) -> Tensor:
+    """tinygrad scopes these tensors' graph as one call; here every realize already schedules a graph as a unit, so
+    the tensors are left as they are (their values are the same either way)."""
+    return self
 
   # ** the schedule API (engine/realize.py): planning apart from running **
   def linear_with_vars(self, *lst: Tensor) -> tuple[engine.Linear, dict[str, int]]:

@@ -1,6 +1,7 @@
 """The Python UOp class: the C++ node type, plus tinygrad's Python-side conveniences."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from typing import Any, Callable
@@ -29,6 +30,26 @@ class UOp(_core.UOp):
 
   def f(self, op: Ops, **kwargs: Any) -> UOp:
     return UOp(op, kwargs.pop("dtype", self.dtype), (self,), **kwargs)
+
+  @staticmethod
+  def param(slot: int, dtype: DType, shape: tuple[sint, ...] | None = None, device: str | tuple[str, ...] | None = None,
+            name: str | None = None, axis: int | None = None) -> UOp:
+    """The slot-th argument of a function body (Tensor.call, function): a placeholder of this dtype, shape and
+    device that a call replaces by its argument. A device tuple is a sharded argument (split on axis, or replicated
+    with axis None): one placeholder per device, stacked as a sharded value is."""
+    if dtype in dtypes.weaks: raise RuntimeError(f"cannot create param for weak dtype {dtype}")
+    if slot < 0: raise ValueError(f"param: slot must be >= 0, got {slot}")
+    from tinyhybrid.device import Device
+    shape = tuple(shape) if shape is not None else ()
+    if not isinstance(device, tuple): return UOp(Ops.PARAM, dtype, (), ParamArg(slot, shape, Device.canonicalize(device), name))
+    from tinyhybrid.uop.sharding import shard_bounds
+    devices = tuple(Device.canonicalize(d) for d in device)
+    def shard_shape(b: tuple[int, int]) -> tuple[sint, ...]:
+      assert axis is not None
+      return shape[:axis] + (b[1] - b[0],) + shape[axis + 1:]
+    shapes = [shape] * len(devices) if axis is None else [shard_shape(b) for b in shard_bounds(int(shape[axis]), len(devices))]
+    shards = tuple(UOp(Ops.PARAM, dtype, (), ParamArg(slot, s, d, name, i)) for i, (d, s) in enumerate(zip(devices, shapes)))
+    return UOp(Ops.MSTACK, dtype, shards, (devices, axis))
 
   def bind(self, val: int) -> UOp:
     """This variable bound to a value: BIND(DEFINE_VAR, CONST). It stands for the value wherever it is used, and the
@@ -129,6 +150,7 @@ class UOp(_core.UOp):
       if u.op is Ops.MSTACK: dev = u.arg[0]
       elif u.op is Ops.BUFFER: dev = u.arg.device if isinstance(u.arg, Buffer) else None
       elif (u.op is Ops.COPY or u.op is Ops.DEVICE) and isinstance(u.arg, (str, tuple)): dev = u.arg
+      elif u.op is Ops.PARAM and isinstance(u.arg, ParamArg): dev = u.arg.device
       elif u.op is Ops.UNSHARD: dev = u.arg[0]  # pieces from any device, put together on arg[0]
       elif u.op is Ops.MSELECT: dev = u.arg[0][u.arg[1]]  # one shard of a sharded value, on its device
       else: dev = next((sd for s in u.src if (sd := s.device) is not None), None)
@@ -192,6 +214,17 @@ class UOp(_core.UOp):
 
 _core.register_uop_class(UOp)
 sint = int | UOp
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamArg:
+  """A function body's placeholder (UOp.param): which argument it stands for, and what that argument must be. shard is
+  the device's index among a sharded argument's devices (None for one on a single device)."""
+  slot: int
+  shape: tuple[sint, ...]
+  device: str
+  name: str | None = None
+  shard: int | None = None
 
 
 class _VariableType(type):

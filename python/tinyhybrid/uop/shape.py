@@ -22,6 +22,7 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
   if op is Ops.BUFFER: return (u.arg.size,)
   if op is Ops.CONST: return ()
   if op is Ops.IOTA: return (u.arg,)
+  if op is Ops.PARAM: return None if type(u.arg) is int else u.arg.shape  # a function body's argument; a kernel's pointer has none
   if op in (Ops.RESHAPE, Ops.EXPAND): return u.arg
   if op in _VARIABLE: return ()  # a variable used as a value is a scalar
   s = src_shapes[0] if src_shapes else None

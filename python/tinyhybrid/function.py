@@ -1,0 +1,139 @@
+"""Functions over tensors, as tinygrad's: a body written once over placeholder arguments (UOp.param,
+Tensor.as_param) and called on tensors (Tensor.call), and the `function` decorator, which runs a Python function on
+tensors and checks which tensors it reads besides its arguments.
+
+tinygrad keeps a call as a CALL node that is scheduled once and replayed. Here a call is inlined: the body's
+placeholders are replaced by the arguments' graphs, so the call is scheduled and fused with its surroundings like any
+other graph, and the schedule and kernel caches give the reuse (the same body on tensors of the same shapes schedules
+to the same kernels). A grad_fxn is the call's derivative rule: the backward pass uses it in place of the chain rule
+through the body."""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable, Generic, TypeVar, cast, overload
+
+from tinyhybrid.gradient import grad_rule, with_gradient
+from tinyhybrid.helpers import DEBUG
+from tinyhybrid.nn.state import get_state_dict
+from tinyhybrid.schedule.multi import select_shard
+from tinyhybrid.tensor import Tensor
+from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import ParamArg, UOp, shape_eq
+
+# grad_fxns by id, held so an id is never reused while a graph's tag names it (a tag holds constants only)
+_grad_fxns: dict[int, Callable] = {}
+
+
+class CallView:
+  """What a grad_fxn gets as `call`: src[0] is the body and src[1:] the arguments (tensors here, as the gradient is)."""
+  def __init__(self, body: UOp, args: tuple[Tensor, ...]): self.src: tuple[Any, ...] = (body, *args)
+
+
+@grad_rule
+def _grad_from_fxn(g: Tensor, out: Tensor, inputs: tuple[Tensor, ...], key: int, body: UOp) -> tuple[Tensor | None, ...]:
+  got = _grad_fxns[key](g, CallView(body, inputs))
+  if not isinstance(got, (tuple, list)) or len(got) != len(inputs):
+    raise RuntimeError(f"grad_fxn must return one gradient per argument ({len(inputs)}), got {got!r}")
+  return tuple(None if x is None else x if isinstance(x, Tensor) else Tensor(x, device=t.device) for x, t in zip(got, inputs))
+
+
+def params_of(body: UOp) -> list[UOp]:
+  """The placeholders (UOp.param) a body reads, in graph order."""
+  return [u for u in body.toposort() if u.op is Ops.PARAM and isinstance(u.arg, ParamArg)]
+
+
+def call(body: UOp, args: tuple[Tensor, ...], grad_fxn: Callable | None = None) -> Tensor:
+  """The body with each placeholder replaced by its argument (slot i: args[i]), as a tensor. A placeholder's dtype and
+  shape must be its argument's."""
+  subs: dict[UOp, UOp] = {}
+  for p in params_of(body):
+    a: ParamArg = p.arg
+    if a.slot >= len(args): raise RuntimeError(f"call: the body reads argument {a.slot}, but {len(args)} were given")
+    arg = args[a.slot]
+    if p.dtype is not arg.dtype: raise RuntimeError(f"call: argument {a.slot} is {arg.dtype}, the body wants {p.dtype}")
+    if a.shard is None: subs[p] = arg.uop
+    else:
+      if type(arg.device) is not tuple or len(arg.device) <= a.shard:
+        raise RuntimeError(f"call: argument {a.slot} on {arg.device} is not sharded as the body wants")
+      subs[p] = select_shard(arg.uop, arg.device, a.shard, arg.uop.axis)
+    if a.shard is None and not shape_eq(tuple(a.shape), tuple(arg.shape)):
+      raise RuntimeError(f"call: argument {a.slot} has shape {arg.shape}, the body wants {a.shape}")
+  out = Tensor(body.substitute(subs) if subs else body)
+  if grad_fxn is None: return out
+  _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
+  return with_gradient(out, args, _grad_from_fxn, id(grad_fxn), body)
+
+
+def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:
+  """The buffers holding state that ret reads and its inputs do not (tinygrad's implicit inputs). What tinygrad still
+  has to compute is not state: a pending assign or contiguous that does not depend on an input, and a tensor made
+  from host data (Tensor([1, 2])), which tinygrad holds as a copy to run."""
+  explicit: set[UOp] = set()
+  for u in inputs: explicit.update(u.toposort())
+  found: list[UOp] = []
+  seen: set[UOp] = set()
+  stack = list(ret)
+  while stack:
+    u = stack.pop()
+    if u in seen or u in explicit: continue
+    seen.add(u)
+    if u.op is Ops.BUFFER:
+      if not getattr(u.arg, "from_host", False): found.append(u)
+    elif u.op in (Ops.AFTER, Ops.STORE, Ops.CONTIGUOUS) and not any(n in explicit for n in u.toposort()): continue
+    else: stack.extend(u.src)
+  return found
+
+
+R = TypeVar("R")
+
+
+class _function(Generic[R]):
+  """A Python function over tensors, called as tinygrad's `function` calls one (see `function`)."""
+  depth = 0  # how deep calls of functions are nested now
+
+  def __init__(self, fxn: Callable[..., R], *, precompile: bool, precompile_backward: bool, allow_implicit: bool,
+               grad_fxn: Callable | None):
+    self.fxn, self.precompile, self.precompile_backward = fxn, precompile, precompile_backward
+    self.allow_implicit, self.grad_fxn = allow_implicit, grad_fxn
+    functools.update_wrapper(self, fxn)  # type: ignore[arg-type]  # a callable instance has no __name__ to take
+
+  def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj) if obj is not None else self
+
+  def __call__(self, *args: Any, **kwargs: Any) -> R:
+    start = time.perf_counter()
+    inputs = [t for t in get_state_dict((args, kwargs), tensor_type=(Tensor, UOp)).values() if isinstance(t, Tensor)]  # type: ignore[arg-type]
+    _function.depth += 1
+    try: ret = self.fxn(*args, **kwargs)
+    finally: _function.depth -= 1
+    outs = [ret] if isinstance(ret, Tensor) else list(ret) if isinstance(ret, tuple) and all(isinstance(x, Tensor) for x in ret) else None
+    if outs is None: raise RuntimeError(f"function return type {type(ret)} not supported")
+    name = getattr(self.fxn, "__qualname__", None) or type(self.fxn).__qualname__
+    if not self.allow_implicit and (implicit := _implicit_buffers([t.uop for t in outs], [t.uop for t in inputs])):
+      listed = "\n  ".join(f"{i}: dtype={b.dtype}, size={b.arg.size}, device={b.arg.device}" for i, b in enumerate(implicit))
+      raise RuntimeError(f"function {name} has {len(implicit)} implicit buffer(s), but allow_implicit=False\n  {listed}")
+    if self.grad_fxn is not None and isinstance(ret, Tensor):
+      _grad_fxns.setdefault(id(self.grad_fxn), self.grad_fxn)
+      ret = cast(R, with_gradient(ret, tuple(inputs), _grad_from_fxn, id(self.grad_fxn), ret.uop))
+    if DEBUG >= 2: print("  " * _function.depth + f"function in {(time.perf_counter() - start) * 1000:8.2f} ms: {name}")
+    return ret
+
+
+@overload
+def function(fxn: Callable[..., R], *, precompile: bool = False, precompile_backward: bool = False, allow_implicit: bool = False,
+             grad_fxn: Callable | None = None) -> _function[R]: ...
+@overload
+def function(fxn: None = None, *, precompile: bool = False, precompile_backward: bool = False, allow_implicit: bool = False,
+             grad_fxn: Callable | None = None) -> Callable[[Callable[..., R]], _function[R]]: ...
+def function(fxn: Callable[..., R] | None = None, *, precompile: bool = False, precompile_backward: bool = False,
+             allow_implicit: bool = False, grad_fxn: Callable | None = None) -> Any:
+  """Decorates a Python function over tensors (`@function` or `@function(allow_implicit=True)`), as tinygrad's.
+
+  Its arguments are every tensor reachable from the call's arguments (through lists, dicts and attributes, so a method
+  reads its object's weights). Reading any other tensor that has memory is a RuntimeError naming it, unless
+  allow_implicit=True. It returns a tensor or a tuple of tensors. grad_fxn(grad, call) gives the gradient of each
+  argument (call.src[1:]) from the output's gradient, in place of the chain rule through the body (for a function
+  with one output). precompile and precompile_backward are accepted: a call is compiled once per shape either way."""
+  def make(f: Callable[..., R]) -> _function[R]:
+    return _function(f, precompile=precompile, precompile_backward=precompile_backward, allow_implicit=allow_implicit, grad_fxn=grad_fxn)
+  return make if fxn is None else make(fxn)
