@@ -449,8 +449,10 @@ def test_to_is_lazy():
 
 
 def test_to_in_plan_api_and_jit():
+  from tinyhybrid.engine.realize import run_linear
   t = Tensor([1.0, 2.0]).to("CPU:1")
-  with pytest.raises(NotImplementedError): t.schedule_linear()
+  run_linear(t.schedule_linear())  # the copy is planned and run when the plan runs
+  assert t.uop.is_realized
   np.testing.assert_allclose(t.numpy(), [1.0, 2.0])
 
   @TinyJit
@@ -652,3 +654,18 @@ def test_runs_on_several_cpu_queues_are_one_chained_runner():
   np.testing.assert_array_equal(c, a)
   np.testing.assert_array_equal(d, b)
   assert len(batch_runners(["CPU:0"], items[:1], 4)) == 1 and not isinstance(batch_runners(["CPU:0"], items[:1], 4)[0], ChainRunner)
+
+
+def test_linear_with_vars_of_sharded_tensors_runs_when_the_plan_runs():
+  from tinyhybrid.engine.realize import run_linear
+  x_np = np.arange(16, dtype=np.float32).reshape(4, 4)
+  x = Tensor(x_np).shard(("CPU:0", "CPU:1"), axis=0).realize()
+  part, whole = x[2:4].contiguous(), (x * 2).sum(0)  # one shard's rows; a reduce over the sharded axis (an allreduce)
+  moved = Tensor(x_np[0], device="CPU:1").to("CPU") + 1  # a single-device graph that copies between devices
+  linear, var_vals = Tensor.linear_with_vars(part, whole, moved)
+  assert var_vals == {} and len(linear.across) == 1
+  assert not part.uop.is_realized and not moved.uop.is_realized  # planned, nothing run yet
+  run_linear(linear, var_vals)
+  np.testing.assert_equal(part.numpy(), x_np[2:4])
+  np.testing.assert_equal(whole.numpy(), (x_np * 2).sum(0))
+  np.testing.assert_equal(moved.numpy(), x_np[0] + 1)

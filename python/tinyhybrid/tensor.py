@@ -577,11 +577,11 @@ class Tensor(TensorAPI):
   # ** the schedule API (engine/realize.py): planning apart from running **
   def linear_with_vars(self, *lst: Tensor) -> tuple[engine.Linear, dict[str, int]]:
     """The plan that realizes these tensors (its .src: one item per kernel) and its bound Variables' values by name
-    (tinygrad's Tensor.linear_with_vars); engine.realize.run_linear runs it, and the tensors then read their results."""
-    tensors = [self, *lst]
-    if any(type(t.device) is tuple for t in tensors):
-      raise NotImplementedError("linear_with_vars: a sharded tensor's copies between devices run while it is planned; realize() it")
-    linear = engine.Linear(_plan(tensors, across=False))
+    (tinygrad's Tensor.linear_with_vars); engine.realize.run_linear runs it, and the tensors then read their results.
+    Sharded tensors, and graphs that copy between devices, are planned when the plan runs (Linear.across)."""
+    tensors, across = [self, *lst], [t for t in (self, *lst) if type(t.device) is tuple]
+    linear = engine.Linear(_plan([t for t in tensors if type(t.device) is not tuple], across=across))
+    if across: linear.across.append(functools.partial(_realize, across))
     return linear, {v.arg[0]: val for st in linear.steps for v, val in st.var_vals.items()}
 
   def schedule_linear(self, *lst: Tensor) -> engine.Linear:
@@ -662,11 +662,11 @@ def _keeps_history(nodes: Iterable[UOp]) -> bool:
   return any(u in wants for u in nodes) or any(u in wants for a in nodes if a.op is Ops.AFTER for u in a.src[1].toposort())
 
 
-def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) -> list[engine.Step]:
+def _plan(tensors: list[Tensor], view_writes: bool = True, across: list[Tensor] | None = None) -> list[engine.Step]:
   """Each device's step that realizes these tensors (engine.prepare, then engine.bind); its first run points them at
   their results. Pending writes the graphs read (unless view_writes is off: running one of them), and lazy tensors
   that must see a buffer before this plan writes it, are run first. Tensors whose graphs read other devices' values
-  are realized here and now (_realize_across; unless across is off: an error)."""
+  are realized here and now (_realize_across), or, given a list `across`, added to it for the caller to realize."""
   if view_writes: _run_view_writes(tensors)
   by_device: dict[str, list[Tensor]] = {}
   for t in tensors:
@@ -689,8 +689,8 @@ def _plan(tensors: list[Tensor], view_writes: bool = True, across: bool = True) 
     # a graph that reads other devices' values is never compiled as it is (its copies run first), so only a graph
     # without a plan yet is looked through for them
     if p.cs is None and _moves_data(p.nodes):
-      if not across: raise NotImplementedError("a graph that copies between devices runs its copies while it is planned; realize() it")
-      _realize_across(ts)
+      if across is None: _realize_across(ts)
+      else: across.extend(ts)
       continue
     # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first (a write
     # through a view is seen by every tensor on its memory instead, as in tinygrad)

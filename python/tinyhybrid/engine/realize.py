@@ -210,8 +210,11 @@ class Step:
 @dataclass
 class Linear:
   """A planned realize (tinygrad's LINEAR): everything scheduled, compiled and bound to memory; run_linear runs it.
-  src holds one ExecItem per kernel, in the order they run."""
+  src holds one ExecItem per kernel, in the order they run. Work across devices (a sharded value, copies between
+  devices) is planned while it runs, as the copies' sizes and the shards' kernels are known then: `across` holds
+  those realizes, run first."""
   steps: list[Step]
+  across: list[Callable[[], None]] = field(default_factory=list)
 
   @property
   def src(self) -> tuple[ExecItem, ...]: return tuple(ei for st in self.steps for ei in st.cs.items)
@@ -322,4 +325,5 @@ def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:
   """Runs a plan from Tensor.linear_with_vars; var_vals (by name) may give its variables other values."""
   if var_vals:
     for st in linear.steps: st.var_vals = {v: var_vals.get(v.arg[0], val) for v, val in st.var_vals.items()}
+  for realize in linear.across: realize()
   for st in linear.steps: run_step(st)
