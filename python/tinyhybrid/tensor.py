@@ -724,9 +724,14 @@ def _point_at_results(tensors: list[Tensor], consts: set[UOp], scalars: list[Ten
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   """Points every live tensor whose graph holds a realized node at that node's buffer instead."""
   if not becomes: return
+  lazy: list[Tensor] = []
   for t in list(_all_tensors):
     if t.uop in becomes: t.uop = becomes[t.uop]
-    elif not buffer_view(t.uop): t.uop = t.uop.substitute(becomes)
+    elif not buffer_view(t.uop): lazy.append(t)
+  # one substitution over all their graphs: they share most nodes (a model's parameters, gradients and optimizer
+  # state), and each node is then rewritten once, not once per tensor that reaches it
+  if lazy:
+    for t, u in zip(lazy, UOp.sink(*[t.uop for t in lazy]).substitute(becomes).src): t.uop = u
 
 
 def _run_view_writes(tensors: list[Tensor]) -> None:

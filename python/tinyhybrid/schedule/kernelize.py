@@ -183,7 +183,9 @@ def split_reduces(key: UOp) -> UOp:
   subs: dict[UOp, UOp] = {}
   shape: tuple[int, ...]
   out: tuple[int, ...]
-  for u in key.toposort():
+  # a list, not the lazy toposort: it keeps every node's wrapper, and so the shapes cached on it, alive through the
+  # loop. Read from the toposort, a wrapper dies with its iteration, and each reduce worked out the graph under it again
+  for u in list(key.toposort()):
     if u.op is not Ops.REDUCE or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): continue  # type: ignore[assignment]
     op, axes = u.arg
     looped = [a for a in axes if a not in _one_hot_axes(u.src[0], shape)]
