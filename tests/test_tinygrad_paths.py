@@ -53,6 +53,11 @@ def test_helpers():
   assert bytes(to_mv(__import__("ctypes").addressof(arr), 4)) == b"abcd"
   assert flat_mv(memoryview(bytearray(8)).cast("I")).nbytes == 8 and flat_mv(memoryview(bytearray(8)).cast("I")).format == "B"
   with Profiling(enabled=False): pass
+  from tinyhybrid.helpers import pad_bytes, word_wrap
+  assert word_wrap("a" * 10, 4) == "aaaa\naaaa\naa" and word_wrap(colored("ab", "red") + "cdef", 3) == colored("ab", "red") + "c\ndef"
+  assert pad_bytes(b"abc", 4) == b"abc\x00" and pad_bytes(b"abcd", 4) == b"abcd"
+  from tinyhybrid.dtype import dtypes, float_to_fp8, fp8_to_float
+  assert [float_to_fp8(v, dtypes.fp8e4m3) for v in (1.0, -2.0, 1000.0)] == [0x38, 0xC0, 0x7E] and fp8_to_float(0x7E, dtypes.fp8e4m3) == 448
 
 
 def test_key_value_cache(tmp_path, monkeypatch):
@@ -85,3 +90,45 @@ def test_function_names():
   assert isinstance(p.arg, ParamArg) and (p.arg.slot, p.shape, p.device, p.dtype) == (2, (3, 4), "CPU", tinyhybrid.dtypes.half)
   sharded = UOp.param(0, tinyhybrid.dtypes.float, (4, 6), ("CPU:0", "CPU:1"), axis=1)
   assert sharded.shape == (4, 6) and sharded.device == ("CPU", "CPU:1") and sharded.axis == 1
+
+
+def test_test_helpers_names_have_our_meaning():
+  """What tinygrad's test/helpers.py imports (to_program, full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups,
+  linearize, compile_linear, KernelInfo, helpers.Target) and what its checks read (a plan's calls, a capture's kernels)."""
+  import numpy as np
+  from tinyhybrid import Device, Tensor, TinyJit, dtypes
+  from tinyhybrid.codegen import full_rewrite_to_sink, line_rewrite, pm_linearize_cleanups, to_program
+  from tinyhybrid.codegen.late.linearizer import linearize
+  from tinyhybrid.device import Target as DeviceTarget
+  from tinyhybrid.engine import realize
+  from tinyhybrid.helpers import Target
+  from tinyhybrid.schedule.kernelize import create_schedule
+  from tinyhybrid.schedule.localize import localize
+  from tinyhybrid.uop import Ops
+  from tinyhybrid.uop.ops import KernelInfo
+  assert Target is DeviceTarget and KernelInfo().opts_to_apply is None and KernelInfo(name="k").function_name == "k"
+  a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+  out = (a * 2).sum(1)
+  p = realize.prepare("CPU", [out.uop])
+  item, _ = localize(create_schedule(p.key, len(p.inputs)).items[0])
+  prg = to_program(item, Device["CPU"].renderer)
+  assert prg.name in prg.src and prg.uops[-1].op is Ops.SINK and prg.uops[-1] is prg.kernel.ast
+  assert full_rewrite_to_sink(item, Device["CPU"].renderer, optimize=False).op is Ops.SINK
+  lines = linearize(prg.kernel.ast)
+  assert all(lines.index(s) < i for i, u in enumerate(lines) for s in u.src)  # every node after its sources
+  assert line_rewrite(lines, pm_linearize_cleanups) == lines  # nothing to clean in a kernel graph
+  with pytest.raises(RuntimeError, match="IF"): line_rewrite([UOp(Ops.IF, dtypes.void, (UOp.const(dtypes.bool, True),))], pm_linearize_cleanups)
+  # a line rule's result replaces the line, and the lines after it read the replacement
+  from tinyhybrid.uop.upat import PatternMatcher, UPat
+  x = UOp.variable("lr_x", 0, 9)
+  neg = UOp(Ops.NEG, x.dtype, (x,))
+  to_mul = PatternMatcher([(UPat(Ops.NEG, src=(UPat.var("y"),)), lambda y: y * -1)])
+  got = line_rewrite([x, neg, neg + 1], to_mul)
+  assert got[1] is x * -1 and got[2].src[0] is x * -1
+  # a plan's calls are its kernels (src[0] a SINK), compile_linear gives the plan back compiled
+  linear, _ = out.linear_with_vars()
+  assert realize.compile_linear(linear) is linear and [c.src[0].op for c in linear.src] == [Ops.SINK] and linear.src[0].device == "CPU"
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + 1).sum()
+  for _ in range(3): f(Tensor.ones(4).contiguous().realize())
+  assert len(f.captured.linear.src) == 1 and f.captured.linear.src[0].src[0].op is Ops.SINK

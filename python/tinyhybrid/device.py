@@ -235,6 +235,7 @@ class CompiledProgram:
   timed: Callable[[list[int], Any], float] | None = None
   outs: int = 1  # its first `outs` arguments are the buffers it writes (a kernel storing one value to several)
   bufs: int = -1  # its first `bufs` arguments are buffers, the others variables' values (-1: all are buffers)
+  ast: Any = None  # the kernel it was compiled from (a SINK in kernel IR), set with ops and mem
 
 
 @dataclass(frozen=True)

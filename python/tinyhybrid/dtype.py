@@ -261,6 +261,11 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
   return (((u >> np.uint64(56)) & np.uint64(0x80)) | q).astype(np.uint8)
 
 
+def float_to_fp8(x: float, dtype: DType) -> int:
+  """One float as the bit pattern (an int 0..255) of an OCP fp8 dtype (tinygrad's name; see fp8_encode)."""
+  return int(fp8_encode(x, dtype))
+
+
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width
 _NP_STORAGE = {"bool": np.bool_, "signed char": np.int8, "unsigned char": np.uint8, "short": np.int16,
                "unsigned short": np.uint16, "int": np.int32, "unsigned int": np.uint32, "long": np.int64,

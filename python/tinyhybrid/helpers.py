@@ -312,6 +312,26 @@ def time_to_str(t: float, w: int = 8) -> str:
 
 
 def ansistrip(s: str) -> str: return re.sub(r"\x1b\[(K|.*?m)", "", s)
+
+
+def word_wrap(x: str, wrap: int = 80) -> str:
+  """x broken into lines of at most `wrap` visible characters (ANSI color codes take no width)."""
+  out: list[str] = []
+  for line in x.splitlines() or [x]:
+    while len(ansistrip(line)) > wrap:
+      i = vis = 0
+      while vis < wrap and i < len(line):
+        m = re.match(r"\x1b\[(K|.*?m)", line[i:])
+        i, vis = (i + m.end(), vis) if m is not None else (i + 1, vis + 1)
+      out.append(line[:i])
+      line = line[i:]
+    out.append(line)
+  return "\n".join(out)
+
+
+def pad_bytes(b: bytes, align: int) -> bytes:
+  """b padded with zero bytes to a multiple of align."""
+  return b + b"\x00" * (-len(b) % align)
 def cdiv(x: int, y: int) -> int: return abs(x) // abs(y) * (1, -1)[x * y < 0] if y != 0 else 0  # C's division, 0 by 0
 def getbits(value: int, start: int, end: int) -> int: return (value >> start) & ((1 << (end - start + 1)) - 1)  # bits start..end
 def polyN(x: Any, p: Sequence[float]) -> Any: return functools.reduce(lambda acc, c: acc * x + c, p, 0.0)  # noqa: N802 (tinygrad's name)
@@ -398,3 +418,12 @@ def diskcache(fn: Callable[..., T]) -> Callable[..., T]:
     if (ret := diskcache_get(table, key)) is not None: return ret
     return diskcache_put(table, key, fn(*args, **kwargs))
   return cached
+
+
+def __getattr__(name: str) -> Any:
+  # tinygrad's helpers export the device target (DEV's parser); ours is defined with the devices, which build on this
+  # module, so it is looked up when first asked for
+  if name == "Target":
+    from tinyhybrid.device import Target
+    return Target
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

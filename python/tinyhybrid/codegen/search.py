@@ -65,8 +65,10 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
   return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
 
 
-def optimize(k: LoweredKernel, dev: Compiled | None) -> LoweredKernel:
-  ren = dev.renderer if dev is not None else None
+def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None) -> LoweredKernel:
+  """The kernel with its optimizations applied: the heuristics' for the renderer (the device's unless given), or
+  BEAM's, which times candidates on the device."""
+  if ren is None and dev is not None: ren = dev.renderer
   vec = ren.vec if ren is not None else 1
   gpu = ren is not None and ren.has_local
   # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention

@@ -12,6 +12,7 @@ something other than tensors, and changed inputs. A TinyJit capturing inside ano
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from tinyhybrid.device import Buffer, Device, ProfileEvent, Runner, profile_events
@@ -138,9 +139,19 @@ def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buf
   return bufs, sig, var_vals
 
 
+@dataclass(frozen=True)
+class CapturedKernels:
+  src: tuple[ExecItem, ...]
+
+
 class CapturedJit(Generic[ReturnType]):
   """The kernels of one capture over numbered argument slots (buffers, then variables' values); a call patches the
   inputs and the variables and runs them as one batch. jit_cache: one ExecItem per kernel a replay runs, in order."""
+
+  @property
+  def linear(self) -> CapturedKernels:
+    """The kernels a replay runs, in order (tinygrad's captured.linear, read for its .src)."""
+    return CapturedKernels(tuple(self.jit_cache))
 
   def __init__(self, ret: ReturnType, capture: Capture, inputs: list[Buffer], sig: list[tuple], prune: bool = False, name: str = "jit"):
     runs = capture.runs
@@ -249,7 +260,7 @@ class TinyJit(Generic[ReturnType]):
       if outs := _returned_tensors(ret): Tensor.realize(*outs)
       if JIT: self.cnt = 1
       return ret
-    if capturing: raise RuntimeError("TinyJit: a TinyJit capturing inside another TinyJit's capture is not supported")
+    if capturing: raise RuntimeError("having TinyJit inside another TinyJit is not supported (a capture inside another's)")
     capturing.append(frame := Capture())
     try:
       ret = self.fxn(*args, **kwargs)

@@ -35,6 +35,12 @@ class ExecItem:
   prg: CompiledProgram
   slots: list[int]
   threads: int | Launch  # a CPU kernel's cores, a GPU kernel's grid (LoweredKernel.launch)
+  device: str = ""
+
+  @property
+  def src(self) -> tuple[UOp, ...]:
+    """tinygrad's view of a plan's call: src[0] is the kernel (its SINK in kernel IR, as rendered)."""
+    return (self.prg.ast,)
 
 
 @dataclass
@@ -130,7 +136,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   compiled = dict(zip(unique, dev.compile_many(unique))) if unique else {}
   for ck, (k, src) in fresh.items():
     prg = compiled[(k.name, src)]
-    prg.ops, prg.mem, prg.outs, prg.bufs = k.ops, k.mem, k.outs, len(k.buffers)
+    prg.ops, prg.mem, prg.outs, prg.bufs, prg.ast = k.ops, k.mem, k.outs, len(k.buffers), k.ast
     kernel_cache[ck] = (k, prg)
   phase_times["compile"] += time.perf_counter() - t1
   items = []
@@ -140,7 +146,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     k, prg = kernel_cache[ck]
     # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
     threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
-    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads))
+    items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads, device))
   # past the limit the least recently used kernels go, once this schedule has taken its own
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
@@ -319,6 +325,15 @@ def realize_uops(device: str, roots: list[UOp]) -> dict[UOp, UOp]:
   st = bind(prepare(device, roots))
   run_step(st)
   return results(st)
+
+
+def compile_linear(linear: Linear) -> Linear:
+  """tinygrad compiles a plan's kernels in a step of its own; a plan here is compiled when it is made (every kernel of
+  Linear.src has its program), so it gives the plan back as it is."""
+  return linear
+
+
+lower_and_compile = compile_linear  # tinygrad's name for the same step
 
 
 def run_linear(linear: Linear, var_vals: dict[str, int] | None = None) -> None:

@@ -4,8 +4,12 @@ generator plans for (codegen/opt.py, codegen/gpu.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tinyhybrid.dtype import DType, dtypes
+
+if TYPE_CHECKING:
+  from tinyhybrid.codegen.lower import LoweredKernel
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,7 @@ class Renderer:
   def supported_dtypes(self) -> set[DType]:
     """The dtypes this renderer's kernels can read, write and compute in (tinygrad's Renderer.supported_dtypes)."""
     return set(dtypes.all)
+
+  def render(self, k: LoweredKernel) -> str:
+    """The optimized kernel's source for this device family (each renderer writes its own)."""
+    raise NotImplementedError(f"{type(self).__name__} renders no source")

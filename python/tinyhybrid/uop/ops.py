@@ -217,6 +217,20 @@ sint = int | UOp
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelInfo:
+  """What a kernel's SINK says of it (tinygrad's): its name, the kinds of its axes, whether it may use local memory,
+  the optimizations applied to it and those still to apply (None: the heuristics choose)."""
+  name: str = "test"
+  axis_types: tuple = ()
+  dont_use_locals: bool = False
+  applied_opts: tuple = ()
+  opts_to_apply: tuple | None = None
+  estimates: Any = None
+  @property
+  def function_name(self) -> str: return self.name
+
+
+@dataclasses.dataclass(frozen=True)
 class ParamArg:
   """A function body's placeholder (UOp.param): which argument it stands for, and what that argument must be. shard is
   the device's index among a sharded argument's devices (None for one on a single device)."""
