@@ -79,7 +79,7 @@ def case_add_1m() -> None:
   a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
   gbs = lambda s: 3 * 4 * n / s / 1e9  # noqa: E731
   np_out = np.empty_like(a_np)
-  t = interleaved({"ours": lambda: (a + b).realize(), "numpy": lambda: np.add(a_np, b_np, out=np_out)})
+  t = interleaved({"ours": lambda: ((a + b).realize(), _ours_sync()), "numpy": lambda: np.add(a_np, b_np, out=np_out)})
   ours, anchors = gbs(t["ours"]), {"numpy": gbs(t["numpy"])}
   if torch is not None:
     ta, tb = torch.from_numpy(a_np), torch.from_numpy(b_np)
@@ -96,7 +96,7 @@ def case_sum_10m() -> None:
   x_np = np.random.rand(n).astype(np.float32)
   x = Tensor(x_np).realize()
   gbs = lambda s: 4 * n / s / 1e9  # noqa: E731
-  t = interleaved({"ours": lambda: x.sum().realize(), "numpy": lambda: x_np.sum()})
+  t = interleaved({"ours": lambda: (x.sum().realize(), _ours_sync()), "numpy": lambda: x_np.sum()})
   ours, anchors = gbs(t["ours"]), {"numpy": gbs(t["numpy"])}
   assert abs(x.sum().item() - float(x_np.astype(np.float64).sum())) < 1e-3 * n
   if torch is not None:
@@ -115,7 +115,7 @@ def case_conv2d_small() -> None:
   flops = 2 * 16 * 16 * 9 * 32 * 32
   x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
   gf = lambda s: flops / s / 1e9  # noqa: E731
-  ours = gf(best_of(lambda: x.conv2d(w, padding=1).realize()))
+  ours = gf(best_of(lambda: (x.conv2d(w, padding=1).realize(), _ours_sync())))
   anchors: dict[str, float | None] = {}
   if torch is not None:
     tx, tw = torch.from_numpy(x_np), torch.from_numpy(w_np)
@@ -140,7 +140,7 @@ def case_matmul(beam: int = 0) -> None:
   kernel_cache.clear()
   with Context(BEAM=beam):
     np.testing.assert_allclose((a @ b).numpy(), a_np @ b_np, rtol=1e-4)  # (BEAM searches here)
-    t = interleaved({"ours": lambda: (a @ b).realize(), "numpy": lambda: a_np @ b_np}, reps=5)
+    t = interleaved({"ours": lambda: ((a @ b).realize(), _ours_sync()), "numpy": lambda: a_np @ b_np}, reps=5)
   schedule_cache.clear()
   kernel_cache.clear()
   ours, anchors = gf(t["ours"]), {"numpy": gf(t["numpy"])}
@@ -157,7 +157,7 @@ def case_conv2d_resnet() -> None:
   flops = 2 * 8 * 64 * 64 * 9 * 56 * 56
   x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
   gf = lambda s: flops / s / 1e9  # noqa: E731
-  fns: dict[str, Callable[[], object]] = {"ours": lambda: x.conv2d(w, padding=1).realize()}
+  fns: dict[str, Callable[[], object]] = {"ours": lambda: (x.conv2d(w, padding=1).realize(), _ours_sync())}
   if torch is not None:
     tx, tw = torch.from_numpy(x_np), torch.from_numpy(w_np)
     fns["torch"] = lambda: torch.nn.functional.conv2d(tx, tw, padding=1)  # no autograd: nothing requires grad

@@ -206,3 +206,25 @@ def test_stores_past_the_cache_bypass_it():
   prg.call([out.address, inp.address], max(1, min(fk.outer, dev.max_threads)))
   np.testing.assert_array_equal(out.numpy(), np.maximum(x * 3 - 1, 0))
   assert 1 << 20 <= last_level_cache() <= 1 << 34
+
+
+def test_the_host_sizes_register_tiles():
+  from tinyhybrid.codegen.heuristic import register_budget
+  from tinyhybrid.runtime.host import host_vector_unit, vector_unit_of
+  assert vector_unit_of("x86_64", {"sse2", "avx", "avx2", "fma", "avx512f"}).lanes == 16
+  assert (u := vector_unit_of("x86_64", {"sse2", "avx", "avx2", "fma"})).lanes == 8 and u.registers == 16 and u.name == "AVX2"
+  assert vector_unit_of("x86_64", {"sse2"}).lanes == 4 and vector_unit_of("aarch64", set()).registers == 32
+  unit = host_vector_unit()
+  assert Device["CPU"].renderer.registers == unit.registers and Device["CPU"].renderer.vec in (unit.lanes, 1)
+  # AVX-512's tile is 256 accumulator lanes; AVX2's must fit its 16 registers of 8 with room for the loads
+  assert register_budget(CRenderer(16, registers=32)) == (16, 256) and register_budget(CRenderer(8, registers=16)) == (8, 80)
+  a, b = _f(256, 256), _f(256, 256)
+  t = Tensor(a).realize() @ Tensor(b).realize()
+  k, _ = kernel_of(t)
+  for ren, budget in ((CRenderer(16, registers=32), 256), (CRenderer(8, registers=16), 80)):
+    opts = hand_coded_optimizations(k, ren)
+    tile = 1
+    for o in opts:
+      if o.op is OptOps.UPCAST: tile *= o.arg
+    assert budget // 2 < tile <= budget, (ren.vec, opts)
+    np.testing.assert_allclose(run_plan(t, opts), a @ b, rtol=1e-4, atol=1e-3)

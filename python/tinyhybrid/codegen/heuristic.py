@@ -3,15 +3,28 @@ with wide vectors). In order: vectorize the axis contiguous in memory, tile regi
 reused across, unroll small reduce axes, block a long reduce for the cache, and split a loop across the cores."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import LANES, KernelOptError, KernelParts, Opt, OptOps, rkind, rsize, stride
 from tinyhybrid.codegen.opt import apply_opt
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
 
-VEC = 16            # float lanes in a vector register (AVX-512)
-ACC_LANES = 256     # accumulator lanes a register tile may hold (16 vector registers)
+if TYPE_CHECKING:
+  from tinyhybrid.renderer import Renderer
+
 BLOCK_K = 128       # reduce steps per cache block
+FREE_REGISTERS = 6  # vector registers a register tile leaves for the loads and broadcasts of its step
+MAX_ACC_LANES = 256  # past this a tile's loads outgrow the first-level cache's bandwidth, whatever the registers
+
+
+def register_budget(ren: Renderer | None) -> tuple[int, int]:
+  """(float lanes of a vector register, accumulator lanes a register tile may hold) for the CPU ren renders for
+  (AVX-512 without one): AVX-512's 32 registers of 16 give 256 lanes, AVX2's 16 of 8 give 80 (a 2x32 tile). On AVX2
+  code a 1024^2 matmul ran at 148 GFLOPS with 64 or 96 lanes and 105 with 128 (spills), where AVX-512's tile gave 102."""
+  lanes, regs = (max(ren.vec, 1), ren.registers) if ren is not None and ren.vec > 1 else (16, 32)
+  return lanes, min(MAX_ACC_LANES, lanes * (regs - FREE_REGISTERS))
 
 
 class _Plan:
@@ -38,15 +51,16 @@ def _lanes(p: KernelParts, kinds: tuple[AxisType, ...]) -> int:
   return n
 
 
-def _vector_amount(size: int, tile: bool) -> int:
+def _vector_amount(size: int, tile: bool, vec: int) -> int:
   """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it."""
-  for a in ((4 * VEC, 2 * VEC, VEC) if tile else (VEC,)):
+  for a in ((4 * vec, 2 * vec, vec) if tile else (vec,)):
     if size % a == 0: return a
-  if VEC // 4 <= size <= 4 * VEC: return size  # the whole axis, in chunks of different widths
+  if vec // 4 <= size <= 4 * vec: return size  # the whole axis, in chunks of different widths
   return next((a for a in (8, 4) if size % a == 0), 1)
 
 
-def hand_coded_optimizations(k: LoweredKernel) -> list[Opt]:
+def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> list[Opt]:
+  lanes, acc_lanes = register_budget(ren)
   plan = _Plan(k.ast)
   p = plan.parts
   out_idx, loads = p.out.src[1], _loads(p)
@@ -62,14 +76,14 @@ def hand_coded_optimizations(k: LoweredKernel) -> list[Opt]:
   reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) != 0) for ld in streamed if stride(ld, r) == 0) for r in p.loops}
   reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
   acc_vec = 1  # lanes each accumulator of the register tile holds
-  if vec is not None and (amt := _vector_amount(rsize(vec), tile=any(r is not vec for r in reused))) > 1:
+  if vec is not None and (amt := _vector_amount(rsize(vec), any(r is not vec for r in reused), lanes)) > 1:
     plan.apply(OptOps.UPCAST, vec.arg[0], amt)
   elif red is not None:
     # no output vector: accumulate along a reduce axis contiguous in memory, in vector accumulators (several of them
     # when there is no register tile to hold the loads in flight)
     rvec = next((r for r in reversed(p.reduce_ranges) if any(stride(ld, r) == 1 for ld in loads)), None)
     if rvec is not None:
-      amt = next((a for a in ((VEC, 8, 4) if reused else (4 * VEC, 2 * VEC, VEC, 8, 4)) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 1)
+      amt = next((a for a in ((lanes, 8, 4) if reused else (4 * lanes, 2 * lanes, lanes, 8, 4)) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 1)
       if amt > 1 and plan.apply(OptOps.UNROLL, rvec.arg[0], amt): acc_vec = amt
 
   # 2. register tile: upcast the reused output axes while the accumulators fit the registers
@@ -77,7 +91,7 @@ def hand_coded_optimizations(k: LoweredKernel) -> list[Opt]:
     if r is vec: continue
     tile = _lanes(plan.parts, (AxisType.UPCAST,)) * acc_vec
     for amt in (8, 6, 4, 3, 2):
-      if rsize(r) % amt == 0 and tile * amt <= ACC_LANES and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
+      if rsize(r) % amt == 0 and tile * amt <= acc_lanes and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
 
   # 3. unroll small reduce axes: e.g. a convolution's window, whose padding masks then become constants
   if red is not None:

@@ -81,13 +81,13 @@ def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
   elif BEAM >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
   elif gpu: opts = gpu_optimizations(k, ren)  # type: ignore[arg-type]  # gpu: there is a renderer
-  else: opts = hand_coded_optimizations(k)
+  else: opts = hand_coded_optimizations(k, ren)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
   return finalize(k, opts, ren if ren is not None else vec)
 
 
 def default_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
-  return gpu_optimizations(k, ren) if ren.has_local else hand_coded_optimizations(k)
+  return gpu_optimizations(k, ren) if ren.has_local else hand_coded_optimizations(k, ren)
 
 
 # ** search **

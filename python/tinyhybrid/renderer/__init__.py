@@ -52,6 +52,7 @@ NV_TENSOR_CORES: list[TensorCore] = [mma_16816(dtypes.half, dtypes.float), mma_1
 class Renderer:
   device: str = ""
   vec: int = 1                       # the widest vector (lanes) its kernels compute in; 1: scalar code only
+  registers: int = 32                # vector registers a kernel's register tile may fill (codegen/heuristic.py)
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
   has_local: bool = False

@@ -652,11 +652,12 @@ def last_level_cache() -> int:
 
 
 class CRenderer(Renderer):
-  """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's)."""
+  """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's); `registers`:
+  the vector registers of the CPU it is for. The defaults plan for AVX-512 (the NULL device's CPU)."""
   device = "CPU"
 
-  def __init__(self, vec: int = 16, stream_bytes: int | None = None):
-    self.vec = vec
+  def __init__(self, vec: int = 16, stream_bytes: int | None = None, registers: int = 32):
+    self.vec, self.registers = vec, registers
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes  # see CWriter
 
   # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered

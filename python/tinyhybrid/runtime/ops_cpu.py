@@ -15,6 +15,7 @@ from tinyhybrid._core import hcq
 from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
 from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
+from tinyhybrid.runtime.host import host_vector_unit
 from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
 from tinyhybrid.runtime.hcq import HCQProgram, QueueRunner, accesses, chain_runner_of, fits, host_wait, register, submit, synchronize
 
@@ -56,7 +57,8 @@ _CORES = hcq.CoreShare()
 
 class CPUDevice(Compiled):
   def __init__(self, name: str):
-    super().__init__(name, CPUAllocator(self), CRenderer(16 if is_clang() else 1), self._build_kernels)
+    unit = host_vector_unit()  # register tiles are sized for this CPU's vector registers
+    super().__init__(name, CPUAllocator(self), CRenderer(unit.lanes if is_clang() else 1, registers=unit.registers), self._build_kernels)
     self.hcq_queue = self.queue = hcq.CPUQueue(name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
     register(self.queue)
     self._copy_queue: hcq.CPUQueue | None = None

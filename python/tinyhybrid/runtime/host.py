@@ -1,0 +1,41 @@
+"""What the CPU this process runs on offers kernels: float lanes per vector register and vector registers, read from
+the kernel's CPU flags (Linux's /proc/cpuinfo) or the machine type. The default optimizations size register tiles
+from these (codegen/heuristic.py): a tile planned for AVX-512's 32 registers of 16 floats spills on AVX2's 16 of 8."""
+from __future__ import annotations
+
+import functools
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+  lanes: int      # float32 lanes per vector register
+  registers: int  # vector registers
+  name: str
+
+
+def vector_unit_of(machine: str, flags: set[str]) -> VectorUnit:
+  """The vector unit of a CPU of this machine type (platform.machine()) with these feature flags."""
+  if machine in ("x86_64", "AMD64", "i686", "i386"):
+    if "avx512f" in flags: return VectorUnit(16, 32, "AVX-512")
+    if "avx2" in flags or "avx" in flags: return VectorUnit(8, 16, "AVX2" if "avx2" in flags else "AVX")
+    return VectorUnit(4, 16, "SSE")
+  if machine in ("aarch64", "arm64"): return VectorUnit(4, 32, "NEON")
+  return VectorUnit(4, 16, machine or "unknown")
+
+
+def _cpu_flags() -> set[str]:
+  try: text = Path("/proc/cpuinfo").read_text()
+  except OSError: return set()
+  for line in text.splitlines():
+    key, _, value = line.partition(":")
+    if key.strip() in ("flags", "Features"): return set(value.split())
+  return set()
+
+
+@functools.cache
+def host_vector_unit() -> VectorUnit:
+  """This host's vector unit."""
+  return vector_unit_of(platform.machine(), _cpu_flags())
