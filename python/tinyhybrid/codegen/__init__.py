@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinyhybrid.codegen.late.linearizer import linearize  # noqa: F401 (tinygrad's codegen exports it too)
-from tinyhybrid.codegen.lower import LoweredKernel, lower
+from tinyhybrid.codegen import lower as lowering  # (the module stays codegen.lower: its function is not bound there)
+from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.schedule.kernelize import KernelItem
@@ -30,7 +31,7 @@ class Program:
 
 
 def _lowered(item: KernelItem, ren: Renderer, opt: bool) -> LoweredKernel:
-  k = lower(item)
+  k = lowering.lower(item)
   return optimize(k, None, ren) if opt else k
 
 
