@@ -148,16 +148,29 @@ def gguf_name(hf: str) -> str:
   return f"blk.{i}.{_HF_NAMES[mod]}.{kind}"
 
 
+# llama.cpp's mixed files: the type of each 2-D tensor by the end of its name ("" for the rest), as its quantizer picks
+# them (finer types for attn_v, ffn_down and output; in a real file only some layers' ffn_down are finer)
+MIXES = {
+  "Q4_K_M": {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K", "": "Q4_K"},
+  "Q5_K_M": {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K", "": "Q5_K"},
+  "Q3_K_S": {"ffn_up.weight": "Q4_K", "": "Q3_K"},
+  "Q2_K": {"attn_v.weight": "Q4_K", "attn_k.weight": "Q3_K", "ffn_down.weight": "Q3_K", "": "Q2_K"},
+}
+
+
 def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = None, tok_kv: dict | None = None, name: str = "tiny", model=None):
   """Builds spec's model with transformers (random weights, unless a model built from spec is given), writes it to path
   as llama.cpp would, and returns the HF model with its weights replaced by what the file holds (the dequantized
-  values, when quantized), so the two compute the same."""
+  values, when quantized), so the two compute the same. quant: one type for every 2-D tensor, or a mix of MIXES."""
   import gguf
   import torch
   from gguf import GGMLQuantizationType as GQ
   model = hf_model(spec) if model is None else model
   rng = np.random.default_rng(spec.seed)
-  qtype = GQ[quant] if quant else None
+  mix = {k: GQ[v] for k, v in MIXES[quant].items()} if quant in MIXES else None
+  qtype = mix[""] if mix is not None else GQ[quant] if quant else None
+  def type_of(gname: str):
+    return qtype if mix is None else next((t for end, t in mix.items() if end and gname.endswith(end)), qtype)
   w = gguf.GGUFWriter(str(path), spec.arch)
   a = spec.arch
   w.add_name(name)
@@ -219,10 +232,11 @@ def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = Non
       gname = gguf_name(hf_name)
       if qtype is None or arr.ndim != 2: w.add_tensor(gname, arr)
       else:
-        if qtype.name.endswith("_K"): q = _kquant_blocks(*arr.shape, qtype, rng)
-        else: q = gguf.quants.quantize(arr, qtype)
-        w.add_tensor(gname, q, raw_dtype=qtype)
-        deq = gguf.quants.dequantize(q, qtype).reshape(arr.shape)
+        tt = type_of(gname)
+        if tt.name.endswith("_K"): q = _kquant_blocks(*arr.shape, tt, rng)
+        else: q = gguf.quants.quantize(arr, tt)
+        w.add_tensor(gname, q, raw_dtype=tt)
+        deq = gguf.quants.dequantize(q, tt).reshape(arr.shape)
         if a in ("llama", "mistral") and hf_name.endswith(("q_proj.weight", "k_proj.weight")):  # undo the interleave
           n = spec.heads if "q_proj" in hf_name else spec.kv_heads
           deq = deq.reshape(n, deq.shape[0] // n // 2, 2, -1).swapaxes(1, 2).reshape(deq.shape)

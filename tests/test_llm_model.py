@@ -74,6 +74,22 @@ def test_other_types_match_transformers(files, quant):
   np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("mix", ["Q4_K_M", "Q5_K_M", "Q3_K_S", "Q2_K"])
+def test_mixed_type_files_match_transformers(files, mix):
+  # llama.cpp's quantizer mixes types across the projections that are one matmul here (q, k, v; gate, up): each run
+  # of one type is its own matmul, the products side by side
+  from tinyhybrid.llm.quantized import JoinedWeight
+  path, hf = files(f"llama_{mix.lower()}", TinySpec(dim=256, hidden=256), mix)
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  joined = [w for b in model.blocks for w in (b.qkv, b.gate_up) if isinstance(w, JoinedWeight)]
+  assert joined and all(len({p.ggml_type for p in w.parts}) == len(w.parts) > 1 for w in joined)
+  ref = hf_logits(hf, PROMPT)[-1]
+  np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+  with torch.no_grad():
+    ref_ids = hf.generate(torch.tensor([PROMPT]), max_new_tokens=4, do_sample=False, min_new_tokens=4)[0, len(PROMPT):].tolist()
+  assert list(model.generate(PROMPT, max_new=4)) == ref_ids
+
+
 def test_long_prompt_chunks(files):
   # 64 + 8 + 3 tokens: every prompt chunk size, the later ones attending over what the earlier ones cached
   path, hf = files("llama_f32", *CASES["llama_f32"])

@@ -19,7 +19,7 @@ import numpy as np
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine.jit import TinyJit
 from tinyhybrid.llm.gguf import GGUFTensor, gguf_read
-from tinyhybrid.llm.quantized import QuantizedWeight
+from tinyhybrid.llm.quantized import QuantizedWeight, joined
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import UOp, Variable
 
@@ -117,13 +117,13 @@ class Block:
       return t
     self.attn_norm, self.ffn_norm = _vec(need("attn_norm.weight")), _vec(need("ffn_norm.weight"))
     # q, k and v are one matmul, and so are the FFN's gate and up: fewer, larger kernels
-    self.qkv = QuantizedWeight(need("attn_q.weight"), need("attn_k.weight"), need("attn_v.weight"))
+    self.qkv = joined(need("attn_q.weight"), need("attn_k.weight"), need("attn_v.weight"))
     self.qkv_bias = _vec(need("attn_q.bias")).cat(_vec(need("attn_k.bias")), _vec(need("attn_v.bias"))).contiguous() \
       if p + "attn_q.bias" in w else None
     self.q_norm = _vec(w[p + "attn_q_norm.weight"]) if p + "attn_q_norm.weight" in w else None
     self.k_norm = _vec(w[p + "attn_k_norm.weight"]) if p + "attn_k_norm.weight" in w else None
     self.attn_out = QuantizedWeight(need("attn_output.weight"))
-    self.gate_up = QuantizedWeight(need("ffn_gate.weight"), need("ffn_up.weight"))
+    self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"))
     self.down = QuantizedWeight(need("ffn_down.weight"))
     shape = (cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
     self.cache_k, self.cache_v = Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize()

@@ -79,3 +79,31 @@ class QuantizedWeight:
   def dequantized(self) -> Tensor:
     """The whole weight as float32 (lazy)."""
     return self._unpack()
+
+
+class JoinedWeight:
+  """Weights of different types joined by rows (q, k and v of a Q4_K_M file: llama.cpp's mixes quantize attn_v, and
+  some layers' ffn_down, finer than the rest): one QuantizedWeight per run of one type, their products side by side."""
+
+  def __init__(self, parts: list[QuantizedWeight]):
+    self.parts = parts
+    self.shape = (sum(p.rows_n for p in parts), parts[0].cols)
+
+  @property
+  def nbytes(self) -> int: return sum(p.nbytes for p in self.parts)
+
+  def matmul(self, x: Tensor) -> Tensor: return self.parts[0].matmul(x).cat(*[p.matmul(x) for p in self.parts[1:]], dim=-1)
+
+  def dequantized(self) -> Tensor: return self.parts[0].dequantized().cat(*[p.dequantized() for p in self.parts[1:]])
+
+
+def joined(*parts: GGUFTensor) -> QuantizedWeight | JoinedWeight:
+  """parts as one weight joined by rows: one QuantizedWeight when they share a type, else a JoinedWeight of a
+  QuantizedWeight per run of one type."""
+  if not parts or any(len(p.shape) != 2 or p.shape[1] != parts[0].shape[1] for p in parts):
+    raise ValueError(f"joined: parts must be 2-D with one column count, got {[(p.name, p.shape) for p in parts]}")
+  runs: list[list[GGUFTensor]] = []
+  for p in parts:
+    if runs and runs[-1][0].ggml_type == p.ggml_type: runs[-1].append(p)
+    else: runs.append([p])
+  return QuantizedWeight(*runs[0]) if len(runs) == 1 else JoinedWeight([QuantizedWeight(*r) for r in runs])
