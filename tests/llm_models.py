@@ -117,13 +117,13 @@ def hf_model(spec: TinySpec, random_init: bool = True):
 
 
 def _kquant_blocks(rows: int, cols: int, qtype, rng: np.random.Generator) -> np.ndarray:
-  """Random blocks of a k-quant (the gguf package has no quantizer for them) whose f16 scale fields are set to sane
-  values, so the dequantized weights have magnitudes near 1/sqrt(cols)."""
+  """Random blocks of a k-quant or IQ4 type (the gguf package has no quantizer for them) whose f16 scale fields are
+  set to sane values, so the dequantized weights have magnitudes near 1/sqrt(cols)."""
   import gguf
   block, size = gguf.GGML_QUANT_SIZES[qtype]
   b = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
   scale = np.float16(1.0 / (32 * math.sqrt(cols)))
-  fields = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q2_K": [80, 82], "Q3_K": [108], "Q6_K": [208]}[qtype.name]
+  fields = {"Q4_K": [0, 2], "Q5_K": [0, 2], "Q2_K": [80, 82], "Q3_K": [108], "Q6_K": [208], "IQ4_NL": [0], "IQ4_XS": [0]}[qtype.name]
   for off in fields: b[:, off:off + 2] = np.frombuffer(np.full(len(b), scale, np.float16).tobytes(), np.uint8).reshape(-1, 2)
   return b.reshape(rows, -1)
 
@@ -233,7 +233,7 @@ def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = Non
       if qtype is None or arr.ndim != 2: w.add_tensor(gname, arr)
       else:
         tt = type_of(gname)
-        if tt.name.endswith("_K"): q = _kquant_blocks(*arr.shape, tt, rng)
+        if tt.name.endswith("_K") or tt.name.startswith("IQ4"): q = _kquant_blocks(*arr.shape, tt, rng)
         else: q = gguf.quants.quantize(arr, tt)
         w.add_tensor(gname, q, raw_dtype=tt)
         deq = gguf.quants.dequantize(q, tt).reshape(arr.shape)

@@ -54,7 +54,8 @@ CASES = {  # name: (spec, quant); nn/quant.py's unpacking of every type is check
   "mistral_f32": (TinySpec(arch="mistral"), None), "qwen2_f32": (TinySpec(arch="qwen2"), None), "qwen3_q8_0": (TinySpec(arch="qwen3"), "Q8_0"),
   "gemma_f32": (TinySpec(arch="gemma"), None), "llama_tied_q8_0": (TinySpec(tie=True), "Q8_0"),
   # k-quants are blocks of 256: wider models
-  "llama_q4_k": (TinySpec(dim=256, hidden=256), "Q4_K"), "qwen2_q6_k": (TinySpec(arch="qwen2", dim=256, hidden=256), "Q6_K"),
+  "llama_q4_k": (TinySpec(dim=256, hidden=256), "Q4_K"), "llama_iq4_xs": (TinySpec(dim=256, hidden=256), "IQ4_XS"),
+  "llama_q4_k_m": (TinySpec(dim=256, hidden=256), "Q4_K_M"), "qwen2_q6_k": (TinySpec(arch="qwen2", dim=256, hidden=256), "Q6_K"),
 }
 
 
@@ -69,6 +70,15 @@ def test_logits_match_transformers(files, name):
 def test_other_types_match_transformers(files, quant):
   # the rest of the 32-wide block types, each unpacked inside the matmuls: the prompt's last logits
   path, hf = files(f"llama_{quant.lower()}", TinySpec(), quant)
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  ref = hf_logits(hf, PROMPT)[-1]
+  np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("quant", ["IQ4_NL"])
+def test_iq4_files_match_transformers(files, quant):  # (IQ4_XS: CASES)
+  # IQ4's 4-bit codes pick one of 16 non-linear levels (a lookup inside the matmul's kernel)
+  path, hf = files(f"llama_{quant.lower()}", TinySpec(dim=256, hidden=256), quant)
   model, _ = Transformer.from_gguf(path, max_context=64)
   ref = hf_logits(hf, PROMPT)[-1]
   np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
@@ -144,7 +154,7 @@ def test_decode_step_is_one_replay_that_allocates_nothing(files):
   assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
 
 
-@pytest.mark.parametrize("name", ["llama_q4_0", "llama_q8_0", "llama_q4_k"])
+@pytest.mark.parametrize("name", ["llama_q4_0", "llama_q8_0", "llama_q4_k", "llama_iq4_xs", "llama_q4_k_m"])
 def test_weights_stay_quantized(files, name):
   # everything the model allocates, weights, KV cache and activations of a prompt chunk and decode steps, takes
   # less than the weights alone would as float32: the matmuls read the quantized bytes, nothing is unpacked to memory
@@ -156,7 +166,8 @@ def test_weights_stay_quantized(files, name):
   model, _ = Transformer.from_gguf(path, max_context=64)
   list(model.generate(PROMPT, max_new=4))
   used = GlobalCounters.mem_used - mem
-  assert model.weight_bytes < f32_bytes * (0.3 if quant == "Q8_0" else 0.16)
+  # (Q4_K_M keeps attn_v, ffn_down and the output in Q6_K: 6.6 bits a weight)
+  assert model.weight_bytes < f32_bytes * (0.3 if quant == "Q8_0" else 0.2 if quant == "Q4_K_M" else 0.16)
   # unpacking even the embedding alone (a quarter of these weights) to float32 would cross the bound
   assert used < f32_bytes * (0.45 if quant == "Q8_0" else 0.3), (used, model.weight_bytes, f32_bytes)
 

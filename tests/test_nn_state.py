@@ -263,7 +263,7 @@ def test_torch_load_runs_no_code(tmp_path, capsys):
 
 
 # where each block keeps its float16 scales: random bytes there could be inf or nan, which would test nothing
-_F16_AT = {2: [0], 3: [0, 2], 6: [0], 7: [0, 2], 8: [0], 10: [80, 82], 11: [108], 12: [0, 2], 13: [0, 2], 14: [208], 39: []}
+_F16_AT = {2: [0], 3: [0, 2], 6: [0], 7: [0, 2], 8: [0], 10: [80, 82], 11: [108], 12: [0, 2], 13: [0, 2], 14: [208], 20: [0], 23: [0], 39: []}
 
 
 def _random_blocks(ggml_type: int, nb: int, seed: int = 0) -> np.ndarray:
@@ -293,7 +293,7 @@ def test_dequantize_errors():
   with pytest.raises(ValueError, match="99"): dequantize(Tensor.zeros(2, 17, dtype=dtypes.uint8), 99)
 
 
-def _write_gguf(path, quant_types=(GQ.Q4_0, GQ.Q6_K, GQ.MXFP4)):
+def _write_gguf(path, quant_types=(GQ.Q4_0, GQ.Q6_K, GQ.MXFP4, GQ.IQ4_NL, GQ.IQ4_XS)):
   w = gguf.GGUFWriter(path, "llama")
   w.add_uint32("llama.context_length", 128)
   w.add_float32("llama.rope.freq_base", 0.5)

@@ -12,7 +12,10 @@ QK_K = 256  # elements in a k-quant super-block
 GGML_QUANT: dict[int, tuple[str, int, int]] = {
   2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34),
   10: ("Q2_K", QK_K, 84), 11: ("Q3_K", QK_K, 110), 12: ("Q4_K", QK_K, 144), 13: ("Q5_K", QK_K, 176), 14: ("Q6_K", QK_K, 210),
-  39: ("MXFP4", 32, 17)}
+  20: ("IQ4_NL", 32, 18), 23: ("IQ4_XS", QK_K, 136), 39: ("MXFP4", 32, 17)}
+
+# IQ4_NL's and IQ4_XS's 16 levels (ggml-common.h's kvalues_iq4nl): a 4-bit code picks one, times the block's scale
+IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 
 
 def _f16(b: Tensor) -> Tensor:
@@ -103,7 +106,30 @@ def _mxfp4(b: Tensor) -> Tensor:
   return (mag * (1 - 2 * (c >> 3))).cast(dtypes.float32) * d
 
 
-_DEQUANT = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 10: _q2_k, 11: _q3_k, 12: _q4_k, 13: _q5_k, 14: _q6_k, 39: _mxfp4}
+def _iq4_levels(codes: Tensor) -> Tensor:
+  """IQ4's non-linear levels of 4-bit codes, chosen bit by bit (a tree of selects: elementwise, so it fuses into the
+  matmul that reads the weight, where a table lookup would be a reduce that leaves the weight unpacked in memory)."""
+  levels: list = [float(v) for v in IQ4_LEVELS]
+  for bit in range(4):
+    on = ((codes >> bit) & 1).cast(dtypes.bool)
+    levels = [on.where(levels[i + 1], levels[i]) for i in range(0, len(levels), 2)]
+  return levels[0]
+
+
+def _iq4_nl(b: Tensor) -> Tensor: return _iq4_levels(_nibbles(b[:, 2:]).flatten(1)) * _f16(b[:, 0:2])
+
+
+def _iq4_xs(b: Tensor) -> Tensor:
+  # eight sub-blocks of 32, each with a 6-bit scale: its low 4 bits in scales_l (two a byte), its high 2 in scales_h
+  nb = b.shape[0]
+  lo = _nibbles(b[:, 4:8], dim=2).flatten(1)  # (nb, 8): sub-block i's low bits
+  hi = _crumbs(b[:, 2:4], dim=2).flatten(1)   # (nb, 8): its high bits (scales_h is little-endian)
+  dl = _f16(b[:, 0:2]) * ((lo | (hi << 4)).cast(dtypes.float32) - 32)
+  q = _iq4_levels(_nibbles(b[:, 8:136].reshape(nb, 8, 16), dim=2).reshape(nb, 8, 32))
+  return (dl.unsqueeze(-1) * q).flatten(1)
+
+
+_DEQUANT = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 10: _q2_k, 11: _q3_k, 12: _q4_k, 13: _q5_k, 14: _q6_k, 20: _iq4_nl, 23: _iq4_xs, 39: _mxfp4}
 
 
 def dequantize(blocks: Tensor, ggml_type: int) -> Tensor:
