@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tinyhybrid.runtime import diskcache
+from tinyhybrid.runtime.compiler import LIB_SUFFIX
 
 # a program whose kernels are new in a fresh cache: prints its values, which the test checks against NumPy's
 PROGRAM = """
@@ -46,7 +47,7 @@ def test_kernels_build_when_tmpdir_is_another_filesystem(tmp_path: Path):
   try:
     assert os.stat(tmpdir).st_dev != os.stat(tmp_path).st_dev
     assert run(tmp_path / "cache", tmpdir=tmpdir) == EXPECTED
-    assert list((tmp_path / "cache" / "kernels").glob("*.so"))
+    assert list((tmp_path / "cache" / "kernels").glob(f"*{LIB_SUFFIX}"))
     assert not list(tmpdir.iterdir())  # nothing left behind
   finally:
     for p in tmpdir.iterdir(): p.unlink()
@@ -85,14 +86,14 @@ def test_a_damaged_cpu_library_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Mo
   cache = tmp_path / "cache"
   monkeypatch.setenv("TINYHYBRID_CACHE", str(cache))
   assert run(cache) == EXPECTED
-  libs = _kernel_files(cache, "kernels", "*.so")
+  libs = _kernel_files(cache, "kernels", f"*{LIB_SUFFIX}")
   assert libs
   for lib in libs:
     if damage == "truncate":
       with open(lib, "r+b") as f: f.truncate(lib.stat().st_size // 2)
     else: diskcache.write(lib, b"this is not a shared library")  # passes the seal's check; the loader refuses it
   assert run(cache) == EXPECTED
-  for lib in _kernel_files(cache, "kernels", "*.so"): assert lib.read_bytes()[:4] == b"\x7fELF"
+  for lib in _kernel_files(cache, "kernels", f"*{LIB_SUFFIX}"): assert lib.read_bytes()[:4] == b"\x7fELF"
 
 
 def test_a_truncated_cl_binary_is_rebuilt(tmp_path: Path):

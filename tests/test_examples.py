@@ -62,16 +62,17 @@ def test_a_batch_with_a_broken_kernel_names_that_kernel(tmp_path, monkeypatch):
 
 def test_kernels_compiled_together_share_a_library_and_load_alone(tmp_path, monkeypatch):
   import ctypes
-  from tinyhybrid.runtime.compiler import compile_shared
+  from tinyhybrid.runtime.compiler import compile_shared, load_kernel
   monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
   # two kernels of one name (different sources) in one file: each gets a symbol of its own
   srcs = [("k", f"void k(unsigned long long* args) {{ args[0] = {v}; }}") for v in (11, 22)] + [("j", "void j(unsigned long long* args) { args[0] = 33; }")]
   built = compile_shared(srcs)
   assert len({p.resolve() for p, _ in built}) == 1 and len({s for _, s in built}) == 3
   assert compile_shared(srcs[1:2]) == built[1:2]  # found in the cache alone, under its own name
-  for (path, sym), want in zip(built, (11, 22, 33)):
+  for (path, sym), (name, src), want in zip(built, srcs, (11, 22, 33)):
     out = (ctypes.c_uint64 * 1)()
-    getattr(ctypes.CDLL(str(path)), sym)(out)
+    keep, addr = load_kernel(path, name, src)
+    ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint64))(addr)(out)
     assert out[0] == want
 
 

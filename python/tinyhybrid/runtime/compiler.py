@@ -1,19 +1,28 @@
-"""Compiling C kernels with the system compiler, cached on disk by source and compiler."""
+"""Compiling C kernels with the system compiler, cached on disk by source and compiler. On x86-64 Linux a batch is
+compiled to an object file that runtime/elf.py loads into this process (no linker run); elsewhere to a shared library
+that the dynamic loader opens."""
 from __future__ import annotations
 
 import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 from tinyhybrid.device import CompileError
 from tinyhybrid.runtime import diskcache
+from tinyhybrid.runtime.elf import ElfError, LoadedObject, load_object
 
 CFLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
+IN_PROCESS = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+LIB_SUFFIX = ".o" if IN_PROCESS else ".so"  # what a cached kernel build is
 
 
 @functools.cache
@@ -43,7 +52,7 @@ def compiler_key() -> str:
 
 
 # how a source becomes a library: part of every cache key, so a change here never loads an old library
-_FORMAT = "batch-1"
+_FORMAT = "object-1" if IN_PROCESS else "batch-1"
 
 
 def kernel_symbol(name: str, src: str) -> str:
@@ -58,7 +67,9 @@ def _build(text: str, out: Path, what: str) -> None:
   so_tmp = diskcache.temp_beside(out)
   with tempfile.TemporaryDirectory() as tmp:
     (c_file := Path(tmp) / "kernels.c").write_text(text)
-    try: res = subprocess.run([cc, *CFLAGS, "-o", str(so_tmp), str(c_file), "-lm"], capture_output=True, text=True)
+    cmd = [cc, *(f for f in CFLAGS if f != "-shared"), "-c", "-o", str(so_tmp), str(c_file)] if IN_PROCESS else \
+      [cc, *CFLAGS, "-o", str(so_tmp), str(c_file), "-lm"]
+    try: res = subprocess.run(cmd, capture_output=True, text=True)
     except BaseException:
       so_tmp.unlink(missing_ok=True)
       raise
@@ -80,7 +91,7 @@ def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
   out, missing, d = [], [], diskcache.subdir("kernels")
   for name, src in kernels:
     sym = kernel_symbol(name, src)
-    path = d / f"{sym}.so"
+    path = d / f"{sym}{LIB_SUFFIX}"
     out.append((path, sym))
     if not diskcache.valid(path): missing.append((name, sym, src, path))
   if len(missing) == 1:
@@ -88,7 +99,7 @@ def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
     _build(_renamed(name, sym, src), path, f"kernel {name}")
   elif missing:
     text = "".join(_renamed(name, sym, src) for name, sym, src, _ in missing)
-    lib = d / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}.so"
+    lib = d / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}{LIB_SUFFIX}"
     try:
       if not diskcache.valid(lib): _build(text, lib, f"{len(missing)} kernels")
     except CompileError:
@@ -101,15 +112,29 @@ def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
 KERNEL_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32, ctypes.c_uint32)
 
 
-def _open(path: Path, symbol: str) -> tuple[ctypes.CDLL, int]:
-  lib = ctypes.CDLL(str(path))
-  return lib, ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
+# the objects loaded so far, by file (a batch's kernels are links to one file, mapped once; size and time tell a file
+# built again in a reused inode)
+_objects: dict[tuple[int, int, int, int], LoadedObject] = {}
+_objects_lock = threading.Lock()
 
 
-def load_kernel(path: Path, name: str, src: str) -> tuple[ctypes.CDLL, int]:
-  """The library and function address of a kernel that compile_shared gave `path` for. A library the loader refuses
-  (or one without the function) is deleted and built again, once."""
+def _open(path: Path, symbol: str) -> tuple[Any, int]:
+  if not IN_PROCESS:
+    lib = ctypes.CDLL(str(path))
+    return lib, ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
+  st = path.stat()
+  with _objects_lock:
+    if (obj := _objects.get(key := (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))) is None:
+      if (data := diskcache.read(path)) is None: raise OSError(f"{path} is damaged")
+      obj = _objects[key] = load_object(data)
+  if symbol not in obj.symbols: raise ElfError(f"{path} has no function {symbol}")
+  return obj, obj.symbols[symbol]
+
+
+def load_kernel(path: Path, name: str, src: str) -> tuple[Any, int]:
+  """What keeps a kernel's code alive, and its function's address, for a kernel compile_shared gave `path` for. A
+  build the loader refuses (or one without the function) is deleted and built again, once."""
   symbol = kernel_symbol(name, src)
   try: return _open(path, symbol)
-  except (OSError, AttributeError): diskcache.discard(path)
+  except (OSError, AttributeError, ElfError): diskcache.discard(path)
   return _open(compile_shared([(name, src)])[0][0], symbol)
