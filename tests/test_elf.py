@@ -1,9 +1,13 @@
 """runtime/elf.py: a compiler's x86-64 object file loaded into memory with no linker, relocations applied, libm's
 functions called through stubs, the mapping read-execute only; and what it refuses."""
 import ctypes
+import os
 import platform
+import re
+import shutil
 import struct
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -67,3 +71,40 @@ def test_what_the_loader_refuses(tmp_path):
   with pytest.raises(ElfError, match="x86-64"): load_object(bytes(data))
   unknown = "extern float no_such_function_anywhere(float);\nfloat f(float x) { return no_such_function_anywhere(x); }\n"
   with pytest.raises(ElfError, match="no_such_function_anywhere"): load_object(_object(tmp_path, unknown))
+
+
+def test_an_object_calling_what_only_the_linker_finds_is_linked(tmp_path, monkeypatch):
+  # gcc's half-float helpers are in the static libgcc, which no loaded library exports: such a batch is linked into a
+  # shared library beside its object (here: expf made unresolvable)
+  from tinyhybrid.runtime import compiler, elf
+  if not compiler.IN_PROCESS: pytest.skip("kernels are shared libraries here")
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
+  real = elf._external
+  def no_expf(name: str) -> int:
+    if name == "expf": raise elf.UnresolvedSymbol("expf")
+    return real(name)
+  monkeypatch.setattr(elf, "_external", no_expf)
+  src = "#include <math.h>\nvoid k_exp(unsigned long long* args) { float* f = (float*)args[0]; f[0] = expf(f[0]); }\n"
+  (path, _), = compiler.compile_shared([("k_exp", src)])
+  keep, addr = compiler.load_kernel(path, "k_exp", src)
+  assert isinstance(keep, ctypes.CDLL) and path.with_suffix(".linked.so").exists()
+  x = np.array([1.5], np.float32)
+  ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint64))(addr)((ctypes.c_uint64 * 1)(x.ctypes.data))
+  np.testing.assert_allclose(x[0], np.exp(1.5), rtol=1e-6)
+
+
+def test_gcc_builds_half_kernels(tmp_path):
+  # gcc 12 on an AVX512-FP16 host writes masked half moves binutils 2.40 rejects: it gets -mno-avx512fp16, and its
+  # half comparisons then call libgcc's helpers, which only the linker finds
+  if shutil.which("gcc") is None: pytest.skip("no gcc")
+  code = ("import numpy as np\nfrom tinyhybrid import Tensor, dtypes\nfrom tinyhybrid.runtime.compiler import _flags\n"
+          "a = np.array([1, -2, 3.5, 0, 7], np.float16)\nb = np.array([1, 2, -3.5, 0, 6], np.float16)\n"
+          "print(int('-mno-avx512fp16' in _flags()), (Tensor(a) < Tensor(b)).tolist() == (a < b).tolist(),"
+          " (Tensor(a) * Tensor(b)).numpy().tolist() == (a * b).tolist())\n")
+  env = {**os.environ, "CC": "gcc", "TINYHYBRID_CACHE": str(tmp_path), "DEV": "CPU"}
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  fp16_flag, lt_ok, mul_ok = out.stdout.split()
+  target = subprocess.run(["gcc", "-march=native", "-Q", "--help=target"], capture_output=True, text=True).stdout
+  assert fp16_flag == str(int(bool(re.search(r"-mavx512fp16\s+\[enabled\]", target))))
+  assert lt_ok == "True" and mul_ok == "True"

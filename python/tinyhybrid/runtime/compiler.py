@@ -8,6 +8,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import Any
 
 from tinyhybrid.device import CompileError
 from tinyhybrid.runtime import diskcache
-from tinyhybrid.runtime.elf import ElfError, LoadedObject, load_object
+from tinyhybrid.runtime.elf import ElfError, LoadedObject, UnresolvedSymbol, load_object
 
 CFLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 IN_PROCESS = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
@@ -45,6 +46,17 @@ def is_clang() -> bool:
   return "clang" in _compiler_id(c_compiler())
 
 
+@functools.cache
+def _flags() -> tuple[str, ...]:
+  """CFLAGS for this compiler. gcc 12 writes AVX512-FP16 moves with masks that binutils 2.40 does not assemble
+  ("unsupported masking for `vmovsh'"), so where the host has AVX512-FP16 gcc computes halves through F16C instead."""
+  cc = c_compiler()
+  if is_clang(): return CFLAGS
+  try: target = subprocess.run([cc, "-march=native", "-Q", "--help=target"], capture_output=True, text=True).stdout
+  except OSError: return CFLAGS
+  return CFLAGS + ("-mno-avx512fp16",) if re.search(r"-mavx512fp16\s+\[enabled\]", target) else CFLAGS
+
+
 def compiler_key() -> str:
   """The compiler and its version, for cache keys."""
   cc = c_compiler()
@@ -58,7 +70,7 @@ _FORMAT = "object-1" if IN_PROCESS else "batch-1"
 def kernel_symbol(name: str, src: str) -> str:
   """The exported name of a kernel's function: its name and a hash of its source and the compiler, so kernels of one
   name built together stay apart, and a library found in the cache is the one wanted."""
-  return f"{name}_{hashlib.sha256(chr(0).join((src, compiler_key(), _FORMAT, *CFLAGS)).encode()).hexdigest()[:24]}"
+  return f"{name}_{hashlib.sha256(chr(0).join((src, compiler_key(), _FORMAT, *_flags())).encode()).hexdigest()[:24]}"
 
 
 def _build(text: str, out: Path, what: str) -> None:
@@ -67,8 +79,8 @@ def _build(text: str, out: Path, what: str) -> None:
   so_tmp = diskcache.temp_beside(out)
   with tempfile.TemporaryDirectory() as tmp:
     (c_file := Path(tmp) / "kernels.c").write_text(text)
-    cmd = [cc, *(f for f in CFLAGS if f != "-shared"), "-c", "-o", str(so_tmp), str(c_file)] if IN_PROCESS else \
-      [cc, *CFLAGS, "-o", str(so_tmp), str(c_file), "-lm"]
+    cmd = [cc, *(f for f in _flags() if f != "-shared"), "-c", "-o", str(so_tmp), str(c_file)] if IN_PROCESS else \
+      [cc, *_flags(), "-o", str(so_tmp), str(c_file), "-lm"]
     try: res = subprocess.run(cmd, capture_output=True, text=True)
     except BaseException:
       so_tmp.unlink(missing_ok=True)
@@ -118,15 +130,38 @@ _objects: dict[tuple[int, int, int, int], LoadedObject] = {}
 _objects_lock = threading.Lock()
 
 
+def _dlopen(path: Path, symbol: str) -> tuple[ctypes.CDLL, int]:
+  lib = ctypes.CDLL(str(path))
+  return lib, ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
+
+
+def _linked(obj: Path, data: bytes) -> Path:
+  """A shared library linked from the object file's bytes (cached beside it), for an object that calls functions only
+  the linker finds (gcc's half-float helpers in the static libgcc)."""
+  if diskcache.valid(lib := obj.with_suffix(".linked.so")): return lib
+  so_tmp = diskcache.temp_beside(lib)
+  with tempfile.TemporaryDirectory() as tmp:
+    (o := Path(tmp) / "kernels.o").write_bytes(data)
+    res = subprocess.run([c_compiler(), "-shared", "-o", str(so_tmp), str(o), "-lm"], capture_output=True, text=True)
+  if res.returncode != 0:
+    so_tmp.unlink(missing_ok=True)
+    raise CompileError(f"linking {obj.name} failed:\n{res.stderr.strip()}")
+  diskcache.install(so_tmp, lib)
+  return lib
+
+
 def _open(path: Path, symbol: str) -> tuple[Any, int]:
-  if not IN_PROCESS:
-    lib = ctypes.CDLL(str(path))
-    return lib, ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value or 0
+  if not IN_PROCESS: return _dlopen(path, symbol)
   st = path.stat()
   with _objects_lock:
     if (obj := _objects.get(key := (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))) is None:
       if (data := diskcache.read(path)) is None: raise OSError(f"{path} is damaged")
-      obj = _objects[key] = load_object(data)
+      try: obj = _objects[key] = load_object(data)
+      except UnresolvedSymbol:
+        try: return _dlopen(lib := _linked(path, data), symbol)
+        except OSError:  # a linked library the loader refuses is built again with its object
+          diskcache.discard(lib)
+          raise
   if symbol not in obj.symbols: raise ElfError(f"{path} has no function {symbol}")
   return obj, obj.symbols[symbol]
 

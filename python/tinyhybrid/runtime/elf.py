@@ -27,6 +27,11 @@ class ElfError(ValueError):
   """An object file this loader does not take (another machine, a relocation it does not know, a missing symbol)."""
 
 
+class UnresolvedSymbol(ElfError):
+  """The object calls a function no loaded library has (gcc's soft-float helpers live in the static libgcc): the
+  caller links it instead."""
+
+
 @dataclass
 class LoadedObject:
   """An object file in memory: its defined functions' and data's addresses. The mapping lives as long as this does."""
@@ -47,7 +52,7 @@ def _external(name: str) -> int:
   for lib in _LIBS:
     try: return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
     except AttributeError: continue
-  raise ElfError(f"the object calls {name!r}, which no loaded library has")
+  raise UnresolvedSymbol(f"the object calls {name!r}, which no loaded library has")
 
 
 def load_object(data: bytes) -> LoadedObject:
