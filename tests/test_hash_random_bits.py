@@ -61,3 +61,29 @@ def test_threefry_and_random_bits_are_tinygrads():
     np.testing.assert_array_equal(ours, theirs)
   assert Tensor.random_bits(Tensor(key), Tensor(ctr), 0).shape == (0,)
   with pytest.raises(ValueError): Tensor.random_bits(Tensor(key).cast(dtypes.int32), Tensor(ctr), 4)
+
+
+def _tree_hash(data: bytes, piece: int, leaf: int) -> bytes:
+  """Tensor.hash's tree with hashlib: SHAKE-128 of each leaf of a zero-padded piece, of their digests, up to one."""
+  def piece_digest(p: bytes) -> bytes:
+    return hashlib.shake_128(b"".join(hashlib.shake_128(p[i:i + leaf]).digest(16) for i in range(0, piece, leaf))).digest(16)
+  chunks = -(-len(data) // piece)
+  while chunks > 1:
+    data = data.ljust(chunks * piece, b"\0")
+    data = b"".join(piece_digest(data[i * piece:(i + 1) * piece]) for i in range(chunks))
+    chunks = -(-chunks // (piece // 16))
+  return piece_digest(data.ljust(piece, b"\0"))
+
+
+@pytest.mark.parametrize("n", [12, 1000])
+def test_hash_tree_against_hashlib(n, monkeypatch):
+  # tinygrad's tree (1 MiB pieces of 4 KiB leaves) on small pieces, so two levels stay cheap: 1000 bytes are 4 pieces
+  from tinyhybrid.mixin import hashing
+  monkeypatch.setattr(hashing, "HASH_PIECE", 256)
+  monkeypatch.setattr(hashing, "HASH_LEAF", 64)
+  data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+  got = Tensor(data).hash()
+  assert got.dtype is dtypes.uint8 and got.shape == (16,)
+  assert got.numpy().tobytes() == _tree_hash(data.tobytes(), 256, 64)
+  floats = np.arange(n // 4, dtype=np.float32)  # any dtype hashes as its bytes
+  assert Tensor(floats).hash().numpy().tobytes() == _tree_hash(floats.tobytes(), 256, 64)

@@ -68,6 +68,9 @@ def _round(s: Tensor, rho_mul: Tensor, rho_div: Tensor, rc: Tensor) -> Tensor:
   return a.reshape(bs, 25) ^ rc  # iota
 
 
+HASH_PIECE, HASH_LEAF = 1 << 20, 4096  # Tensor.hash's tree: bytes a piece, bytes a leaf (tinygrad's)
+
+
 class HashMixin:
   __slots__ = ()
 
@@ -101,3 +104,21 @@ class HashMixin:
     out = (200 - rate) // 2
     digest = state[:, :-(-out // 8)].bitcast(dtypes.uint8).reshape(bs, -1)[:, :out]
     return digest.reshape(*lead, out)
+
+  def _hash_1mb(self: Tensor) -> Tensor:
+    """A 16-byte digest per row of a (n, HASH_PIECE) uint8 tensor: SHAKE-128 of each HASH_LEAF-byte part, then of
+    their digests."""
+    if self.dtype is not dtypes.uint8 or self.ndim != 2 or self.shape[1] != HASH_PIECE:
+      raise ValueError(f"_hash_1mb: wants (n, {HASH_PIECE}) uint8, got {self.shape} {self.dtype}")
+    return self.reshape(-1, HASH_LEAF).keccak("shake_128").reshape(self.shape[0], -1).keccak("shake_128")
+
+  def hash(self: Tensor) -> Tensor:
+    """tinygrad's 16-byte digest of a tensor's bytes: a tree of SHAKE-128 over zero-padded 1 MiB pieces (_hash_1mb),
+    up to one. uint8 of shape (16,)."""
+    data = self.flatten().bitcast(dtypes.uint8)
+    if not isinstance(n := data.shape[0], int): raise ValueError("hash: needs a tensor of concrete shape")
+    chunks = -(-n // HASH_PIECE)
+    while chunks > 1:
+      data = data.pad_to((chunks * HASH_PIECE,)).reshape(chunks, HASH_PIECE)._hash_1mb().flatten()
+      chunks = -(-chunks // (HASH_PIECE // 16))
+    return data.pad_to((HASH_PIECE,)).unsqueeze(0)._hash_1mb().flatten()[:16]
