@@ -120,3 +120,7 @@ def test_callify_keeps_values():
   c, d = a + b, a * b
   assert c.callify(d) is c
   assert c.tolist() == [5., 7., 9.] and d.tolist() == [4., 10., 18.]
+
+
+def test_custom_kernel_says_it_is_not_supported():
+  with pytest.raises(NotImplementedError, match="custom_kernel"): Tensor.empty(4).custom_kernel(Tensor.empty(4), fxn=lambda a, b: None)
