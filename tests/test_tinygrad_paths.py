@@ -132,3 +132,13 @@ def test_test_helpers_names_have_our_meaning():
   def f(x: Tensor) -> Tensor: return (x + 1).sum()
   for _ in range(3): f(Tensor.ones(4).contiguous().realize())
   assert len(f.captured.linear.src) == 1 and f.captured.linear.src[0].src[0].op is Ops.SINK
+
+
+def test_invalid_and_half_conversions():
+  from tinyhybrid.dtype import Invalid, InvalidType, dtypes, float_to_bf16, float_to_fp16
+  assert InvalidType() is Invalid and pickle.loads(pickle.dumps(Invalid)) is Invalid and dtypes.from_py(Invalid) is dtypes.bool
+  for v in (1.1, 65504.0, 65519.0, 1e-8, -3.14159, 6.1e-5, math.inf):
+    assert float_to_fp16(v) == torch.tensor(v, dtype=torch.float64).half().item(), v
+  assert float_to_fp16(65520.0) == math.inf and float_to_fp16(-1e6) == -math.inf and math.isnan(float_to_fp16(math.nan))
+  for v in (1.1, -2.5e-3, 1e38, 3.4e38, -math.inf):
+    assert float_to_bf16(v) == torch.tensor(v, dtype=torch.float32).bfloat16().item(), v

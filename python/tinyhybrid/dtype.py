@@ -16,6 +16,21 @@ DType = _core.DType
 ConstType = float | int | bool
 
 
+class InvalidType:
+  """tinygrad's marker for a value that is never read (a masked-off lane's). One object: InvalidType() is Invalid,
+  also after pickling. Our graph says the same with gates (a WHERE under a mask), so it is for code that names it;
+  as a Python value its dtype is bool, as in tinygrad."""
+  _instance: InvalidType | None = None
+  def __new__(cls) -> InvalidType:
+    if cls._instance is None: cls._instance = object.__new__(cls)
+    return cls._instance
+  def __reduce__(self) -> tuple: return (InvalidType, ())
+  def __repr__(self) -> str: return "Invalid"
+
+
+Invalid = InvalidType()
+
+
 def _d(name: str) -> DType: return DType.from_name(name)
 
 
@@ -33,7 +48,7 @@ class DTypes:
   @staticmethod
   def from_py(x: object) -> DType:
     """The dtype of a Python value: bool, weakint for ints, weakfloat for floats; lists take the widest."""
-    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, (bool, InvalidType)): return dtypes.bool
     if isinstance(x, float): return dtypes.weakfloat
     if isinstance(x, int): return dtypes.weakint
     if isinstance(x, (list, tuple)):
@@ -209,6 +224,16 @@ truncate: dict[DType, Callable[[ConstType], ConstType]] = {d: functools.partial(
 # fp8 formats: exponent bits, mantissa bits, bias; fnuz ones have no -0 and no infinities (0x80 is their NaN), e4m3
 # has no infinities (all ones is its NaN), e5m2 is IEEE's layout
 _FP8 = {dtypes.fp8e4m3: (4, 3, 7), dtypes.fp8e5m2: (5, 2, 15), dtypes.fp8e4m3fnuz: (4, 3, 8), dtypes.fp8e5m2fnuz: (5, 2, 16)}
+
+
+def float_to_fp16(x: float) -> float:
+  """x rounded to float16 (to nearest even; past the largest finite, infinity), as a Python float."""
+  return float(np.float16(x)) if math.isfinite(x) and abs(x) < 65520 else math.copysign(math.inf, x) if not math.isnan(x) else x
+
+
+def float_to_bf16(x: float) -> float:
+  """x rounded to bfloat16 (to nearest even), as a Python float; infinities and NaN stay as they are."""
+  return x if not math.isfinite(x) else float(truncate[dtypes.bfloat16](x))
 
 
 def fp8_to_float(x: int, dtype: DType) -> float:
