@@ -227,13 +227,13 @@ _FP8 = {dtypes.fp8e4m3: (4, 3, 7), dtypes.fp8e5m2: (5, 2, 15), dtypes.fp8e4m3fnu
 
 
 def float_to_fp16(x: float) -> float:
-  """x rounded to float16 (to nearest even; past the largest finite, infinity), as a Python float."""
-  return float(np.float16(x)) if math.isfinite(x) and abs(x) < 65520 else math.copysign(math.inf, x) if not math.isnan(x) else x
+  """x rounded to float16 (to nearest even; past the largest finite, infinity), as a Python float (tinygrad's name)."""
+  return float(truncate[dtypes.float16](x))
 
 
 def float_to_bf16(x: float) -> float:
-  """x rounded to bfloat16 (to nearest even), as a Python float; infinities and NaN stay as they are."""
-  return x if not math.isfinite(x) else float(truncate[dtypes.bfloat16](x))
+  """x rounded to bfloat16 (to nearest even), as a Python float (tinygrad's name)."""
+  return float(truncate[dtypes.bfloat16](x))
 
 
 def fp8_to_float(x: int, dtype: DType) -> float:
