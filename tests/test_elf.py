@@ -81,7 +81,7 @@ def test_an_object_calling_what_only_the_linker_finds_is_linked(tmp_path, monkey
   monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))
   real = elf._external
   def no_expf(name: str) -> int:
-    if name == "expf": raise elf.UnresolvedSymbol("expf")
+    if name == "expf": raise elf.NeedsLinker("expf")
     return real(name)
   monkeypatch.setattr(elf, "_external", no_expf)
   src = "#include <math.h>\nvoid k_exp(unsigned long long* args) { float* f = (float*)args[0]; f[0] = expf(f[0]); }\n"

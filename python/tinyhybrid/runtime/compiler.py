@@ -19,7 +19,7 @@ from typing import Any
 
 from tinyhybrid.device import CompileError
 from tinyhybrid.runtime import diskcache
-from tinyhybrid.runtime.elf import ElfError, LoadedObject, UnresolvedSymbol, load_object
+from tinyhybrid.runtime.elf import ElfError, LoadedObject, NeedsLinker, load_object
 
 CFLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 IN_PROCESS = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
@@ -136,8 +136,8 @@ def _dlopen(path: Path, symbol: str) -> tuple[ctypes.CDLL, int]:
 
 
 def _linked(obj: Path, data: bytes) -> Path:
-  """A shared library linked from the object file's bytes (cached beside it), for an object that calls functions only
-  the linker finds (gcc's half-float helpers in the static libgcc)."""
+  """A shared library linked from the object file's bytes (cached beside it), for an object the loader does not take
+  (runtime/elf.NeedsLinker: gcc's half-float helpers from the static libgcc, say)."""
   if diskcache.valid(lib := obj.with_suffix(".linked.so")): return lib
   so_tmp = diskcache.temp_beside(lib)
   with tempfile.TemporaryDirectory() as tmp:
@@ -157,7 +157,7 @@ def _open(path: Path, symbol: str) -> tuple[Any, int]:
     if (obj := _objects.get(key := (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))) is None:
       if (data := diskcache.read(path)) is None: raise OSError(f"{path} is damaged")
       try: obj = _objects[key] = load_object(data)
-      except UnresolvedSymbol:
+      except NeedsLinker:
         try: return _dlopen(lib := _linked(path, data), symbol)
         except OSError:  # a linked library the loader refuses is built again with its object
           diskcache.discard(lib)

@@ -4,11 +4,14 @@ sent through jump stubs inside the mapping, then the mapping made read-execute. 
 compiler run where it was a compiler run and a linker run, about half the time of a small batch.
 
 Only what a compiler emits for position-independent code is handled (64-bit and PC-relative data references, calls
-through the PLT, GOT loads); anything else is an ElfError, and the caller builds a shared library instead."""
+through the PLT, GOT loads). A valid object with anything else in it (another relocation, a call to a function no
+loaded library has) is a NeedsLinker error, and the caller links it into a shared library instead; bytes that are
+not an x86-64 object at all are a plain ElfError."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import struct
 from dataclasses import dataclass
@@ -27,9 +30,9 @@ class ElfError(ValueError):
   """An object file this loader does not take (another machine, a relocation it does not know, a missing symbol)."""
 
 
-class UnresolvedSymbol(ElfError):
-  """The object calls a function no loaded library has (gcc's soft-float helpers live in the static libgcc): the
-  caller links it instead."""
+class NeedsLinker(ElfError):
+  """A valid object this loader does not take, which a linker does: a call to a function no loaded library has (gcc's
+  half-float helpers live in the static libgcc), a relocation or a section it does not handle."""
 
 
 @dataclass
@@ -39,20 +42,23 @@ class LoadedObject:
   memory: mmap.mmap
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
   return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-_LIBS: list[ctypes.CDLL] = []
+@functools.cache
+def _libraries() -> tuple[ctypes.CDLL, ...]:
+  """Where a kernel's calls go: libm, then what the process has loaded (libc)."""
+  return tuple(ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in (ctypes.util.find_library("m") or "libm.so.6", None))
 
 
 def _external(name: str) -> int:
   """The address of a C library function a kernel calls (libm's, libc's)."""
-  if not _LIBS: _LIBS.extend(ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in (ctypes.util.find_library("m") or "libm.so.6", None))
-  for lib in _LIBS:
+  for lib in _libraries():
     try: return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
     except AttributeError: continue
-  raise UnresolvedSymbol(f"the object calls {name!r}, which no loaded library has")
+  raise NeedsLinker(f"the object calls {name!r}, which no loaded library has")
 
 
 def load_object(data: bytes) -> LoadedObject:
@@ -106,7 +112,7 @@ def load_object(data: bytes) -> LoadedObject:
     _, info, _, shndx, value, _ = syms[j]
     if shndx == SHN_UNDEF: return base + stub_at[sym_name(j)]
     if shndx == SHN_ABS: return value
-    if shndx == SHN_COMMON or shndx not in place: raise ElfError(f"symbol {sym_name(j)!r} is in a section this loader does not place")
+    if shndx == SHN_COMMON or shndx not in place: raise NeedsLinker(f"symbol {sym_name(j)!r} is in a section this loader does not place")
     return base + place[shndx] + value
   for j, off in got_at.items():  # an external's slot holds the function itself, not its stub
     struct.pack_into("<Q", mem, off, _external(sym_name(j)) if syms[j][3] == SHN_UNDEF else address(j))
@@ -119,9 +125,9 @@ def load_object(data: bytes) -> LoadedObject:
     elif typ == R_X86_64_PC64: struct.pack_into("<q", mem, where, address(j) + addend - p)
     elif typ in (R_X86_64_PC32, R_X86_64_PLT32) or typ in _GOT_LOADS:
       v = (base + got_at[j] if typ in _GOT_LOADS else address(j)) + addend - p
-      if not -2**31 <= v < 2**31: raise ElfError(f"relocation at {r_off:#x} is out of 32-bit range")
+      if not -2**31 <= v < 2**31: raise NeedsLinker(f"relocation at {r_off:#x} is out of 32-bit range")
       struct.pack_into("<i", mem, where, v)
-    else: raise ElfError(f"relocation type {typ} is not handled")
+    else: raise NeedsLinker(f"relocation type {typ} is not handled")
   if text_size and _libc().mprotect(ctypes.c_void_p(base), ctypes.c_size_t(text_size), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
     raise OSError(ctypes.get_errno(), "mprotect of the loaded object failed")
   out = {}
