@@ -71,6 +71,9 @@ def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:
   from host data (Tensor([1, 2])), which tinygrad holds as a copy to run."""
   explicit: set[UOp] = set()
   for u in inputs: explicit.update(u.toposort())
+  # which nodes read an input: one pass, sources first, instead of a walk under every pending assign
+  reads_input: dict[UOp, bool] = {}
+  for u in UOp.sink(*ret).toposort(): reads_input[u] = u in explicit or any(reads_input[s] for s in u.src)
   found: list[UOp] = []
   seen: set[UOp] = set()
   stack = list(ret)
@@ -80,7 +83,7 @@ def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:
     seen.add(u)
     if u.op is Ops.BUFFER:
       if not getattr(u.arg, "from_host", False): found.append(u)
-    elif u.op in (Ops.AFTER, Ops.STORE, Ops.CONTIGUOUS) and not any(n in explicit for n in u.toposort()): continue
+    elif u.op in (Ops.AFTER, Ops.STORE, Ops.CONTIGUOUS) and not reads_input[u]: continue
     else: stack.extend(u.src)
   return found
 
