@@ -321,6 +321,10 @@ class Compiled:
     cannot (then each run of items on one device gets a runner of its own)."""
     return None
 
+  def compiler_key(self) -> str:
+    """What identifies the compiler of this device's kernels in cache keys (the device name says the rest)."""
+    return ""
+
   def synchronize(self) -> None: pass
 
 
@@ -348,7 +352,7 @@ class Target:
     return ":".join([self.device, *([str(self.index)] if self.index else []), *([self.renderer] if self.renderer else []), *([self.arch] if self.arch else [])])
 
 
-RENDERERS = ("CUDA", "PTX")  # renderers a target may name
+RENDERERS = ("CUDA", "PTX", "CLANG", "LLVM")  # renderers a target may name
 
 
 @functools.lru_cache(maxsize=4096)

@@ -30,7 +30,6 @@ from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import np_storage
 from tinyhybrid.helpers import BEAM, CACHELEVEL, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, NOOPT, TC, TC_SELECT
 from tinyhybrid.runtime import diskcache
-from tinyhybrid.runtime.compiler import compiler_key
 from tinyhybrid.device import CompileError
 from tinyhybrid.uop import AxisType, Ops
 
@@ -169,7 +168,7 @@ def _compile_or_none(dev: Compiled, name: str, src: str):
 
 def _cache_path(k: LoweredKernel, dev: Compiled, width: int) -> Path:
   src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
-  parts: tuple[str, ...] = (src, dev.name, str(dev.max_threads), compiler_key(), str(width), str(dev.renderer.vec))
+  parts: tuple[str, ...] = (src, dev.name, str(dev.max_threads), dev.compiler_key(), str(width), str(dev.renderer.vec))
   if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver
   key = hashlib.sha256("\0".join(parts).encode())
   return diskcache.subdir("beam") / f"{k.name}-{key.hexdigest()[:24]}.json"

@@ -162,11 +162,11 @@ _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ
 _SPECIAL_INFIX = {Ops.CDIV, Ops.CMOD}  # an integer division guards against a divisor of 0
 _INLINE = {Ops.CONST, Ops.GEP}  # nodes written where they are used, never named
 MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
-# The CPU kernel ABI's per-device state: a kernel whose source has a line "STATE_MARK<stride>" takes, after its buffers
+# The CPU kernel ABI's per-device state: a kernel whose source has a comment "STATE_MARK<stride>" takes, after its buffers
 # and variables, the address of zeroed memory of state_bytes(stride, threads) that only its launches on one device use
 # (those never overlap): a chunk counter, a count of cores done, and each core's partial results at 64 + core * stride.
 # Static memory in the library instead would be shared by every device that loads it.
-STATE_MARK = "// th-state: "
+STATE_MARK = "th-state: "
 
 
 def state_bytes(src: str, threads: int) -> int:
@@ -608,7 +608,7 @@ class CWriter(CStyleWriter):
     header = f"void {self.k.name}(const unsigned long long* args, unsigned int core_id, unsigned int num_cores) {{"
     statics = ["  " + line for v in self.statics.values() for line in v.split("\n")]
     if self.stateful:
-      header = f"{STATE_MARK}{self.part_stride}\n{header}"
+      header = f"// {STATE_MARK}{self.part_stride}\n{header}"
       statics += [f"  unsigned char* th_state = (unsigned char*)args[{len(self.k.buffers) + len(self.k.vars)}];",
                   "  long long* th_next = (long long*)th_state; unsigned int* th_left = (unsigned int*)(th_state + 8);",
                   "  unsigned int* th_done = (unsigned int*)(th_state + 12); unsigned char* th_part = th_state + 64;"]

@@ -63,59 +63,77 @@ def compiler_key() -> str:
   return f"{cc}\0{_compiler_id(cc)}"
 
 
+class Toolchain:
+  """How a batch of kernel sources becomes one object file (a shared library where objects are not loaded in
+  process), and what identifies its output in the cache."""
+  def key(self) -> str: raise NotImplementedError
+  def build(self, kernels: list[tuple[str, str, str]], out: Path, what: str) -> None:
+    """Builds (name, symbol, source) kernels into out, each kernel's function exported as its symbol; CompileError
+    when they do not build."""
+    raise NotImplementedError
+
+
 # how a source becomes a library: part of every cache key, so a change here never loads an old library
 _FORMAT = "object-1" if IN_PROCESS else "batch-1"
 
 
-def kernel_symbol(name: str, src: str) -> str:
-  """The exported name of a kernel's function: its name and a hash of its source and the compiler, so kernels of one
-  name built together stay apart, and a library found in the cache is the one wanted."""
-  return f"{name}_{hashlib.sha256(chr(0).join((src, compiler_key(), _FORMAT, *_flags())).encode()).hexdigest()[:24]}"
+@functools.cache
+def _c_key() -> str: return chr(0).join((compiler_key(), _FORMAT, *_flags()))
 
 
-def _build(text: str, out: Path, what: str) -> None:
-  cc = c_compiler()
-  # the library is written beside its place in the cache (a rename across filesystems fails: TMPDIR is often a tmpfs)
-  so_tmp = diskcache.temp_beside(out)
-  with tempfile.TemporaryDirectory() as tmp:
-    (c_file := Path(tmp) / "kernels.c").write_text(text)
-    cmd = [cc, *(f for f in _flags() if f != "-shared"), "-c", "-o", str(so_tmp), str(c_file)] if IN_PROCESS else \
-      [cc, *_flags(), "-o", str(so_tmp), str(c_file), "-lm"]
-    try: res = subprocess.run(cmd, capture_output=True, text=True)
-    except BaseException:
+class CToolchain(Toolchain):
+  """The system's C compiler, run as a process (c_compiler)."""
+  def key(self) -> str: return _c_key()
+
+  def build(self, kernels: list[tuple[str, str, str]], out: Path, what: str) -> None:
+    # the function's name is a single C token: a macro gives it the symbol's name without touching the source
+    text = "".join(f"#define {name} {sym}\n{src}\n#undef {name}\n" for name, sym, src in kernels)
+    cc = c_compiler()
+    # the library is written beside its place in the cache (a rename across filesystems fails: TMPDIR is often a tmpfs)
+    so_tmp = diskcache.temp_beside(out)
+    with tempfile.TemporaryDirectory() as tmp:
+      (c_file := Path(tmp) / "kernels.c").write_text(text)
+      cmd = [cc, *(f for f in _flags() if f != "-shared"), "-c", "-o", str(so_tmp), str(c_file)] if IN_PROCESS else \
+        [cc, *_flags(), "-o", str(so_tmp), str(c_file), "-lm"]
+      try: res = subprocess.run(cmd, capture_output=True, text=True)
+      except BaseException:
+        so_tmp.unlink(missing_ok=True)
+        raise
+    if res.returncode != 0:
       so_tmp.unlink(missing_ok=True)
-      raise
-  if res.returncode != 0:
-    so_tmp.unlink(missing_ok=True)
-    raise CompileError(f"{what} failed to compile with {cc}:\n{res.stderr.strip()}\n--- source ---\n{text}")
-  diskcache.install(so_tmp, out)
+      raise CompileError(f"{what} failed to compile with {cc}:\n{res.stderr.strip()}\n--- source ---\n{text}")
+    diskcache.install(so_tmp, out)
 
 
-def _renamed(name: str, sym: str, src: str) -> str:
-  # the function's name is a single C token: a macro gives it the symbol's name without touching the source
-  return f"#define {name} {sym}\n{src}\n#undef {name}\n"
+C_TOOLCHAIN = CToolchain()
 
 
-def compile_shared(kernels: list[tuple[str, str]]) -> list[tuple[Path, str]]:
+def kernel_symbol(name: str, src: str, toolchain: Toolchain = C_TOOLCHAIN) -> str:
+  """The exported name of a kernel's function: its name and a hash of its source and the toolchain, so kernels of one
+  name built together stay apart, and a library found in the cache is the one wanted."""
+  return f"{name}_{hashlib.sha256(chr(0).join((src, toolchain.key())).encode()).hexdigest()[:24]}"
+
+
+def compile_shared(kernels: list[tuple[str, str]], toolchain: Toolchain = C_TOOLCHAIN) -> list[tuple[Path, str]]:
   """(library, symbol) for each (name, source). Kernels found in the cache are loaded from it; the others are built
   together, one compiler run for all (the run's fixed cost is most of a small kernel's), and each is entered in the
   cache as a link to that library. If the run fails, each is built alone, so the error names the kernel at fault."""
   out, missing, d = [], [], diskcache.subdir("kernels")
   for name, src in kernels:
-    sym = kernel_symbol(name, src)
+    sym = kernel_symbol(name, src, toolchain)
     path = d / f"{sym}{LIB_SUFFIX}"
     out.append((path, sym))
     if not diskcache.valid(path): missing.append((name, sym, src, path))
   if len(missing) == 1:
     name, sym, src, path = missing[0]
-    _build(_renamed(name, sym, src), path, f"kernel {name}")
+    toolchain.build([(name, sym, src)], path, f"kernel {name}")
   elif missing:
-    text = "".join(_renamed(name, sym, src) for name, sym, src, _ in missing)
-    lib = d / f"batch-{hashlib.sha256(text.encode()).hexdigest()[:24]}{LIB_SUFFIX}"
+    batch = hashlib.sha256(chr(0).join(sym for _, sym, _, _ in missing).encode()).hexdigest()[:24]
+    lib = d / f"batch-{batch}{LIB_SUFFIX}"
     try:
-      if not diskcache.valid(lib): _build(text, lib, f"{len(missing)} kernels")
+      if not diskcache.valid(lib): toolchain.build([(name, sym, src) for name, sym, src, _ in missing], lib, f"{len(missing)} kernels")
     except CompileError:
-      for name, sym, src, path in missing: _build(_renamed(name, sym, src), path, f"kernel {name}")
+      for name, sym, src, path in missing: toolchain.build([(name, sym, src)], path, f"kernel {name}")
       return out
     for *_, path in missing: diskcache.link(path, lib)
   return out
@@ -166,10 +184,10 @@ def _open(path: Path, symbol: str) -> tuple[Any, int]:
   return obj, obj.symbols[symbol]
 
 
-def load_kernel(path: Path, name: str, src: str) -> tuple[Any, int]:
+def load_kernel(path: Path, name: str, src: str, toolchain: Toolchain = C_TOOLCHAIN) -> tuple[Any, int]:
   """What keeps a kernel's code alive, and its function's address, for a kernel compile_shared gave `path` for. A
   build the loader refuses (or one without the function) is deleted and built again, once."""
-  symbol = kernel_symbol(name, src)
+  symbol = kernel_symbol(name, src, toolchain)
   try: return _open(path, symbol)
   except (OSError, AttributeError, ElfError): diskcache.discard(path)
-  return _open(compile_shared([(name, src)])[0][0], symbol)
+  return _open(compile_shared([(name, src)], toolchain)[0][0], symbol)

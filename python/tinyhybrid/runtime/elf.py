@@ -42,15 +42,21 @@ class LoadedObject:
   memory: mmap.mmap
 
 
+def _system_library(name: str, **kw) -> ctypes.CDLL:
+  """A C library by glibc's name for it (lib<name>.so.6), else wherever ctypes finds it: find_library runs ldconfig or
+  a compiler, a process this module otherwise never starts."""
+  try: return ctypes.CDLL(f"lib{name}.so.6", **kw)
+  except OSError: return ctypes.CDLL(ctypes.util.find_library(name), **kw)
+
+
 @functools.cache
-def _libc() -> ctypes.CDLL:
-  return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+def _libc() -> ctypes.CDLL: return _system_library("c", use_errno=True)
 
 
 @functools.cache
 def _libraries() -> tuple[ctypes.CDLL, ...]:
   """Where a kernel's calls go: libm, then what the process has loaded (libc)."""
-  return tuple(ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in (ctypes.util.find_library("m") or "libm.so.6", None))
+  return _system_library("m", mode=ctypes.RTLD_GLOBAL), ctypes.CDLL(None, mode=ctypes.RTLD_GLOBAL)
 
 
 def _external(name: str) -> int:

@@ -1,4 +1,5 @@
-"""The CPU device: C kernels compiled with the system compiler, run through the native command queue (a ring
+"""The CPU device: kernels rendered as C and compiled by the system's C compiler (CPU:CLANG, runtime/compiler.py), or as
+LLVM IR compiled in this process by llvmlite (CPU:LLVM, runtime/llvm.py), run through the native command queue (a ring
 consumed by one worker thread per usable core; each kernel's THREAD loop is split across them). Submits return at once
 (runtime/hcq.py); the allocator waits for the queue before the host touches memory a submit still uses. Devices opened
 side by side (CPU:0, CPU:1, ...) split the cores between them, and each keeps its kernels' state of its own."""
@@ -12,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from tinyhybrid._core import hcq
-from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, profile_events, to_ctypes_words
+from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, Target, profile_events, to_ctypes_words
 from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
+from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.host import host_vector_unit
-from tinyhybrid.runtime.compiler import KERNEL_FN, compile_shared, is_clang, load_kernel
+from tinyhybrid.runtime.compiler import C_TOOLCHAIN, KERNEL_FN, Toolchain, c_compiler, compile_shared, is_clang, load_kernel
 from tinyhybrid.runtime.hcq import HCQProgram, QueueRunner, accesses, chain_runner_of, fits, host_wait, register, submit, synchronize
 
 
@@ -55,10 +57,35 @@ class CPUAllocator(Allocator):
 _CORES = hcq.CoreShare()
 
 
+RENDERERS = ("CLANG", "LLVM")
+
+
+def renderer_name(name: str) -> str:
+  """Which renderer the CPU device `name` uses: the one its name gives (CPU:LLVM), else CPU_CC's (tinygrad's CPU_CC=LLVM)
+  or CPU_LLVM=1's, else CLANG where a C compiler is found and LLVM where none is."""
+  t = Target.parse(name)
+  if t.arch is not None: raise ValueError(f"{name}: the CPU device compiles for this host (no architecture)")
+  env = os.environ.get
+  if (want := t.renderer or env("CPU_CC", "").upper() or ("LLVM" if env("CPU_LLVM", "0") not in ("", "0") else "")) and want not in RENDERERS:
+    raise ValueError(f"{name}: the CPU device has no renderer {want!r} (renderers: {', '.join(RENDERERS)})")
+  if want: return want
+  try: c_compiler()
+  except RuntimeError: return "LLVM"
+  return "CLANG"
+
+
 class CPUDevice(Compiled):
   def __init__(self, name: str):
     unit = host_vector_unit()  # register tiles are sized for this CPU's vector registers
-    super().__init__(name, CPUAllocator(self), CRenderer(unit.lanes if is_clang() else 1, registers=unit.registers), self._build_kernels)
+    renderer: Renderer
+    self.toolchain: Toolchain
+    if renderer_name(name) == "LLVM":
+      from tinyhybrid.renderer.llvmir import LLVMRenderer
+      from tinyhybrid.runtime.llvm import LLVM_TOOLCHAIN, llvm
+      llvm()  # a missing llvmlite is an error when the device opens
+      renderer, self.toolchain = LLVMRenderer(unit.lanes, registers=unit.registers), LLVM_TOOLCHAIN
+    else: renderer, self.toolchain = CRenderer(unit.lanes if is_clang() else 1, registers=unit.registers), C_TOOLCHAIN
+    super().__init__(name, CPUAllocator(self), renderer, self._build_kernels)
     self.hcq_queue = self.queue = hcq.CPUQueue(name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
     register(self.queue)
     self._copy_queue: hcq.CPUQueue | None = None
@@ -73,13 +100,13 @@ class CPUDevice(Compiled):
       g = sizes.index(min(sizes))
       groups[g].append(i)
       sizes[g] += len(kernels[i][1])
-    with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g]), groups))
+    with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g], self.toolchain), groups))
     libs: dict[int, Path] = {}
     for grp, b in zip(groups, built): libs.update(zip(grp, (p for p, _ in b)))
     return [self._load(name, src, libs[i]) for i, (name, src) in enumerate(kernels)]
 
   def _load(self, name: str, src: str, path: Path) -> CompiledProgram:
-    lib, addr = load_kernel(path, name, src)
+    lib, addr = load_kernel(path, name, src, self.toolchain)
     # the kernel's state on this device (renderer/cstyle.STATE_MARK), its last argument
     state = np.zeros(nstate, dtype=np.uint64) if (nstate := -(-state_bytes(src, self.max_threads) // 8)) else None
     hp = HCQProgram(hcq.Program(addr, name), [] if state is None else [state.ctypes.data], (lib, state))
@@ -122,6 +149,8 @@ class CPUDevice(Compiled):
 
   def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner | None:
     return chain_runner_of(CPUDevice, devices, items, nslots)
+
+  def compiler_key(self) -> str: return self.toolchain.key()
 
   def synchronize(self) -> None:
     synchronize(self.queue)

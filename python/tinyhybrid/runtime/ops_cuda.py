@@ -218,6 +218,7 @@ class CUDADevice(Compiled):
   def __init__(self, name: str):
     ffi, lib = _api()
     t = Target.parse(name)
+    if t.renderer not in (None, "CUDA", "PTX"): raise ValueError(f"{name}: the CUDA device renders CUDA C++ or PTX (CUDA, CUDA:PTX)")
     n = ffi.new("int*")
     check(lib.cuDeviceGetCount(n), "cuDeviceGetCount")
     if t.index >= n[0]: raise RuntimeError(f"{name}: there are {n[0]} CUDA device(s), CUDA:0 to CUDA:{n[0] - 1}")

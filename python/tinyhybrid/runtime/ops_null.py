@@ -39,6 +39,7 @@ def make_device(name: str) -> Compiled:
   if t.renderer is None:
     if t.arch is not None: raise ValueError(f"{name}: an architecture needs a renderer (NULL:CUDA:sm_90, NULL:PTX:sm_90)")
     return NullDevice(name, CRenderer())
+  if t.renderer not in ("CUDA", "PTX"): raise ValueError(f"{name}: the NULL device compiles CUDA C++ or PTX (NULL:CUDA:sm_90, NULL:PTX:sm_90)")
   arch = t.arch or "sm_90"
   from tinyhybrid.runtime.cuda_compiler import CUDACompiler, PTXCompiler
   if t.renderer == "CUDA":

@@ -1,0 +1,220 @@
+"""The CPU device's LLVM backend (DEV=CPU:LLVM: LLVM IR rendered by renderer/llvmir.py, compiled in this process by
+llvmlite, runtime/llvm.py): its values against the C backend's for the same kernels, bit for bit; the paths its
+renderer has of its own (masked and gated loads, grouped reduces, variables, bfloat16 and half); how the device is
+chosen; and the suite's torch comparisons on a machine with no C compiler at all."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinyhybrid import Tensor, Variable, dtypes
+from tinyhybrid.device import CompileError, Device
+from tinyhybrid.helpers import Context
+
+LLVM, CLANG = "CPU:LLVM", "CPU:CLANG"
+ROOT = Path(__file__).resolve().parent.parent
+
+F32 = np.array([0.0, -0.0, 1.5, -2.25, 3e38, -3e38, 1e-40, np.inf, -np.inf, np.nan, 7.0, -7.5, 0.1, 100.0, -0.5, 2.0], np.float32)
+I32 = np.array([0, 1, -1, 7, -7, 2**31 - 1, -2**31, 100, -100, 3, -3, 5, 65536, -65537, 12, 13], np.int32)
+
+
+def _both(fn, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """fn's result on the LLVM and the C backend, from the same inputs."""
+  out = []
+  for dev in (LLVM, CLANG):
+    out.append(fn(*(Tensor(a, device=dev) for a in arrays)).numpy())
+  return out[0], out[1]
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray, what: str) -> None:
+  assert a.dtype == b.dtype and a.shape == b.shape, what
+  if a.dtype.kind == "f":  # every NaN is the same NaN
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    np.testing.assert_array_equal(nan_a, nan_b, err_msg=what)
+    a, b = np.where(nan_a, 0, a), np.where(nan_b, 0, b)
+  np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8), err_msg=what)
+
+
+FLOAT_OPS = {
+  "add": lambda a, b: a + b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b, "sub": lambda a, b: a - b,
+  "max": lambda a, b: a.maximum(b), "lt": lambda a, b: a < b, "ne": lambda a, b: a != b, "eq": lambda a, b: a == b,
+  "sqrt": lambda a, b: a.abs().sqrt(), "exp2": lambda a, b: a.exp2(), "log2": lambda a, b: a.abs().log2(),
+  "sin": lambda a, b: (a * 0.001).sin(), "trunc": lambda a, b: a.trunc(), "recip": lambda a, b: a.reciprocal(),
+  "neg": lambda a, b: -a, "where": lambda a, b: (a < b).where(a, b * 2), "to_bool": lambda a, b: a.cast(dtypes.bool),
+  "to_half": lambda a, b: a.cast(dtypes.half), "to_bf16": lambda a, b: a.cast(dtypes.bfloat16).cast(dtypes.float),
+  "to_double": lambda a, b: a.cast(dtypes.float64), "bits": lambda a, b: a.bitcast(dtypes.uint32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT_OPS))
+def test_float_ops_match_c_bit_for_bit(name):
+  a, b = F32, np.roll(F32, 3)
+  _same_bits(*_both(FLOAT_OPS[name], a, b), name)
+
+
+INT_OPS = {
+  "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "idiv": lambda a, b: a.idiv(b), "shl": lambda a, b: a << 3,
+  "shr": lambda a, b: a >> 2, "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
+  "max": lambda a, b: a.maximum(b), "lt": lambda a, b: a < b, "mul": lambda a, b: a * b, "add": lambda a, b: a + b,
+  "neg": lambda a, b: -a, "to_float": lambda a, b: a.cast(dtypes.float), "to_int8": lambda a, b: a.cast(dtypes.int8),
+  "to_uint16": lambda a, b: a.cast(dtypes.uint16), "to_int64": lambda a, b: a.cast(dtypes.int64),
+  "u_div": lambda a, b: a.cast(dtypes.uint32) // b.cast(dtypes.uint32), "u_shr": lambda a, b: a.cast(dtypes.uint32) >> 3,
+  "u_lt": lambda a, b: a.cast(dtypes.uint32) < b.cast(dtypes.uint32), "u_to_float": lambda a, b: a.cast(dtypes.uint32).cast(dtypes.float),
+  "i8_wrap": lambda a, b: a.cast(dtypes.int8) * b.cast(dtypes.int8) + 100, "u8_max": lambda a, b: a.cast(dtypes.uint8).maximum(b.cast(dtypes.uint8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT_OPS))
+def test_int_ops_match_c_bit_for_bit(name):
+  # the divisors include 0 and -1 (0 gives 0; the most negative value by -1 wraps)
+  a, b = I32, np.roll(I32, 5)
+  _same_bits(*_both(INT_OPS[name], a, b), name)
+
+
+def test_bool_ops_and_bitcast():
+  a = np.array([True, False, True, False, True, True, False, False])
+  b = np.roll(a, 1)
+  for name, fn in {"and": lambda x, y: x & y, "or": lambda x, y: x | y, "xor": lambda x, y: x ^ y,
+                   "to_int": lambda x, y: x.cast(dtypes.int32) + y.cast(dtypes.int32), "to_float": lambda x, y: x.cast(dtypes.float) * 2.5,
+                   "bits": lambda x, y: x.bitcast(dtypes.uint8), "where": lambda x, y: x.where(1.0, y.cast(dtypes.float))}.items():
+    ours, c = _both(fn, a, b)
+    _same_bits(ours, c, name)
+  np.testing.assert_array_equal(Tensor(a, device=LLVM).bitcast(dtypes.uint8).numpy(), a.view(np.uint8))
+
+
+def test_half_and_bfloat16_round_as_c():
+  x = np.linspace(-3, 3, 37).astype(np.float32) + np.float32(1 / 3)
+  for name, fn in {"half_arith": lambda a: (a.cast(dtypes.half) * 1.7 + 0.3).cast(dtypes.float),
+                   "half_exp2": lambda a: a.cast(dtypes.half).exp2(),
+                   "bf16_arith": lambda a: (a.cast(dtypes.bfloat16) * 1.7 + 0.3).cast(dtypes.float),
+                   "bf16_bits": lambda a: a.cast(dtypes.bfloat16).bitcast(dtypes.uint16),
+                   "double_to_half": lambda a: (a.cast(dtypes.float64) / 3).cast(dtypes.half)}.items():
+    _same_bits(*_both(fn, x), name)
+  # a double rounds to half once: 1 + 2^-11 + 2^-40 is just above the tie between 1 and the next half, 1 + 2^-10
+  d = np.array([1 + 2.0 ** -11 + 2.0 ** -40, -(1 + 2.0 ** -11 + 2.0 ** -40)], np.float64)
+  np.testing.assert_array_equal(Tensor(d, device=LLVM).cast(dtypes.half).numpy(), d.astype(np.float16))
+
+
+def test_gated_and_masked_loads():
+  # padding gates the loads at the border; 17 and 23 leave vectors hanging over the end of a row (masked lanes)
+  x = np.random.default_rng(0).standard_normal((2, 3, 17, 23)).astype(np.float32)
+  w = np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32)
+  import torch
+  ref = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+  np.testing.assert_allclose(Tensor(x, device=LLVM).conv2d(Tensor(w, device=LLVM), padding=1).numpy(), ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_array_equal(Tensor(x, device=LLVM).pad(((0, 0), (0, 0), (2, 1), (3, 0))).numpy(), np.pad(x, ((0, 0), (0, 0), (2, 1), (3, 0))))
+  h = x.astype(np.float16)
+  np.testing.assert_array_equal(Tensor(h, device=LLVM)[:, :, 1:, 2:].pad(((0, 0), (0, 0), (1, 0), (2, 0))).numpy(), np.pad(h[:, :, 1:, 2:], ((0, 0), (0, 0), (1, 0), (2, 0))))
+
+
+def test_reduces_split_across_cores():
+  x = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
+  np.testing.assert_allclose(Tensor(x, device=LLVM).sum().numpy(), x.astype(np.float64).sum(), rtol=1e-4)
+  x[12345] = np.nan
+  assert np.isnan(Tensor(x, device=LLVM).max().numpy())
+  i = np.arange(1 << 20, dtype=np.int32) % 1000 - 500
+  assert Tensor(i, device=LLVM).max().item() == 499 and Tensor(i, device=LLVM).sum().item() == int(i.sum())
+  m = np.random.default_rng(3).standard_normal((300, 700)).astype(np.float32)
+  np.testing.assert_allclose(Tensor(m, device=LLVM).max(axis=1).numpy(), m.max(1))
+  np.testing.assert_allclose((Tensor(m, device=LLVM) @ Tensor(m.T.copy(), device=LLVM)).numpy(), m @ m.T, rtol=1e-4, atol=1e-3)
+
+
+def test_variables():
+  x = np.arange(40, dtype=np.float32).reshape(10, 4)
+  v = Variable("n", 1, 10)
+  for n in (3, 7):
+    np.testing.assert_allclose(Tensor(x, device=LLVM)[:v.bind(n)].sum(axis=0).numpy(), x[:n].sum(0))
+
+
+def test_fp8_is_refused_at_render_time():
+  with pytest.raises(TypeError, match=r"kernel \S+: the LLVM renderer has no dtypes\.fp8e4m3"):
+    Tensor([1.0, 2.0], device=LLVM).cast(dtypes.fp8e4m3).realize()
+
+
+def test_bad_ir_is_a_compile_error_naming_the_kernel(tmp_path):
+  tc = Device[LLVM].toolchain
+  with pytest.raises(CompileError, match="kernel broken: LLVM rejects its IR"):
+    tc.build([("broken", "broken_1", "define void @broken() { ret i32 0 }")], tmp_path / "k.o", "broken")
+
+
+def test_debug_prints_the_ir(capfd):
+  with Context(DEBUG=4):
+    (Tensor([1.0, 2.0, 3.0], device=LLVM) * 7 + 1).realize()
+  out = capfd.readouterr().out
+  assert re.search(r"define void @E_\w+\(ptr %args, i32 %core_id, i32 %num_cores\)", out), out[-2000:]
+
+
+def test_device_selection(monkeypatch):
+  from tinyhybrid.runtime import compiler, ops_cpu
+  assert ops_cpu.renderer_name("CPU:LLVM") == "LLVM" and ops_cpu.renderer_name("CPU:1:CLANG") == "CLANG"
+  monkeypatch.setenv("CPU_LLVM", "1")
+  assert ops_cpu.renderer_name("CPU") == "LLVM"
+  monkeypatch.delenv("CPU_LLVM")
+  monkeypatch.setenv("CPU_CC", "llvm")
+  assert ops_cpu.renderer_name("CPU:3") == "LLVM"
+  monkeypatch.setenv("CPU_CC", "GCC")
+  with pytest.raises(ValueError, match="the CPU device has no renderer 'GCC'"): ops_cpu.renderer_name("CPU")
+  monkeypatch.delenv("CPU_CC")
+  with pytest.raises(ValueError, match="unknown device"): Device.canonicalize("CPU:NOPE")
+
+  def none() -> str: raise RuntimeError("no C compiler found")
+  monkeypatch.setattr(ops_cpu, "c_compiler", none)
+  assert ops_cpu.renderer_name("CPU") == "LLVM"  # no C compiler: LLVM in process
+  assert compiler.c_compiler is not none
+
+
+def test_missing_llvmlite_names_the_package(monkeypatch):
+  from tinyhybrid.runtime import llvm
+  llvm.llvm.cache_clear()
+  monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
+  try:
+    with pytest.raises(RuntimeError, match=r"needs llvmlite: pip install 'tinyhybrid\[llvm\]'"): llvm.llvm()
+  finally:
+    llvm.llvm.cache_clear()
+
+
+_COMPILERS = re.compile(r"(^|-)(cc|gcc|clang|c\+\+|g\+\+|clang\+\+|tcc|icx|icc)(-[0-9.]+)?$")
+
+
+def _path_without_compilers(bindir: Path) -> str:
+  """A PATH of one folder holding links to every program on this PATH but the C and C++ compilers."""
+  bindir.mkdir()
+  for d in os.environ.get("PATH", "").split(os.pathsep):
+    if not d or not Path(d).is_dir(): continue
+    for f in Path(d).iterdir():
+      if _COMPILERS.search(f.name) or (bindir / f.name).exists() or not os.access(f, os.X_OK) or f.is_dir(): continue
+      (bindir / f.name).symlink_to(f)
+  return str(bindir)
+
+
+# run in the child: tinyhybrid may start no process (a test's other libraries may); the default CPU device is LLVM's
+_NO_COMPILER = """
+import os, subprocess, sys, traceback
+import tinyhybrid
+ours, start = os.path.dirname(tinyhybrid.__file__), subprocess.Popen.__init__
+def guarded(self, args, *a, **k):
+  if any(f.filename.startswith(ours) for f in traceback.extract_stack()): raise AssertionError(f"tinyhybrid started a process: {args!r}")
+  start(self, args, *a, **k)
+subprocess.Popen.__init__ = guarded
+from tinyhybrid import Device
+from tinyhybrid.renderer.llvmir import LLVMRenderer
+assert isinstance(Device["CPU"].renderer, LLVMRenderer), Device["CPU"].renderer
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "-p", "no:benchmark", *sys.argv[1:]]))
+"""
+
+
+def test_torch_comparisons_with_no_c_compiler(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k not in ("CC", "DEV", "CPU_LLVM", "CPU_CC", "PYTEST_XDIST_WORKER")}
+  env.update(PATH=_path_without_compilers(tmp_path / "bin"), TINYHYBRID_CACHE=str(tmp_path / "cache"))
+  mods = [str(ROOT / "tests" / m) for m in ("test_tensor_ops.py", "test_int_division.py")]
+  res = subprocess.run([sys.executable, "-c", _NO_COMPILER, *mods], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+  tail = (res.stdout + res.stderr)[-3000:]
+  assert res.returncode == 0, tail
+  assert re.search(r"\d+ passed", tail) and "failed" not in tail, tail
