@@ -132,9 +132,21 @@ def test_variables():
     np.testing.assert_allclose(Tensor(x, device=LLVM)[:v.bind(n)].sum(axis=0).numpy(), x[:n].sum(0))
 
 
-def test_fp8_is_refused_at_render_time():
-  with pytest.raises(TypeError, match=r"kernel \S+: the LLVM renderer has no dtypes\.fp8e4m3"):
-    Tensor([1.0, 2.0], device=LLVM).cast(dtypes.fp8e4m3).realize()
+@pytest.mark.parametrize("dt", [dtypes.fp8e4m3, dtypes.fp8e5m2], ids=str)
+def test_fp8_matches_c_bit_for_bit(dt):
+  # every byte decoded; values between, past the largest finite, tiny (subnormal), NaN and inf encoded
+  every = np.arange(256, dtype=np.uint8)
+  _same_bits(*_both(lambda b: b.bitcast(dt).cast(dtypes.float), every), "decode")
+  x = np.concatenate([F32, np.linspace(-600, 600, 97, dtype=np.float32), np.float32(2.0 ** -np.arange(1, 24))])
+  for name, fn in {"encode": lambda a: a.cast(dt).bitcast(dtypes.uint8), "arith": lambda a: (a.cast(dt) * 1.3 + 0.1).cast(dtypes.float),
+                   "from_double": lambda a: (a.cast(dtypes.float64) / 3).cast(dt).bitcast(dtypes.uint8),
+                   "sum": lambda a: a.reshape(-1, 2).cast(dt).sum(axis=1).cast(dtypes.float)}.items():
+    _same_bits(*_both(fn, x[:len(x) // 2 * 2]), name)
+
+
+def test_a_dtype_it_has_not_is_refused_at_render_time():
+  with pytest.raises(TypeError, match=r"kernel \S+: the LLVM renderer has no dtypes\.fp8e4m3fnuz"):
+    Tensor([1.0, 2.0], device=LLVM).cast(dtypes.fp8e4m3fnuz).realize()
 
 
 def test_bad_ir_is_a_compile_error_naming_the_kernel(tmp_path):

@@ -21,15 +21,17 @@ from tinyhybrid.codegen.expand import csize
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
 from tinyhybrid.dtype import DType, dtypes, float_to_bf16
 from tinyhybrid.renderer import Renderer
-from tinyhybrid.renderer.cstyle import CHUNKS, STATE_MARK, CStyleWriter, last_level_cache, var_name
+from tinyhybrid.renderer.cstyle import CHUNKS, FP8_FORMATS, STATE_MARK, CStyleWriter, last_level_cache, var_name
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
 # dtype name -> the LLVM type its values are computed in (bfloat16 in float, as the C renderer)
 _SCALAR = {"bool": "i1", "signed char": "i8", "unsigned char": "i8", "short": "i16", "unsigned short": "i16",
            "int": "i32", "unsigned int": "i32", "long": "i64", "unsigned long": "i64", "weakint": "i64", "half": "half",
-           "__bf16": "float", "float": "float", "double": "double", "weakfloat": "double"}
-_MEMORY = {"bool": "i8", "__bf16": "i16"}  # where memory holds a value otherwise than it is computed in
+           "__bf16": "float", "float8_e4m3": "float", "float8_e5m2": "float", "float": "float", "double": "double",
+           "weakfloat": "double"}
+# where memory holds a value otherwise than it is computed in (bfloat16 and the OCP fp8s are computed in float)
+_MEMORY = {"bool": "i8", "__bf16": "i16", "float8_e4m3": "i8", "float8_e5m2": "i8"}
 _BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "half": 16, "float": 32, "double": 64}
 _MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 _BITWISE = {Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
@@ -271,8 +273,7 @@ class LLVMWriter(CStyleWriter):
       self.names[u] = self.load(u)
       return
     v = self.alu(u, t)
-    if op in GroupOp.ALU and op not in (*GroupOp.Comparison, Ops.WHERE, Ops.MAX) and dt.scalar() is dtypes.bfloat16:
-      v = self.round_bf16(v, t)
+    if op in GroupOp.ALU and op not in (*GroupOp.Comparison, Ops.WHERE, Ops.MAX): v = self.rounded(v, dt.scalar(), t)
     self.names[u] = v
 
   def alu(self, u: UOp, t: str) -> str:
@@ -359,6 +360,62 @@ class LLVMWriter(CStyleWriter):
     if _BITS[st] > _BITS[dt_elem]: return self.op(f"trunc {a} {x} to {b}")
     return self.op(f"{'zext' if dtypes.is_unsigned(src.scalar()) or src.scalar() is dtypes.bool else 'sext'} {a} {x} to {b}")
 
+  def rounded(self, x: str, dt: DType, t: str) -> str:
+    """x (float) rounded to dt where dt is computed in a wider type (bfloat16, the fp8s); else x."""
+    if dt is dtypes.bfloat16: return self.round_bf16(x, t)
+    return self.fp8_decode(self.fp8_encode(x, dt, t), dt, _like(t, "i8")) if dt in FP8_FORMATS else x
+
+  def fp8_encode(self, x: str, dt: DType, t: str) -> str:
+    """The fp8 byte of float x, rounded to nearest even, as the C renderer's th_fp8_enc: past the largest finite E4M3
+    saturates to +-448 and E5M2 gives +-inf; a NaN is the format's all-ones pattern with its sign. Lane-wise, no
+    branches: both of a normal's and a subnormal's roundings are computed and one is picked."""
+    _, m, b, ieee = FP8_FORMATS[dt]
+    it, mt, i8 = _like(t, "i32"), _like(t, "i1"), _like(t, "i8")
+    def c(v: int) -> str: return self.const(v, dtypes.uint32, it)
+    def op2(ins: str, x: str, y: str, ty: str = it) -> str: return self.op(f"{ins} {ty} {x}, {y}")
+    u = self.op(f"bitcast {t} {x} to {it}")
+    sign = op2("and", op2("lshr", u, c(24)), c(0x80))
+    a = op2("and", u, c(0x7FFFFFFF))
+    e = op2("lshr", a, c(23))
+    normal = op2("icmp uge", e, c(127 + 1 - b))  # e - 127 >= 1 - b
+    q_norm = op2("sub", op2("lshr", a, c(23 - m)), c((127 - b) << m))
+    t_sub = op2("sub", c(151 - b - m), e)
+    sh_sub = self.op(f"select {mt} {op2('icmp ugt', t_sub, c(31))}, {it} {c(31)}, {it} {t_sub}")
+    a_sub = op2("or", op2("and", a, c(0x7FFFFF)), self.op(f"select {mt} {op2('icmp ne', e, c(0))}, {it} {c(0x800000)}, {it} {c(0)}"))
+    sh = self.op(f"select {mt} {normal}, {it} {c(23 - m)}, {it} {sh_sub}")
+    aa = self.op(f"select {mt} {normal}, {it} {a}, {it} {a_sub}")
+    q = self.op(f"select {mt} {normal}, {it} {q_norm}, {it} {op2('lshr', a_sub, sh_sub)}")
+    half = op2("shl", c(1), op2("sub", sh, c(1)))
+    rem = op2("and", aa, op2("sub", op2("shl", c(1), sh), c(1)))
+    tie_odd = op2("and", op2("icmp eq", rem, half), op2("icmp ne", op2("and", q, c(1)), c(0)), mt)
+    up = op2("or", op2("icmp ugt", rem, half), tie_odd, mt)
+    q = op2("add", q, self.op(f"zext {mt} {up} to {it}"))
+    top = 0x7B if ieee else 0x7E
+    q = self.op(f"select {mt} {op2('icmp ugt', q, c(top))}, {it} {c(0x7C if ieee else 0x7E)}, {it} {q}")
+    q = self.op(f"select {mt} {op2('icmp ugt', a, c(0x7F800000))}, {it} {c(0x7F)}, {it} {q}")  # NaN
+    return self.op(f"trunc {it} {op2('or', sign, q)} to {i8}")
+
+  def fp8_decode(self, byte: str, dt: DType, t8: str) -> str:
+    """The float value of fp8 byte(s), exactly, as the C renderer's th_fp8_dec."""
+    _, m, b, ieee = FP8_FORMATS[dt]
+    it, mt, ft = _like(t8, "i32"), _like(t8, "i1"), _like(t8, "float")
+    def c(v: int) -> str: return self.const(v, dtypes.uint32, it)
+    def op2(ins: str, x: str, y: str, ty: str = it) -> str: return self.op(f"{ins} {ty} {x}, {y}")
+    x = self.op(f"zext {t8} {byte} to {it}")
+    sign = op2("shl", op2("and", x, c(0x80)), c(24))
+    mag = op2("and", x, c(0x7F))
+    e, f = op2("lshr", mag, c(m)), op2("and", x, c((1 << m) - 1))
+    normal = op2("or", sign, op2("or", op2("shl", op2("add", e, c(127 - b)), c(23)), op2("shl", f, c(23 - m))))
+    if ieee: special = (op2("icmp eq", e, c(0x7F >> m)), op2("or", op2("or", sign, c(0x7F800000)),
+                        self.op(f"select {mt} {op2('icmp ne', f, c(0))}, {it} {c(0x400000)}, {it} {c(0)}")))
+    else: special = (op2("icmp eq", mag, c(0x7F)), op2("or", sign, c(0x7FC00000)))
+    bits = self.op(f"select {mt} {special[0]}, {it} {special[1]}, {it} {normal}")
+    value = self.op(f"bitcast {it} {bits} to {ft}")
+    # zero and the subnormals: f * 2^(1-b-m), signed
+    sub = self.op(f"fmul {ft} {self.op(f'uitofp {it} {f} to {ft}')}, {self.const(2.0 ** (1 - b - m), dtypes.float32, ft)}")
+    sub = self.op(f"select {mt} {op2('icmp ne', sign, c(0))}, {ft} {self.op(f'fneg {ft} {sub}')}, {ft} {sub}")
+    return self.op(f"select {mt} {op2('icmp eq', e, c(0))}, {ft} {sub}, {ft} {value}")
+
   def round_bf16(self, x: str, t: str) -> str:
     """x (float) rounded to bfloat16, to nearest even; a NaN stays a NaN."""
     it = _like(t, "i32")
@@ -380,9 +437,10 @@ class LLVMWriter(CStyleWriter):
     wide = self.op(f"shl {it} {self.op(f'zext {t16} {bits} to {it}')}, {self.const(16, dtypes.uint32, it)}")
     return self.op(f"bitcast {it} {wide} to {_like(t16, 'float')}")
 
-  def double_to_half(self, x: str, t: str) -> str:
-    """A double to half rounded once: to float rounded to odd first (a direct conversion is a libcall of compiler-rt,
-    which no loaded library has), as the C renderer's th_d2f_odd."""
+  def odd_float(self, x: str, t: str) -> str:
+    """A double as float rounded to odd, so that a rounding on to a narrower type (half, an fp8) is the only one that
+    counts, as the C renderer's th_d2f_odd (a direct double to half conversion is a libcall of compiler-rt, which no
+    loaded library has)."""
     ft, it, mt = _like(t, "float"), _like(t, "i32"), _like(t, "i1")
     f = self.op(f"fptrunc {t} {x} to {ft}")
     back = self.op(f"fpext {ft} {f} to {t}")
@@ -391,8 +449,7 @@ class LLVMWriter(CStyleWriter):
     bits = self.op(f"bitcast {ft} {f} to {it}")
     down = self.op(f"sub {it} {bits}, {self.op(f'zext {mt} {over} to {it}')}")
     odd = self.op(f"or {it} {down}, {self.const(1, dtypes.uint32, it)}")
-    f2 = self.op(f"bitcast {it} {self.op(f'select {mt} {inexact}, {it} {odd}, {it} {bits}')} to {ft}")
-    return self.op(f"fptrunc {ft} {f2} to {_like(t, 'half')}")
+    return self.op(f"bitcast {it} {self.op(f'select {mt} {inexact}, {it} {odd}, {it} {bits}')} to {ft}")
 
   def cast(self, src: DType, dt: DType, x: str) -> str:  # type: ignore[override]
     st, t = self.t(src), self.t(dt)
@@ -405,15 +462,21 @@ class LLVMWriter(CStyleWriter):
       return self.op(f"uitofp {st} {x} to {t}" if tf else f"zext {st} {x} to {t}")
     if sf and tf:
       if se == te: v = x
-      elif se == "double" and te == "half": v = self.double_to_half(x, st)
+      elif se == "double" and (te == "half" or dt.scalar() in FP8_FORMATS):
+        v = self.odd_float(x, st)
+        if te == "half": v = self.op(f"fptrunc {_like(st, 'float')} {v} to {t}")
       else: v = self.op(f"{'fpext' if _BITS[se] < _BITS[te] else 'fptrunc'} {st} {x} to {t}")
     elif sf: return self.op(f"{'fptoui' if dtypes.is_unsigned(dt.scalar()) else 'fptosi'} {st} {x} to {t}")
     elif tf: v = self.op(f"{'uitofp' if dtypes.is_unsigned(src.scalar()) else 'sitofp'} {st} {x} to {t}")
     else: return self.int_resize(src, se, te, x, dt.count)
-    return self.round_bf16(v, t) if dt.scalar() is dtypes.bfloat16 and src.scalar() is not dtypes.bfloat16 else v
+    return v if dt.scalar() is src.scalar() else self.rounded(v, dt.scalar(), t)
 
   def bitcast(self, src: DType, dt: DType, x: str) -> str:  # type: ignore[override]
     st, t = self.t(src), self.t(dt)
+    if src.scalar() in FP8_FORMATS or dt.scalar() in FP8_FORMATS:  # through the byte
+      byte = self.fp8_encode(x, src.scalar(), st) if src.scalar() in FP8_FORMATS else x
+      t8 = _like(t, "i8")
+      return self.fp8_decode(byte, dt.scalar(), t8) if dt.scalar() in FP8_FORMATS else byte
     if src.scalar() is dtypes.bfloat16:
       bits = self.bf16_bits(x, st)
       return bits if _elem(t) == "i16" else self.op(f"bitcast {_like(st, 'i16')} {bits} to {t}")
@@ -436,10 +499,12 @@ class LLVMWriter(CStyleWriter):
   def from_memory(self, dt: DType, mt: str, v: str) -> str:
     """A loaded value of memory type mt as dt computes in it."""
     if dt.scalar() is dtypes.bool: return self.op(f"icmp ne {mt} {v}, {self.const(0, dtypes.uint8, mt)}")
+    if dt.scalar() in FP8_FORMATS: return self.fp8_decode(v, dt.scalar(), mt)
     return self.bf16_value(v, mt) if dt.scalar() is dtypes.bfloat16 else v
 
   def to_memory(self, dt: DType, t: str, v: str) -> str:
     if dt.scalar() is dtypes.bool: return self.op(f"zext {t} {v} to {_like(t, 'i8')}")
+    if dt.scalar() in FP8_FORMATS: return self.fp8_encode(v, dt.scalar(), t)
     return self.bf16_bits(v, t) if dt.scalar() is dtypes.bfloat16 else v
 
   def lane_mask(self, m: UOp, n: int) -> str:
@@ -524,7 +589,7 @@ class LLVMWriter(CStyleWriter):
     offs, off = [], 0
     for acc in self.reduces:
       offs.append(off)
-      off += acc.dtype.count * (4 if acc.dtype.scalar() is dtypes.bfloat16 else csize(acc.dtype) if acc.dtype.scalar() is not dtypes.bool else 1)
+      off += acc.dtype.count * max(1, _BITS[_elem(self.t(acc.dtype))] // 8)  # as computed: bfloat16 and fp8 in float
     self.stateful, self.part_stride = True, -(-off // 64) * 64
     mine = self.part_of("%core_id")
     for acc, o in zip(self.reduces, offs):
@@ -580,8 +645,8 @@ class LLVMRenderer(Renderer):
     self.vec, self.registers = vec, registers
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes
 
-  # the fp8s are not rendered (the C renderer's table decode has no LLVM form here yet)
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8s) - set(dtypes.fp8_fnuz)
+  # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered (as the C renderer)
+  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str:
     used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}
