@@ -8,8 +8,8 @@ compiled kernel); SPEC=0 in the environment turns it off, SPEC=2 adds the strict
 results against torch and NumPy (ops, nn, JIT, reduces: DEVICE_SUITE) with every Tensor on that device: a first run
 on PoCL builds every kernel it meets (a fraction of a second each), so the CI line takes the slice, not all of
 them. The other torch-comparison modules run on the device when named (`DEV=CL python -m pytest
-tests/test_parity_grad.py`). `DEV=CPU:LLVM` runs the same slice on the CPU's in-process LLVM backend (the plain run is
-the C backend's). `DEV=PYTHON::sm_80` runs the same slice through the GPU lowering (work-groups, grouped
+tests/test_parity_grad.py`). `DEV=CPU:LLVM` and `DEV=CPU:X86` run the same slice on the CPU's backends without a
+compiler process, LLVM in process and x86 machine code (the plain run is the C backend's). `DEV=PYTHON::sm_80` runs the same slice through the GPU lowering (work-groups, grouped
 reduces, vectors, NVIDIA's tensor cores) with NumPy (runtime/ops_python.py), and `DEV=NV MOCKGPU=1` and `DEV=AMD MOCKGPU=1` through those devices' command
 streams on their mock GPUs (runtime/ops_nv.py, runtime/ops_amd.py). The rest test the CPU's own machinery and the graph core, and are left to the CPU run.
 What a device cannot do is marked in KNOWN with its reason. Without the device's runtime the run is skipped with the
@@ -32,6 +32,7 @@ DEVICE_SUITE = ("test_tensor_ops.py", "test_tensor_nn.py", "test_tensor_extra.py
 KNOWN: dict[str, dict[str, str]] = {
   "CPU:CLANG": {},
   "CPU:LLVM": {},
+  "CPU:X86": {},
   "CL": {},
   "PYTHON": {},
   "NV": {},
@@ -42,7 +43,7 @@ KNOWN: dict[str, dict[str, str]] = {
 def _device() -> str:
   """DEV's kind of device (CL, NV, ...); the CPU with a renderer named (CPU:LLVM) is one of its own."""
   base, _, rest = os.getenv("DEV", "").upper().partition(":")
-  if base == "CPU" and (ren := next((p for p in rest.split(":") if p in ("CLANG", "LLVM")), None)): return f"CPU:{ren}"
+  if base == "CPU" and (ren := next((p for p in rest.split(":") if p in ("CLANG", "LLVM", "X86")), None)): return f"CPU:{ren}"
   return base
 
 

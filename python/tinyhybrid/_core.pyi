@@ -1,7 +1,7 @@
 """Types of tinyhybrid._core, the compiled core (src/cpp/python/). Written by hand from the bindings; keep in step with them.
 A node's Python objects are all of the class given to register_uop_class (tinyhybrid.UOp), so what a node hands back is
 typed Self: `u.src[0]` of a tinyhybrid.UOp is a tinyhybrid.UOp."""
-from typing import Any, Callable, Generic, Iterator, Sequence, SupportsIndex, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, SupportsIndex, TypeVar
 
 from typing_extensions import Self
 
@@ -353,3 +353,15 @@ class hcq:
   def usable_cpu_count() -> int: ...
   @staticmethod
   def default_cpu_threads() -> int: ...
+
+
+class x86:
+  """The submodule tinyhybrid._core.x86: an x86-64 assembler for generated code (drivers/cpu/x86_encode.h)."""
+  # instructions are (mnemonic, *operands) in Intel order, an operand a register name ("rax", "xmm17", "k1"), an int,
+  # ("mem", size_bytes, base, index, scale, disp[, label]), ("label", name) or ("mask", "k1", zeroing); pseudo-instructions
+  # ("label", name), ("align", n[, fill]), ("data", bytes). Returns the code and each label's offset; raises ValueError
+  # naming an instruction it cannot encode.
+  @staticmethod
+  def assemble(instrs: Iterable[tuple[Any, ...]]) -> tuple[bytes, dict[str, int]]: ...
+  @staticmethod
+  def mnemonics() -> list[str]: ...

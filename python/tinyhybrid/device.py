@@ -352,7 +352,7 @@ class Target:
     return ":".join([self.device, *([str(self.index)] if self.index else []), *([self.renderer] if self.renderer else []), *([self.arch] if self.arch else [])])
 
 
-RENDERERS = ("CUDA", "PTX", "CLANG", "LLVM")  # renderers a target may name
+RENDERERS = ("CUDA", "PTX", "CLANG", "LLVM", "X86")  # renderers a target may name
 
 
 @functools.lru_cache(maxsize=4096)

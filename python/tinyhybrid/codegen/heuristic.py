@@ -23,6 +23,7 @@ def register_budget(ren: Renderer | None) -> tuple[int, int]:
   """(float lanes of a vector register, accumulator lanes a register tile may hold) for the CPU ren renders for
   (AVX-512 without one): AVX-512's 32 registers of 16 give 256 lanes, AVX2's 16 of 8 give 80 (a 2x32 tile). On AVX2
   code a 1024^2 matmul ran at 148 GFLOPS with 64 or 96 lanes and 105 with 128 (spills), where AVX-512's tile gave 102."""
+  if ren is not None and ren.scalar_registers: return 1, max(1, ren.registers - FREE_REGISTERS)
   lanes, regs = (max(ren.vec, 1), ren.registers) if ren is not None and ren.vec > 1 else (16, 32)
   return lanes, min(MAX_ACC_LANES, lanes * (regs - FREE_REGISTERS))
 

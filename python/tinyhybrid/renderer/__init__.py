@@ -53,6 +53,9 @@ class Renderer:
   device: str = ""
   vec: int = 1                       # the widest vector (lanes) its kernels compute in; 1: scalar code only
   registers: int = 32                # vector registers a kernel's register tile may fill (codegen/heuristic.py)
+  # its registers hold one value each (machine code without vectors, renderer/isa/x86.py): a register tile is sized
+  # in them; vec=1 otherwise means a compiler that vectorizes scalar C itself
+  scalar_registers: bool = False
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
   has_local: bool = False

@@ -142,5 +142,16 @@ def load_object(data: bytes) -> LoadedObject:
   return LoadedObject(out, mem)
 
 
+def load_code(code: bytes, symbols: dict[str, int]) -> LoadedObject:
+  """Position-independent machine code (no relocations: runtime/x86.py's) mapped read-execute; symbols: offsets in it."""
+  size = max(-(-len(code) // _PAGE) * _PAGE, _PAGE)
+  mem = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+  mem[:len(code)] = code
+  base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+  if _libc().mprotect(ctypes.c_void_p(base), ctypes.c_size_t(size), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+    raise OSError(ctypes.get_errno(), "mprotect of the kernel's code failed")
+  return LoadedObject({n: base + off for n, off in symbols.items()}, mem)
+
+
 def _relocs(data: bytes, s: tuple) -> list[tuple[int, int, int]]:
   return [struct.unpack_from("<QQq", data, s[4] + k * 24) for k in range(s[5] // 24)]

@@ -26,6 +26,12 @@ def vector_unit_of(machine: str, flags: set[str]) -> VectorUnit:
   return VectorUnit(4, 16, machine or "unknown")
 
 
+@functools.cache
+def host_cpu_flags() -> frozenset[str]:
+  """This host's CPU feature flags, as Linux names them (avx2, fma, f16c, avx512f, ...)."""
+  return frozenset(_cpu_flags())
+
+
 def _cpu_flags() -> set[str]:
   try: text = Path("/proc/cpuinfo").read_text()
   except OSError: return set()

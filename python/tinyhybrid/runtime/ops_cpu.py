@@ -9,6 +9,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent
 from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
-from tinyhybrid.runtime.host import host_vector_unit
+from tinyhybrid.runtime.host import host_cpu_flags, host_vector_unit
 from tinyhybrid.runtime.compiler import C_TOOLCHAIN, KERNEL_FN, Toolchain, c_compiler, compile_shared, is_clang, load_kernel
 from tinyhybrid.runtime.hcq import HCQProgram, QueueRunner, accesses, chain_runner_of, fits, host_wait, register, submit, synchronize
 
@@ -57,7 +58,7 @@ class CPUAllocator(Allocator):
 _CORES = hcq.CoreShare()
 
 
-RENDERERS = ("CLANG", "LLVM")
+RENDERERS = ("CLANG", "LLVM", "X86")
 
 
 def renderer_name(name: str) -> str:
@@ -78,8 +79,11 @@ class CPUDevice(Compiled):
   def __init__(self, name: str):
     unit = host_vector_unit()  # register tiles are sized for this CPU's vector registers
     renderer: Renderer
-    self.toolchain: Toolchain
-    if renderer_name(name) == "LLVM":
+    self.toolchain: Toolchain | None  # None: machine code encoded here (X86), nothing compiled or cached
+    if (kind := renderer_name(name)) == "X86":
+      from tinyhybrid.renderer.isa.x86 import X86Renderer
+      renderer, self.toolchain = X86Renderer(host_cpu_flags()), None
+    elif kind == "LLVM":
       from tinyhybrid.renderer.llvmir import LLVMRenderer
       from tinyhybrid.runtime.llvm import LLVM_TOOLCHAIN, llvm
       llvm()  # a missing llvmlite is an error when the device opens
@@ -93,6 +97,9 @@ class CPUDevice(Compiled):
     self.shares_host_memory = True
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
+    if self.toolchain is None:
+      from tinyhybrid.runtime import x86
+      return [self._program(name, src, obj := x86.load(name, src), obj.symbols[name]) for name, src in kernels]
     # one compiler run per core, each over its share of the kernels (split by source size)
     groups: list[list[int]] = [[] for _ in range(min(len(kernels), os.cpu_count() or 1))]
     sizes = [0] * len(groups)
@@ -100,13 +107,13 @@ class CPUDevice(Compiled):
       g = sizes.index(min(sizes))
       groups[g].append(i)
       sizes[g] += len(kernels[i][1])
-    with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g], self.toolchain), groups))
+    toolchain = self.toolchain
+    with ThreadPoolExecutor(len(groups)) as pool: built = list(pool.map(lambda g: compile_shared([kernels[i] for i in g], toolchain), groups))
     libs: dict[int, Path] = {}
     for grp, b in zip(groups, built): libs.update(zip(grp, (p for p, _ in b)))
-    return [self._load(name, src, libs[i]) for i, (name, src) in enumerate(kernels)]
+    return [self._program(name, src, *load_kernel(libs[i], name, src, toolchain)) for i, (name, src) in enumerate(kernels)]
 
-  def _load(self, name: str, src: str, path: Path) -> CompiledProgram:
-    lib, addr = load_kernel(path, name, src, self.toolchain)
+  def _program(self, name: str, src: str, lib: Any, addr: int) -> CompiledProgram:
     # the kernel's state on this device (renderer/cstyle.STATE_MARK), its last argument
     state = np.zeros(nstate, dtype=np.uint64) if (nstate := -(-state_bytes(src, self.max_threads) // 8)) else None
     hp = HCQProgram(hcq.Program(addr, name), [] if state is None else [state.ctypes.data], (lib, state))
@@ -150,7 +157,7 @@ class CPUDevice(Compiled):
   def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], int]], nslots: int) -> Runner | None:
     return chain_runner_of(CPUDevice, devices, items, nslots)
 
-  def compiler_key(self) -> str: return self.toolchain.key()
+  def compiler_key(self) -> str: return self.toolchain.key() if self.toolchain is not None else "x86"
 
   def synchronize(self) -> None:
     synchronize(self.queue)

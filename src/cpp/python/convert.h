@@ -84,6 +84,7 @@ bool init_symbolic(PyObject* module);  // py_symbolic.cpp: vmin/vmax, sym_infer,
 bool init_hcq(PyObject* module);       // py_hcq.cpp: the submodule _core.hcq
 bool init_nv(PyObject* module);        // py_nv.cpp: the NV queue and the mock NV GPU, in _core.hcq
 bool init_amd(PyObject* module);       // py_amd.cpp: the AMD queue and the mock AMD GPU, in _core.hcq
+bool init_x86(PyObject* module);       // py_x86.cpp: the submodule _core.x86, the x86-64 assembler
 bool init_spec(PyObject* module);      // py_spec.cpp: SPEC checks at pass boundaries
 bool init_track(PyObject* module);     // py_track.cpp: rewrite tracking for VIZ
 bool is_matcher(PyObject* o);

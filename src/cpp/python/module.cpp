@@ -9,7 +9,7 @@ namespace py = pybind11;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "tinyhybrid's compiled core: UOp nodes, dtypes, graph algorithms";
-  for (auto init : {th::py::init_dtype_type, th::py::init_uop_type, th::py::init_rewrite, th::py::init_simplify, th::py::init_symbolic, th::py::init_hcq, th::py::init_nv, th::py::init_amd, th::py::init_track, th::py::init_spec})
+  for (auto init : {th::py::init_dtype_type, th::py::init_uop_type, th::py::init_rewrite, th::py::init_simplify, th::py::init_symbolic, th::py::init_hcq, th::py::init_nv, th::py::init_amd, th::py::init_x86, th::py::init_track, th::py::init_spec})
     if (!init(m.ptr())) throw py::error_already_set();
 
   m.def("enum_names", [](int kind) {

@@ -1,7 +1,8 @@
-"""The CPU device's LLVM backend (DEV=CPU:LLVM: LLVM IR rendered by renderer/llvmir.py, compiled in this process by
-llvmlite, runtime/llvm.py): its values against the C backend's for the same kernels, bit for bit; the paths its
-renderer has of its own (masked and gated loads, grouped reduces, variables, bfloat16 and half); how the device is
-chosen; and the suite's torch comparisons on a machine with no C compiler at all."""
+"""The CPU device's backends without a compiler process: LLVM (DEV=CPU:LLVM: LLVM IR rendered by renderer/llvmir.py,
+compiled in this process by llvmlite, runtime/llvm.py) and x86 (DEV=CPU:X86: machine code selected, register-allocated
+and encoded here, renderer/isa/x86.py, runtime/x86.py). Their values against the C backend's for the same kernels,
+bit for bit; the paths their renderers have of their own (masked and gated loads, grouped reduces, variables,
+bfloat16 and half, spills); how the device is chosen; and the suite's torch comparisons with no C compiler at all."""
 from __future__ import annotations
 
 import os
@@ -17,18 +18,19 @@ from tinyhybrid import Tensor, Variable, dtypes
 from tinyhybrid.device import CompileError, Device
 from tinyhybrid.helpers import Context
 
-LLVM, CLANG = "CPU:LLVM", "CPU:CLANG"
+LLVM, X86, CLANG = "CPU:LLVM", "CPU:X86", "CPU:CLANG"
+BACKENDS = pytest.mark.parametrize("dev", [LLVM, X86])
 ROOT = Path(__file__).resolve().parent.parent
 
 F32 = np.array([0.0, -0.0, 1.5, -2.25, 3e38, -3e38, 1e-40, np.inf, -np.inf, np.nan, 7.0, -7.5, 0.1, 100.0, -0.5, 2.0], np.float32)
 I32 = np.array([0, 1, -1, 7, -7, 2**31 - 1, -2**31, 100, -100, 3, -3, 5, 65536, -65537, 12, 13], np.int32)
 
 
-def _both(fn, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """fn's result on the LLVM and the C backend, from the same inputs."""
+def _both(dev: str, fn, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """fn's result on backend dev and on the C backend, from the same inputs."""
   out = []
-  for dev in (LLVM, CLANG):
-    out.append(fn(*(Tensor(a, device=dev) for a in arrays)).numpy())
+  for d in (dev, CLANG):
+    out.append(fn(*(Tensor(a, device=d) for a in arrays)).numpy())
   return out[0], out[1]
 
 
@@ -52,10 +54,11 @@ FLOAT_OPS = {
 }
 
 
+@BACKENDS
 @pytest.mark.parametrize("name", sorted(FLOAT_OPS))
-def test_float_ops_match_c_bit_for_bit(name):
+def test_float_ops_match_c_bit_for_bit(dev, name):
   a, b = F32, np.roll(F32, 3)
-  _same_bits(*_both(FLOAT_OPS[name], a, b), name)
+  _same_bits(*_both(dev, FLOAT_OPS[name], a, b), name)
 
 
 INT_OPS = {
@@ -70,78 +73,84 @@ INT_OPS = {
 }
 
 
+@BACKENDS
 @pytest.mark.parametrize("name", sorted(INT_OPS))
-def test_int_ops_match_c_bit_for_bit(name):
+def test_int_ops_match_c_bit_for_bit(dev, name):
   # the divisors include 0 and -1 (0 gives 0; the most negative value by -1 wraps)
   a, b = I32, np.roll(I32, 5)
-  _same_bits(*_both(INT_OPS[name], a, b), name)
+  _same_bits(*_both(dev, INT_OPS[name], a, b), name)
 
 
-def test_bool_ops_and_bitcast():
+@BACKENDS
+def test_bool_ops_and_bitcast(dev):
   a = np.array([True, False, True, False, True, True, False, False])
   b = np.roll(a, 1)
   for name, fn in {"and": lambda x, y: x & y, "or": lambda x, y: x | y, "xor": lambda x, y: x ^ y,
                    "to_int": lambda x, y: x.cast(dtypes.int32) + y.cast(dtypes.int32), "to_float": lambda x, y: x.cast(dtypes.float) * 2.5,
                    "bits": lambda x, y: x.bitcast(dtypes.uint8), "where": lambda x, y: x.where(1.0, y.cast(dtypes.float))}.items():
-    ours, c = _both(fn, a, b)
+    ours, c = _both(dev, fn, a, b)
     _same_bits(ours, c, name)
-  np.testing.assert_array_equal(Tensor(a, device=LLVM).bitcast(dtypes.uint8).numpy(), a.view(np.uint8))
+  np.testing.assert_array_equal(Tensor(a, device=dev).bitcast(dtypes.uint8).numpy(), a.view(np.uint8))
 
 
-def test_half_and_bfloat16_round_as_c():
+@BACKENDS
+def test_half_and_bfloat16_round_as_c(dev):
   x = np.linspace(-3, 3, 37).astype(np.float32) + np.float32(1 / 3)
   for name, fn in {"half_arith": lambda a: (a.cast(dtypes.half) * 1.7 + 0.3).cast(dtypes.float),
                    "half_exp2": lambda a: a.cast(dtypes.half).exp2(),
                    "bf16_arith": lambda a: (a.cast(dtypes.bfloat16) * 1.7 + 0.3).cast(dtypes.float),
                    "bf16_bits": lambda a: a.cast(dtypes.bfloat16).bitcast(dtypes.uint16),
                    "double_to_half": lambda a: (a.cast(dtypes.float64) / 3).cast(dtypes.half)}.items():
-    _same_bits(*_both(fn, x), name)
+    _same_bits(*_both(dev, fn, x), name)
   # a double rounds to half once: 1 + 2^-11 + 2^-40 is just above the tie between 1 and the next half, 1 + 2^-10
   d = np.array([1 + 2.0 ** -11 + 2.0 ** -40, -(1 + 2.0 ** -11 + 2.0 ** -40)], np.float64)
-  np.testing.assert_array_equal(Tensor(d, device=LLVM).cast(dtypes.half).numpy(), d.astype(np.float16))
+  np.testing.assert_array_equal(Tensor(d, device=dev).cast(dtypes.half).numpy(), d.astype(np.float16))
 
 
-def test_gated_and_masked_loads():
+@BACKENDS
+def test_gated_and_masked_loads(dev):
   # padding gates the loads at the border; 17 and 23 leave vectors hanging over the end of a row (masked lanes)
   x = np.random.default_rng(0).standard_normal((2, 3, 17, 23)).astype(np.float32)
   w = np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32)
   import torch
   ref = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
-  np.testing.assert_allclose(Tensor(x, device=LLVM).conv2d(Tensor(w, device=LLVM), padding=1).numpy(), ref, rtol=1e-4, atol=1e-4)
-  np.testing.assert_array_equal(Tensor(x, device=LLVM).pad(((0, 0), (0, 0), (2, 1), (3, 0))).numpy(), np.pad(x, ((0, 0), (0, 0), (2, 1), (3, 0))))
+  np.testing.assert_allclose(Tensor(x, device=dev).conv2d(Tensor(w, device=dev), padding=1).numpy(), ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_array_equal(Tensor(x, device=dev).pad(((0, 0), (0, 0), (2, 1), (3, 0))).numpy(), np.pad(x, ((0, 0), (0, 0), (2, 1), (3, 0))))
   h = x.astype(np.float16)
-  np.testing.assert_array_equal(Tensor(h, device=LLVM)[:, :, 1:, 2:].pad(((0, 0), (0, 0), (1, 0), (2, 0))).numpy(), np.pad(h[:, :, 1:, 2:], ((0, 0), (0, 0), (1, 0), (2, 0))))
+  np.testing.assert_array_equal(Tensor(h, device=dev)[:, :, 1:, 2:].pad(((0, 0), (0, 0), (1, 0), (2, 0))).numpy(), np.pad(h[:, :, 1:, 2:], ((0, 0), (0, 0), (1, 0), (2, 0))))
 
 
-def test_reduces_split_across_cores():
+@BACKENDS
+def test_reduces_split_across_cores(dev):
   x = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
-  np.testing.assert_allclose(Tensor(x, device=LLVM).sum().numpy(), x.astype(np.float64).sum(), rtol=1e-4)
+  np.testing.assert_allclose(Tensor(x, device=dev).sum().numpy(), x.astype(np.float64).sum(), rtol=1e-4)
   x[12345] = np.nan
-  assert np.isnan(Tensor(x, device=LLVM).max().numpy())
+  assert np.isnan(Tensor(x, device=dev).max().numpy())
   i = np.arange(1 << 20, dtype=np.int32) % 1000 - 500
-  assert Tensor(i, device=LLVM).max().item() == 499 and Tensor(i, device=LLVM).sum().item() == int(i.sum())
+  assert Tensor(i, device=dev).max().item() == 499 and Tensor(i, device=dev).sum().item() == int(i.sum())
   m = np.random.default_rng(3).standard_normal((300, 700)).astype(np.float32)
-  np.testing.assert_allclose(Tensor(m, device=LLVM).max(axis=1).numpy(), m.max(1))
-  np.testing.assert_allclose((Tensor(m, device=LLVM) @ Tensor(m.T.copy(), device=LLVM)).numpy(), m @ m.T, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(Tensor(m, device=dev).max(axis=1).numpy(), m.max(1))
+  np.testing.assert_allclose((Tensor(m, device=dev) @ Tensor(m.T.copy(), device=dev)).numpy(), m @ m.T, rtol=1e-4, atol=1e-3)
 
 
-def test_variables():
+@BACKENDS
+def test_variables(dev):
   x = np.arange(40, dtype=np.float32).reshape(10, 4)
   v = Variable("n", 1, 10)
   for n in (3, 7):
-    np.testing.assert_allclose(Tensor(x, device=LLVM)[:v.bind(n)].sum(axis=0).numpy(), x[:n].sum(0))
+    np.testing.assert_allclose(Tensor(x, device=dev)[:v.bind(n)].sum(axis=0).numpy(), x[:n].sum(0))
 
 
 @pytest.mark.parametrize("dt", [dtypes.fp8e4m3, dtypes.fp8e5m2], ids=str)
 def test_fp8_matches_c_bit_for_bit(dt):
   # every byte decoded; values between, past the largest finite, tiny (subnormal), NaN and inf encoded
   every = np.arange(256, dtype=np.uint8)
-  _same_bits(*_both(lambda b: b.bitcast(dt).cast(dtypes.float), every), "decode")
+  _same_bits(*_both(LLVM, lambda b: b.bitcast(dt).cast(dtypes.float), every), "decode")
   x = np.concatenate([F32, np.linspace(-600, 600, 97, dtype=np.float32), np.float32(2.0 ** -np.arange(1, 24))])
   for name, fn in {"encode": lambda a: a.cast(dt).bitcast(dtypes.uint8), "arith": lambda a: (a.cast(dt) * 1.3 + 0.1).cast(dtypes.float),
                    "from_double": lambda a: (a.cast(dtypes.float64) / 3).cast(dt).bitcast(dtypes.uint8),
                    "sum": lambda a: a.reshape(-1, 2).cast(dt).sum(axis=1).cast(dtypes.float)}.items():
-    _same_bits(*_both(fn, x[:len(x) // 2 * 2]), name)
+    _same_bits(*_both(LLVM, fn, x[:len(x) // 2 * 2]), name)
 
 
 def test_a_dtype_it_has_not_is_refused_at_render_time():
@@ -165,6 +174,7 @@ def test_debug_prints_the_ir(capfd):
 def test_device_selection(monkeypatch):
   from tinyhybrid.runtime import compiler, ops_cpu
   assert ops_cpu.renderer_name("CPU:LLVM") == "LLVM" and ops_cpu.renderer_name("CPU:1:CLANG") == "CLANG"
+  assert ops_cpu.renderer_name("CPU:X86") == "X86" and Device.canonicalize("cpu:2:x86") == "CPU:2:X86"
   monkeypatch.setenv("CPU_LLVM", "1")
   assert ops_cpu.renderer_name("CPU") == "LLVM"
   monkeypatch.delenv("CPU_LLVM")
@@ -230,3 +240,32 @@ def test_torch_comparisons_with_no_c_compiler(tmp_path):
   tail = (res.stdout + res.stderr)[-3000:]
   assert res.returncode == 0, tail
   assert re.search(r"\d+ passed", tail) and "failed" not in tail, tail
+
+
+def test_x86_spills_values_past_its_registers(monkeypatch, capfd):
+  # a register tile planned for 60 registers: far more accumulators live at once than x86 has
+  monkeypatch.setattr(Device[X86].renderer, "registers", 60)
+  a = np.random.default_rng(4).standard_normal((37, 53)).astype(np.float32)
+  b = np.random.default_rng(5).standard_normal((53, 41)).astype(np.float32)
+  with Context(DEBUG=4): out = (Tensor(a, device=X86) @ Tensor(b, device=X86)).numpy()
+  np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+  spilled = [int(n) for n in re.findall(r"\((\d+) values spilled to \d+ bytes\)", capfd.readouterr().out)]
+  assert spilled and max(spilled) > 0
+
+
+def test_x86_refuses_what_it_cannot_encode():
+  from tinyhybrid.renderer.cstyle import CRenderer
+  from tinyhybrid.renderer.isa.x86 import X86Renderer
+  seen = []
+  render = CRenderer.render
+  def capture(self, k):
+    seen.append(k)
+    return render(self, k)
+  CRenderer.render = capture  # type: ignore[method-assign]
+  try: (Tensor(np.arange(64, dtype=np.float32), device=CLANG) * 3 + 1).realize()
+  finally: CRenderer.render = render  # type: ignore[method-assign]
+  vectorized = next(k for k in seen if any(u.dtype.count > 1 for u in k.ast.toposort()))
+  with pytest.raises(NotImplementedError, match=rf"kernel {vectorized.name}: the x86 renderer can't encode Ops\.\w+ of dtypes\.\w+\.vec\(\d+\)"):
+    X86Renderer().render(vectorized)
+  with pytest.raises(TypeError, match=r"kernel \S+: the x86 renderer has no dtypes\.fp8e4m3"):
+    Tensor([1.0, 2.0], device=X86).cast(dtypes.fp8e4m3).realize()
