@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Callable
 
 import numpy as np
 
@@ -365,14 +366,21 @@ class LLVMWriter(CStyleWriter):
     if dt is dtypes.bfloat16: return self.round_bf16(x, t)
     return self.fp8_decode(self.fp8_encode(x, dt, t), dt, _like(t, "i8")) if dt in FP8_FORMATS else x
 
+  def u32_consts(self, it: str) -> Callable[[int], str]:
+    """Constants of i32 type it (a scalar or a vector of them)."""
+    return lambda v: self.const(v, dtypes.uint32, it)
+
+  def binary(self, it: str) -> Callable[..., str]:
+    """op2(ins, x, y, ty=it): the value of a two-operand instruction."""
+    return lambda ins, x, y, ty=it: self.op(f"{ins} {ty} {x}, {y}")
+
   def fp8_encode(self, x: str, dt: DType, t: str) -> str:
     """The fp8 byte of float x, rounded to nearest even, as the C renderer's th_fp8_enc: past the largest finite E4M3
     saturates to +-448 and E5M2 gives +-inf; a NaN is the format's all-ones pattern with its sign. Lane-wise, no
     branches: both of a normal's and a subnormal's roundings are computed and one is picked."""
     _, m, b, ieee = FP8_FORMATS[dt]
     it, mt, i8 = _like(t, "i32"), _like(t, "i1"), _like(t, "i8")
-    def c(v: int) -> str: return self.const(v, dtypes.uint32, it)
-    def op2(ins: str, x: str, y: str, ty: str = it) -> str: return self.op(f"{ins} {ty} {x}, {y}")
+    c, op2 = self.u32_consts(it), self.binary(it)
     u = self.op(f"bitcast {t} {x} to {it}")
     sign = op2("and", op2("lshr", u, c(24)), c(0x80))
     a = op2("and", u, c(0x7FFFFFFF))
@@ -399,8 +407,7 @@ class LLVMWriter(CStyleWriter):
     """The float value of fp8 byte(s), exactly, as the C renderer's th_fp8_dec."""
     _, m, b, ieee = FP8_FORMATS[dt]
     it, mt, ft = _like(t8, "i32"), _like(t8, "i1"), _like(t8, "float")
-    def c(v: int) -> str: return self.const(v, dtypes.uint32, it)
-    def op2(ins: str, x: str, y: str, ty: str = it) -> str: return self.op(f"{ins} {ty} {x}, {y}")
+    c, op2 = self.u32_consts(it), self.binary(it)
     x = self.op(f"zext {t8} {byte} to {it}")
     sign = op2("shl", op2("and", x, c(0x80)), c(24))
     mag = op2("and", x, c(0x7F))
