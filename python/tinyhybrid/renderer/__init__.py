@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.uop import Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
@@ -69,6 +70,15 @@ class Renderer:
   def supported_dtypes(self) -> set[DType]:
     """The dtypes this renderer's kernels can read, write and compute in (tinygrad's Renderer.supported_dtypes)."""
     return set(dtypes.all)
+
+  def lacking_dtypes(self, k: LoweredKernel) -> list[DType]:
+    """The dtypes kernel k holds or computes in that this renderer has not (weak ones are rendered as strong ones)."""
+    used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}
+    return sorted({d for d in used if d is not dtypes.void and not d._is_weak} - self.supported_dtypes(), key=str)
+
+  def check_dtypes(self, k: LoweredKernel, who: str) -> None:
+    """Refuses, at render time, a kernel with a dtype this renderer (`who`, for the message) has not."""
+    if lacking := self.lacking_dtypes(k): raise TypeError(f"kernel {k.name}: {who} has no {', '.join(map(str, lacking))}")
 
   def render(self, k: LoweredKernel) -> str:
     """The optimized kernel's source for this device family (each renderer writes its own)."""

@@ -239,6 +239,11 @@ class CStyleWriter:
 
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
+  def stores_more_than(self, n: int) -> bool:
+    """Whether the kernel's stores write more than n bytes in all (its vectors are then worth storing non-temporally)."""
+    stored = sum(st.src[1].dtype.count * csize(st.src[1].dtype) for st in self.stores)
+    return stored * math.prod(int(r.src[0].vmax) for r in self.loops) > n
+
   # ** spellings: types **
 
   def scalar(self, dt: DType) -> str:
@@ -529,8 +534,7 @@ class CWriter(CStyleWriter):
 
   def __init__(self, k: LoweredKernel, stream_bytes: int):
     super().__init__(k)
-    stored = sum(st.src[1].dtype.count * csize(st.src[1].dtype) for st in self.stores)
-    self.streaming = stored * math.prod(int(r.src[0].vmax) for r in self.loops) > stream_bytes
+    self.streaming = self.stores_more_than(stream_bytes)
 
   def vtype(self, scalar: str, n: int) -> str:
     name = f"th_{scalar.replace(' ', '_')}{n}"

@@ -81,8 +81,7 @@ def scalar_literal(v, dt: DType, t: str) -> str:
 class LLVMWriter(CStyleWriter):
   def __init__(self, k: LoweredKernel, stream_bytes: int):
     super().__init__(k)
-    stored = sum(st.src[1].dtype.count * csize(st.src[1].dtype) for st in self.stores)
-    self.streaming = stored * math.prod(int(r.src[0].vmax) for r in self.loops) > stream_bytes
+    self.streaming = self.stores_more_than(stream_bytes)
     self.slots: list[str] = []           # stack slots (allocas), declared in the entry block
     self.decls: dict[str, str] = {}      # intrinsics and library functions used, by name
     self.ntmp = self.nlabel = 0
@@ -656,7 +655,5 @@ class LLVMRenderer(Renderer):
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str:
-    used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}
-    if lacking := sorted({d for d in used if d is not dtypes.void and not d._is_weak} - self.supported_dtypes(), key=str):
-      raise TypeError(f"kernel {k.name}: the LLVM renderer has no {', '.join(map(str, lacking))}")
+    self.check_dtypes(k, "the LLVM renderer")
     return LLVMWriter(k, self.stream_bytes).write()

@@ -171,8 +171,7 @@ class OpenCLRenderer(Renderer):
     return super().supported_dtypes() - set(dtypes.fp8s) - (set() if self.fp64 else {dtypes.double})
 
   def render(self, k: LoweredKernel) -> str:
-    used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}
-    if lacking := sorted({d for d in used if d is not dtypes.void and not d._is_weak} - self.supported_dtypes(), key=str):
+    if lacking := self.lacking_dtypes(k):
       why = {dtypes.double: " (the device lacks cl_khr_fp64)"}
       raise TypeError(f"kernel {k.name}: the OpenCL device {self.props.name} has no {', '.join(f'{d}{why.get(d, str())}' for d in lacking)}")
     return OpenCLWriter(k, self).write()

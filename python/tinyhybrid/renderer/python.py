@@ -198,7 +198,5 @@ class PythonRenderer(Renderer):
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str:
-    used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}
-    if lacking := sorted({d for d in used if d is not dtypes.void and not d._is_weak} - self.supported_dtypes(), key=str):
-      raise TypeError(f"kernel {k.name}: the PYTHON renderer has no {', '.join(map(str, lacking))}")
+    self.check_dtypes(k, "the PYTHON renderer")
     return PythonWriter(k).write()

@@ -108,8 +108,7 @@ def load_object(data: bytes) -> LoadedObject:
   size += 8 * len(got)
   text_size = size = -(-size // _PAGE) * _PAGE
   lay_out(writable=True)
-  mem = mmap.mmap(-1, max(-(-size // _PAGE) * _PAGE, _PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-  base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+  mem, base = _mapping(size)
   for i, off in place.items():
     if secs[i][1] != SHT_NOBITS: mem[off:off + secs[i][5]] = data[secs[i][4]:secs[i][4] + secs[i][5]]
   for n, off in stub_at.items(): mem[off:off + 14] = _STUB + struct.pack("<Q", _external(n))
@@ -134,8 +133,7 @@ def load_object(data: bytes) -> LoadedObject:
       if not -2**31 <= v < 2**31: raise NeedsLinker(f"relocation at {r_off:#x} is out of 32-bit range")
       struct.pack_into("<i", mem, where, v)
     else: raise NeedsLinker(f"relocation type {typ} is not handled")
-  if text_size and _libc().mprotect(ctypes.c_void_p(base), ctypes.c_size_t(text_size), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-    raise OSError(ctypes.get_errno(), "mprotect of the loaded object failed")
+  if text_size: _make_executable(base, text_size, "the loaded object")
   out = {}
   for j, (_, info, _, shndx, _, _) in enumerate(syms):
     if info >> 4 == 1 and shndx not in (SHN_UNDEF, SHN_ABS) and shndx in place: out[sym_name(j)] = address(j)  # global ones
@@ -144,13 +142,21 @@ def load_object(data: bytes) -> LoadedObject:
 
 def load_code(code: bytes, symbols: dict[str, int]) -> LoadedObject:
   """Position-independent machine code (no relocations: runtime/x86.py's) mapped read-execute; symbols: offsets in it."""
-  size = max(-(-len(code) // _PAGE) * _PAGE, _PAGE)
-  mem = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+  mem, base = _mapping(len(code))
   mem[:len(code)] = code
-  base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
-  if _libc().mprotect(ctypes.c_void_p(base), ctypes.c_size_t(size), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
-    raise OSError(ctypes.get_errno(), "mprotect of the kernel's code failed")
+  _make_executable(base, len(mem), "the kernel's code")
   return LoadedObject({n: base + off for n, off in symbols.items()}, mem)
+
+
+def _mapping(size: int) -> tuple[mmap.mmap, int]:
+  """Zeroed read-write memory of at least size bytes (whole pages), and its address."""
+  mem = mmap.mmap(-1, max(-(-size // _PAGE) * _PAGE, _PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+  return mem, ctypes.addressof(ctypes.c_char.from_buffer(mem))
+
+
+def _make_executable(base: int, size: int, what: str) -> None:
+  if _libc().mprotect(ctypes.c_void_p(base), ctypes.c_size_t(size), mmap.PROT_READ | mmap.PROT_EXEC) != 0:
+    raise OSError(ctypes.get_errno(), f"mprotect of {what} failed")
 
 
 def _relocs(data: bytes, s: tuple) -> list[tuple[int, int, int]]:

@@ -1,5 +1,6 @@
-"""The CPU device: kernels rendered as C and compiled by the system's C compiler (CPU:CLANG, runtime/compiler.py), or as
-LLVM IR compiled in this process by llvmlite (CPU:LLVM, runtime/llvm.py), run through the native command queue (a ring
+"""The CPU device: kernels rendered as C and compiled by the system's C compiler (CPU:CLANG, runtime/compiler.py), as
+LLVM IR compiled in this process by llvmlite (CPU:LLVM, runtime/llvm.py), or as x86-64 machine code encoded here
+(CPU:X86, runtime/x86.py), run through the native command queue (a ring
 consumed by one worker thread per usable core; each kernel's THREAD loop is split across them). Submits return at once
 (runtime/hcq.py); the allocator waits for the queue before the host touches memory a submit still uses. Devices opened
 side by side (CPU:0, CPU:1, ...) split the cores between them, and each keeps its kernels' state of its own."""

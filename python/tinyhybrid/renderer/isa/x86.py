@@ -122,8 +122,6 @@ class X86Writer(CStyleWriter):
   @staticmethod
   def cls(dt: DType) -> str: return "x" if dt.scalar() in FLOATS else "g"
 
-  def g(self, v: VReg, bits: int = 64) -> Reg: return Reg(v, bits)
-
   def int_imm(self, u: UOp) -> int | None:
     """u's value as a 32-bit signed immediate, where u is an integer constant that fits one."""
     if u.op is not Ops.CONST or u.dtype.scalar() not in INTS: return None
@@ -554,7 +552,6 @@ class X86Writer(CStyleWriter):
   def bitcast(self, x: UOp) -> None:  # type: ignore[override]
     src, dt = x.src[0].dtype.scalar(), x.dtype.scalar()
     a = self.val(x.src[0])
-    bits = 8 * dt.itemsize
     if self.cls(src) == "g" and self.cls(dt) == "g":
       d = self.new("g")
       self.ins("mov", Reg(d, 64), Reg(a, 64))
@@ -572,9 +569,9 @@ class X86Writer(CStyleWriter):
         self.normalize(g, dt)
         return self.set(x, g)
       return self.set(x, self.float_of_bits(g, dt))
-    return self.set(x, self.float_of_bits(a, dt, bits))
+    return self.set(x, self.float_of_bits(a, dt))
 
-  def float_of_bits(self, g: VReg, dt: DType, bits: int | None = None) -> VReg:
+  def float_of_bits(self, g: VReg, dt: DType) -> VReg:
     """The float of dt whose bits (its storage's: 16 for half and bfloat16) are in general register g."""
     d = self.new("x")
     if dt is dtypes.half:
@@ -835,7 +832,5 @@ class X86Renderer(Renderer):
   def supported_dtypes(self) -> set[DType]: return set(INTS) | set(FLOATS) - {dtypes.weakfloat} | {dtypes.float64}
 
   def render(self, k: LoweredKernel) -> str:
-    used = {u.dtype.scalar() for u in k.ast.toposort() if u.op is not Ops.PARAM} | {b.dtype.scalar() for b in k.buffers}
-    if lacking := sorted({d for d in used if d is not dtypes.void and not d._is_weak} - self.supported_dtypes(), key=str):
-      raise TypeError(f"kernel {k.name}: the x86 renderer has no {', '.join(map(str, lacking))}")
+    self.check_dtypes(k, "the x86 renderer")
     return X86Writer(k, self).write()
