@@ -6,6 +6,7 @@ import ctypes
 import functools
 import importlib
 import re
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeGuard
@@ -164,7 +165,10 @@ class Buffer:
     Device[self.device].allocator.idle(mem, write)
     return mem
 
-  def __del__(self) -> None: self._release()
+  def __del__(self) -> None:
+    # at interpreter exit the queues have drained (hcq's atexit) and the process's memory goes with it; releasing now
+    # would call into modules already torn down
+    if not sys.is_finalizing(): self._release()
 
   def _release(self) -> None:
     if self._mem is not None and self._external and self._allocator is not None:

@@ -135,8 +135,10 @@ class Block:
     qkv = self.qkv.matmul(h)
     if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
     # computed once here: the cache writes below run as schedules of their own (view writes run before the
-    # realize that reads their buffer) and the attention is another, and each would otherwise recompute it
-    qkv = qkv.realize()
+    # realize that reads their buffer) and the attention is another, and each would otherwise recompute it. The
+    # residual stream is realized with it: left lazy, every later layer's realize would recompute all the layers
+    # before it (a decode step of n layers ran n(n+1)/2 FFNs)
+    qkv = qkv.realize(x)
     q, k, v = qkv[:, :H * hd].reshape(T, H, hd), qkv[:, H * hd:(H + KV) * hd].reshape(T, KV, hd), qkv[:, (H + KV) * hd:].reshape(T, KV, hd)
     if self.q_norm is not None: q = rms_norm(q, self.q_norm, cfg.norm_eps)
     if self.k_norm is not None: k = rms_norm(k, self.k_norm, cfg.norm_eps)
