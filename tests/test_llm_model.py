@@ -154,6 +154,18 @@ def test_decode_step_is_one_replay_that_allocates_nothing(files):
   assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
 
 
+def test_each_layer_runs_once_a_step(files):
+  # a decode step and a prompt chunk run a fixed number of kernels per layer: one layer more adds the same kernels
+  # whatever the depth (a lazy residual stream once made each layer's realize recompute every layer before it)
+  counts = []
+  for layers in (1, 2, 3):
+    path, _ = files(f"llama_q8_0_{layers}l", TinySpec(layers=layers), "Q8_0")
+    model, _ = Transformer.from_gguf(path, max_context=64)
+    model.warmup()  # captures the decode step and each prompt chunk
+    counts.append((len(model.decode_jit.captured.jit_cache), len(model.prefill_jits[8].captured.jit_cache)))
+  for step in range(2): assert counts[2][step] - counts[1][step] == counts[1][step] - counts[0][step], counts
+
+
 @pytest.mark.parametrize("name", ["llama_q4_0", "llama_q8_0", "llama_q4_k", "llama_iq4_xs", "llama_q4_k_m"])
 def test_weights_stay_quantized(files, name):
   # everything the model allocates, weights, KV cache and activations of a prompt chunk and decode steps, takes
