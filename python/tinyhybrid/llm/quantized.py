@@ -1,25 +1,40 @@
 """Weights as the .gguf file stores them, multiplied without ever writing them out as floats: the dequantization is
-an elementwise expression of the weight's bytes that the scheduler fuses into the matmul's kernel, so each weight
-is read once, in its quantized form, and unpacked in registers.
+an elementwise expression of the weight's bits that the scheduler fuses into the matmul's kernel, so each weight is
+read once, in its quantized form, and unpacked in registers.
 
-Q8_0 is repacked once at load into its two planes, the int8 values (out, in) and one float32 scale per 32 of them
-(out, in/32): the same information in 9/8 bytes a weight instead of 17/16, and the kernel's loads become contiguous
-runs of int8 that vectorize (the 34-byte blocks, 2-byte aligned, do not). Other types keep their blocks and are
-unpacked by nn/quant.py's expressions."""
+At load, a quantized weight's blocks are taken apart (nn/quant.py's parts) into planes: each element's code split
+into bit planes of 2, 4 or 8 bits, and the blocks' and groups' scales, each plane one contiguous run per row. About
+the file's bytes (Q4_K 4.75 bits a weight against 4.5, Q6_K 6.6 against 6.56), but laid out for the kernel's loads:
+in a chunk of 64 elements, byte c holds elements c, c + L, c + 2L... (L = 64 * bits / 8), so 16 elements of a row
+are 16 consecutive bytes at one shift, a vector load, and each shift is known when the kernel is compiled. The
+blocks themselves interleave codes with scales in 144- or 210-byte strides, which no vector load reads."""
 from __future__ import annotations
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.llm.gguf import GGUFTensor
-from tinyhybrid.nn.quant import GGML_QUANT, dequantize
+from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Parts, block_fields, join, parts
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import sint
 
-Q8_0 = 8
+# a code of n bits as planes of these widths, lowest bits first
+PLANE_BITS = {2: (2,), 3: (2, 1), 4: (4,), 5: (4, 1), 6: (4, 2), 8: (8,)}
 
 
-def _f16(b: Tensor) -> Tensor:
-  """(n, 2) little-endian bytes -> (n, 1) float32 of the float16 they hold."""
-  return (b[:, 0:1].cast(dtypes.uint16) | (b[:, 1:2].cast(dtypes.uint16) << 8)).bitcast(dtypes.float16).cast(dtypes.float32)
+def pack_plane(codes: Tensor, bits: int, chunk: int) -> Tensor:
+  """(rows, cols) codes of `bits` bits -> (rows, cols / chunk, chunk * bits / 8) bytes: byte c of a chunk holds the
+  chunk's elements c, c + L, c + 2L... (L: the chunk's bytes), lowest first."""
+  rows, cols = codes.shape
+  v = codes.reshape(rows, cols // chunk, 8 // bits, chunk * bits // 8)
+  out = v[:, :, 0]
+  for s in range(1, 8 // bits): out = out | (v[:, :, s] << (bits * s))
+  return out
+
+
+def unpack_plane(plane: Tensor, bits: int) -> Tensor:
+  """pack_plane's inverse: (rows, chunks, bytes) -> (rows, chunks * bytes * 8 / bits) codes."""
+  rows = plane.shape[0]
+  if bits == 8: return plane.reshape(rows, -1)
+  return Tensor.stack(*[(plane >> (bits * s)) & ((1 << bits) - 1) for s in range(8 // bits)], dim=2).reshape(rows, -1)
 
 
 class QuantizedWeight:
@@ -27,32 +42,35 @@ class QuantizedWeight:
   matmul(x): x @ W.T with the unpacking fused into the kernel. Several tensors with the same columns and type can be
   joined by rows (q, k and v into one matmul): a row of a quantized tensor is a whole number of blocks."""
 
-  def __init__(self, *parts: GGUFTensor):
-    if not parts or any(len(p.shape) != 2 or p.shape[1] != parts[0].shape[1] or p.ggml_type != parts[0].ggml_type for p in parts):
-      raise ValueError(f"QuantizedWeight: parts must be 2-D of one type and column count, got {[(p.name, p.shape, p.ggml_type) for p in parts]}")
-    self.ggml_type, self.cols = parts[0].ggml_type, parts[0].shape[1]
-    self.rows_n = sum(p.shape[0] for p in parts)
+  def __init__(self, *parts_: GGUFTensor):
+    if not parts_ or any(len(p.shape) != 2 or p.shape[1] != parts_[0].shape[1] or p.ggml_type != parts_[0].ggml_type for p in parts_):
+      raise ValueError(f"QuantizedWeight: parts must be 2-D of one type and column count, got {[(p.name, p.shape, p.ggml_type) for p in parts_]}")
+    self.ggml_type, self.cols = parts_[0].ggml_type, parts_[0].shape[1]
+    self.rows_n = sum(p.shape[0] for p in parts_)
     self.shape = (self.rows_n, self.cols)
-    data = parts[0].data if len(parts) == 1 else parts[0].data.cat(*[p.data for p in parts[1:]])
+    data = parts_[0].data if len(parts_) == 1 else parts_[0].data.cat(*[p.data for p in parts_[1:]])
     if self.ggml_type not in GGML_QUANT:  # a float type: used as it is (a half weight is widened in the kernel)
       self.weight: Tensor | None = data.reshape(self.shape)
-      if len(parts) > 1: self.weight = self.weight.contiguous().realize()
+      if len(parts_) > 1: self.weight = self.weight.contiguous().realize()
       return
     self.weight = None
-    _, self.block, self.block_bytes = GGML_QUANT[self.ggml_type]
+    _, self.block, block_bytes = GGML_QUANT[self.ggml_type]
     if self.cols % self.block: raise ValueError(f"QuantizedWeight: {self.cols} columns are not whole blocks of {self.block}")
-    if self.ggml_type == Q8_0:
-      self.qs = data[:, 2:].bitcast(dtypes.int8).reshape(self.rows_n, self.cols).contiguous()
-      self.scale = _f16(data[:, 0:2]).reshape(self.rows_n, self.cols // 32).contiguous()
-      Tensor.realize(self.qs, self.scale)
-    else: self.blocks = data.reshape(self.rows_n, self.cols // self.block, self.block_bytes).contiguous().realize() if len(parts) > 1 else \
-      data.reshape(self.rows_n, self.cols // self.block, self.block_bytes)
+    rows, nb = self.rows_n, self.rows_n * (self.cols // self.block)
+    p = parts(block_fields(data.reshape(nb, block_bytes), self.ggml_type), self.ggml_type)
+    q, chunk, shift = p.q.reshape(rows, self.cols), 64 if self.cols % 64 == 0 else 32, 0
+    self.planes: list[tuple[int, int, Tensor]] = []  # (shift, bits, plane)
+    for bits in PLANE_BITS[FORMATS[self.ggml_type].bits]:
+      self.planes.append((shift, bits, (q if bits == 8 else pack_plane((q >> shift) & ((1 << bits) - 1), bits, chunk)).reshape(rows, self.cols // chunk, -1).contiguous()))
+      shift += bits
+    # the scales, a row of each per weight row: d and dmin one per block, sc and mn one per group
+    self.scales = {k: t.reshape(rows, -1).contiguous() for k, t in (("d", p.d), ("sc", p.sc), ("dmin", p.dmin), ("mn", p.mn)) if t is not None}
+    Tensor.realize(*[t for _, _, t in self.planes], *self.scales.values())
 
   @property
   def nbytes(self) -> int:
     if self.weight is not None: return self.weight.nbytes()
-    if self.ggml_type == Q8_0: return self.qs.nbytes() + self.scale.nbytes()
-    return self.blocks.nbytes()
+    return sum(t.nbytes() for _, _, t in self.planes) + sum(t.nbytes() for t in self.scales.values())
 
   def _unpack(self, sel: Tensor | tuple[sint, sint] | None = None) -> Tensor:
     """float32 rows of the weight: all, a (start, stop) slice (bounds may be bound Variables), or those an index
@@ -62,13 +80,12 @@ class QuantizedWeight:
       if isinstance(sel, tuple): return t[sel[0]:sel[1]]
       return t[sel]
     if self.weight is not None: return pick(self.weight).cast(dtypes.float32)
-    if self.ggml_type == Q8_0:
-      qs, sc = pick(self.qs), pick(self.scale)
-      n = qs.shape[0]
-      return (qs.reshape(n, self.cols // 32, 32).cast(dtypes.float32) * sc.reshape(n, self.cols // 32, 1)).reshape(n, self.cols)
-    b = pick(self.blocks)
-    n = b.shape[0]
-    return dequantize(b.reshape(n * (self.cols // self.block), self.block_bytes), self.ggml_type).reshape(n, self.cols)
+    codes = [unpack_plane(pick(t), bits) << shift if shift else unpack_plane(pick(t), bits) for shift, bits, t in self.planes]
+    q = codes[0]
+    for c in codes[1:]: q = q | c
+    n, nb = q.shape[0], q.shape[0] * (self.cols // self.block)
+    sc = {k: pick(t).reshape(nb, -1) for k, t in self.scales.items()}
+    return join(Parts(q.reshape(nb, self.block), sc["d"], sc.get("sc"), sc.get("dmin"), sc.get("mn")), self.ggml_type).reshape(n, self.cols)
 
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 
