@@ -10,6 +10,7 @@ file's dequantized weights in float32). One JSON line per case:
 
   python bench/llm.py            # all cases
   python bench/llm.py ttft_256   # one case
+  python bench/llm.py --vs llamacpp [F16|Q8_0|Q4_K_M]   # the 0.5B model against llama.cpp (llm_vs_llamacpp.py)
 
 tinygrad 0.14's wheel lacks tinygrad/llm/kernels (its AMD-only kernels, which model.py imports): a stand-in module
 gives it plain nn.Linear and no custom kernels, which is what it runs on the CPU anyway."""
@@ -175,5 +176,9 @@ CASES: dict[str, Callable[[], None]] = {"decode_f32": lambda: case_decode(None),
                                         "ttft_256": case_ttft_256, "decode_mem": case_decode_mem}
 
 if __name__ == "__main__":
-  for name in sys.argv[1:] or list(CASES):
-    CASES[name]()
+  if sys.argv[1:2] == ["--vs"]:  # --vs llamacpp [F16|Q8_0|Q4_K_M ...]: bench/llm_vs_llamacpp.py
+    if sys.argv[2:3] != ["llamacpp"]: sys.exit("bench/llm.py --vs: the one anchor is llamacpp")
+    import llm_vs_llamacpp
+    llm_vs_llamacpp.main([t for t in sys.argv[3:] if t in llm_vs_llamacpp.TYPES] or list(llm_vs_llamacpp.TYPES))
+  else:
+    for name in sys.argv[1:] or list(CASES): CASES[name]()

@@ -90,6 +90,25 @@ def bcast(u: UOp, w: int) -> UOp: return u if w == 1 or u.dtype.count == w else 
 def vectorize(xs: list[UOp]) -> UOp: return xs[0] if len(xs) == 1 else UOp(Ops.VECTORIZE, xs[0].dtype.vec(len(xs)), tuple(xs))
 
 
+def _const_lanes(u: UOp, w: int) -> list | None:
+  """The w lane values of a constant (one broadcast, or a vector of constants), None when u is not one."""
+  if u.op is Ops.CONST: return [u.arg] * w
+  if u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src): return [s.arg for s in u.src]
+  return None
+
+
+def _fold_lanes(u: UOp, srcs: list[UOp], w: int) -> UOp | None:
+  """u over w lanes when its value is known at compile time: an op of constant lanes (a lane's position compared,
+  divided or masked, as a cat's or a packed field's index expressions are) computed lane by lane, and a select
+  whose condition is the same constant in every lane. None when neither applies."""
+  lanes = [_const_lanes(s, w) for s in srcs]
+  if u.op is Ops.WHERE and lanes[0] is not None and len(set(lanes[0])) == 1: return bcast(srcs[1] if lanes[0][0] else srcs[2], w)
+  if any(lane is None for lane in lanes) or u.op not in GroupOp.ALU: return None
+  out = [UOp(u.op, u.dtype, tuple(UOp.const(s.dtype.scalar(), lane[i]) for s, lane in zip(srcs, lanes)), u.arg).simplify() for i in range(w)]  # type: ignore[index]
+  if any(x.op is not Ops.CONST for x in out): return None
+  return bcast(out[0], w) if all(x.arg == out[0].arg for x in out) else vectorize(out)
+
+
 def _vec_ok(u: UOp, srcs: list[UOp]) -> bool:
   """Whether the renderer can do op u on vectors of these sources."""
   sdt = u.dtype.scalar()
@@ -193,6 +212,7 @@ class Expander:
     if u.op is Ops.LOAD: return self.load(u, axes, key)
     srcs = [self.get(s, axes, key, widen=False) for s in u.src]
     if w == 1: return UOp(u.op, u.dtype, tuple(srcs), u.arg)
+    if (folded := _fold_lanes(u, srcs, w)) is not None: return folded
     if _vec_ok(u, srcs):
       srcs = [s if u.op is Ops.WHERE and i == 0 and s.dtype.count == 1 else bcast(s, w) for i, s in enumerate(srcs)]
       return UOp(u.op, u.dtype.vec(w), tuple(srcs), u.arg)

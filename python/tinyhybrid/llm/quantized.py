@@ -83,9 +83,8 @@ class QuantizedWeight:
     codes = [unpack_plane(pick(t), bits) << shift if shift else unpack_plane(pick(t), bits) for shift, bits, t in self.planes]
     q = codes[0]
     for c in codes[1:]: q = q | c
-    n, nb = q.shape[0], q.shape[0] * (self.cols // self.block)
-    sc = {k: pick(t).reshape(nb, -1) for k, t in self.scales.items()}
-    return join(Parts(q.reshape(nb, self.block), sc["d"], sc.get("sc"), sc.get("dmin"), sc.get("mn")), self.ggml_type).reshape(n, self.cols)
+    sc = {k: pick(t) for k, t in self.scales.items()}
+    return join(Parts(q, sc["d"], sc.get("sc"), sc.get("dmin"), sc.get("mn")), self.ggml_type)
 
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 

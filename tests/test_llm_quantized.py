@@ -1,0 +1,50 @@
+"""llm/quantized.py's planes: every quantized type taken apart at load and packed into bit planes must give back the
+file's values bit for bit (gguf's reference dequantizer), for rows picked by an index, and in a matmul, at both chunk
+widths (64-element chunks, and 32 where a row is an odd number of 32-element blocks); the planes take about the
+file's bytes."""
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from tinyhybrid import Tensor  # noqa: E402
+from tinyhybrid.llm.gguf import GGUFTensor  # noqa: E402
+from tinyhybrid.llm.quantized import QuantizedWeight, pack_plane, unpack_plane  # noqa: E402
+from tinyhybrid.nn.quant import FIELDS, GGML_QUANT, HALVES  # noqa: E402
+
+
+def random_blocks(ggml_type: int, nb: int, rng: np.random.Generator) -> np.ndarray:
+  blocks = rng.integers(0, 256, (nb, GGML_QUANT[ggml_type][2]), dtype=np.uint8)
+  for name, (a, _) in FIELDS[ggml_type].items():  # finite float16 scales (random bytes could be inf or nan)
+    if name in HALVES: blocks[:, a:a + 2] = (rng.standard_normal(nb) * 4).astype(np.float16).view(np.uint8).reshape(nb, 2)
+  return blocks
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("chunk", [32, 64])
+def test_planes_round_trip(bits, chunk):
+  codes = np.random.default_rng(bits).integers(0, 1 << bits, (3, 4 * chunk), dtype=np.uint8)
+  plane = pack_plane(Tensor(codes), bits, chunk) if bits != 8 else Tensor(codes).reshape(3, 4, chunk)
+  assert plane.shape == (3, 4, chunk * bits // 8)
+  # byte c of a chunk holds elements c, c + L, ... (L: the chunk's bytes): 16 elements at one shift are 16 bytes
+  L = chunk * bits // 8
+  c = min(5, L - 1)
+  if bits != 8: assert int(plane.numpy()[1, 2, c]) >> bits & ((1 << bits) - 1) == codes[1, 2 * chunk + L + c]
+  np.testing.assert_array_equal(unpack_plane(plane, bits).numpy(), codes)
+
+
+@pytest.mark.parametrize("ggml_type", list(GGML_QUANT), ids=[v[0] for v in GGML_QUANT.values()])
+def test_planes_hold_the_files_values(ggml_type):
+  rng = np.random.default_rng(ggml_type)
+  _, block, size = GGML_QUANT[ggml_type]
+  for cols in ((96, 128) if block == 32 else (256, 512)):
+    rows = 5
+    blocks = random_blocks(ggml_type, rows * cols // block, rng)
+    ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols)
+    w = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, Tensor(blocks.reshape(-1, size))))
+    np.testing.assert_array_equal(w.dequantized().numpy(), ref)
+    np.testing.assert_array_equal(w.rows(Tensor(np.array([3, 0], np.int32))).numpy(), ref[[3, 0]])
+    np.testing.assert_array_equal(w.rows((1, 3)).numpy(), ref[1:3])
+    x = rng.standard_normal((2, cols)).astype(np.float32)
+    np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x @ ref.T).max())
+    assert w.nbytes <= 1.25 * blocks.nbytes, (w.nbytes, blocks.nbytes)
