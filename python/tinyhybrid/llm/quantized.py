@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.llm.gguf import GGUFTensor
-from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Parts, block_fields, join, parts
+from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Parts, block_fields, join
+from tinyhybrid.nn.quant import parts as take_apart
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import sint
 
@@ -42,26 +43,27 @@ class QuantizedWeight:
   matmul(x): x @ W.T with the unpacking fused into the kernel. Several tensors with the same columns and type can be
   joined by rows (q, k and v into one matmul): a row of a quantized tensor is a whole number of blocks."""
 
-  def __init__(self, *parts_: GGUFTensor):
-    if not parts_ or any(len(p.shape) != 2 or p.shape[1] != parts_[0].shape[1] or p.ggml_type != parts_[0].ggml_type for p in parts_):
-      raise ValueError(f"QuantizedWeight: parts must be 2-D of one type and column count, got {[(p.name, p.shape, p.ggml_type) for p in parts_]}")
-    self.ggml_type, self.cols = parts_[0].ggml_type, parts_[0].shape[1]
-    self.rows_n = sum(p.shape[0] for p in parts_)
+  def __init__(self, *parts: GGUFTensor):
+    if not parts or any(len(p.shape) != 2 or p.shape[1] != parts[0].shape[1] or p.ggml_type != parts[0].ggml_type for p in parts):
+      raise ValueError(f"QuantizedWeight: parts must be 2-D of one type and column count, got {[(p.name, p.shape, p.ggml_type) for p in parts]}")
+    self.ggml_type, self.cols = parts[0].ggml_type, parts[0].shape[1]
+    self.rows_n = sum(p.shape[0] for p in parts)
     self.shape = (self.rows_n, self.cols)
-    data = parts_[0].data if len(parts_) == 1 else parts_[0].data.cat(*[p.data for p in parts_[1:]])
+    data = parts[0].data if len(parts) == 1 else parts[0].data.cat(*[p.data for p in parts[1:]])
     if self.ggml_type not in GGML_QUANT:  # a float type: used as it is (a half weight is widened in the kernel)
       self.weight: Tensor | None = data.reshape(self.shape)
-      if len(parts_) > 1: self.weight = self.weight.contiguous().realize()
+      if len(parts) > 1: self.weight = self.weight.contiguous().realize()
       return
     self.weight = None
     _, self.block, block_bytes = GGML_QUANT[self.ggml_type]
     if self.cols % self.block: raise ValueError(f"QuantizedWeight: {self.cols} columns are not whole blocks of {self.block}")
     rows, nb = self.rows_n, self.rows_n * (self.cols // self.block)
-    p = parts(block_fields(data.reshape(nb, block_bytes), self.ggml_type), self.ggml_type)
+    p = take_apart(block_fields(data.reshape(nb, block_bytes), self.ggml_type), self.ggml_type)
     q, chunk, shift = p.q.reshape(rows, self.cols), 64 if self.cols % 64 == 0 else 32, 0
     self.planes: list[tuple[int, int, Tensor]] = []  # (shift, bits, plane)
     for bits in PLANE_BITS[FORMATS[self.ggml_type].bits]:
-      self.planes.append((shift, bits, (q if bits == 8 else pack_plane((q >> shift) & ((1 << bits) - 1), bits, chunk)).reshape(rows, self.cols // chunk, -1).contiguous()))
+      plane = q if bits == 8 else pack_plane((q >> shift) & ((1 << bits) - 1), bits, chunk)
+      self.planes.append((shift, bits, plane.reshape(rows, self.cols // chunk, -1).contiguous()))
       shift += bits
     # the scales, a row of each per weight row: d and dmin one per block, sc and mn one per group
     self.scales = {k: t.reshape(rows, -1).contiguous() for k, t in (("d", p.d), ("sc", p.sc), ("dmin", p.dmin), ("mn", p.mn)) if t is not None}
