@@ -101,10 +101,13 @@ def _fold_lanes(u: UOp, srcs: list[UOp], w: int) -> UOp | None:
   """u over w lanes when its value is known at compile time: an op of constant lanes (a lane's position compared,
   divided or masked, as a cat's or a packed field's index expressions are) computed lane by lane, and a select
   whose condition is the same constant in every lane. None when neither applies."""
-  lanes = [_const_lanes(s, w) for s in srcs]
-  if u.op is Ops.WHERE and lanes[0] is not None and len(set(lanes[0])) == 1: return bcast(srcs[1] if lanes[0][0] else srcs[2], w)
-  if any(lane is None for lane in lanes) or u.op not in GroupOp.ALU: return None
-  out = [UOp(u.op, u.dtype, tuple(UOp.const(s.dtype.scalar(), lane[i]) for s, lane in zip(srcs, lanes)), u.arg).simplify() for i in range(w)]  # type: ignore[index]
+  if u.op is Ops.WHERE and (cond := _const_lanes(srcs[0], w)) is not None and len(set(cond)) == 1: return bcast(srcs[1] if cond[0] else srcs[2], w)
+  if u.op not in GroupOp.ALU: return None
+  lanes: list[list] = []
+  for s in srcs:  # (most ops have a source that is not constant: the first one ends it)
+    if (lane := _const_lanes(s, w)) is None: return None
+    lanes.append(lane)
+  out = [UOp(u.op, u.dtype, tuple(UOp.const(s.dtype.scalar(), lane[i]) for s, lane in zip(srcs, lanes)), u.arg).simplify() for i in range(w)]
   if any(x.op is not Ops.CONST for x in out): return None
   return bcast(out[0], w) if all(x.arg == out[0].arg for x in out) else vectorize(out)
 

@@ -3,8 +3,10 @@ an elementwise expression of the weight's bits that the scheduler fuses into the
 read once, in its quantized form, and unpacked in registers.
 
 At load, a quantized weight's blocks are taken apart (nn/quant.py's parts) into planes: each element's code split
-into bit planes of 2, 4 or 8 bits, and the blocks' and groups' scales, each plane one contiguous run per row. About
-the file's bytes (Q4_K 4.75 bits a weight against 4.5, Q6_K 6.6 against 6.56), but laid out for the kernel's loads:
+into bit planes of 2, 4 or 8 bits, and the blocks' and groups' scales, each plane one contiguous run per row. The
+file's bytes, or a few more where a type packs its group scales in fewer than 8 bits (Q4_K 4.625 bits a weight
+against 4.5, Q2_K 3.125 against 2.625; Q6_K and the 32-element types as the file, but MXFP4's float32 scale makes 5
+against 4.25), laid out for the kernel's loads:
 in a chunk of 64 elements, byte c holds elements c, c + L, c + 2L... (L = 64 * bits / 8), so 16 elements of a row
 are 16 consecutive bytes at one shift, a vector load, and each shift is known when the kernel is compiled. The
 blocks themselves interleave codes with scales in 144- or 210-byte strides, which no vector load reads."""
@@ -82,9 +84,9 @@ class QuantizedWeight:
       if isinstance(sel, tuple): return t[sel[0]:sel[1]]
       return t[sel]
     if self.weight is not None: return pick(self.weight).cast(dtypes.float32)
-    codes = [unpack_plane(pick(t), bits) << shift if shift else unpack_plane(pick(t), bits) for shift, bits, t in self.planes]
-    q = codes[0]
-    for c in codes[1:]: q = q | c
+    (_, low_bits, low), *high = self.planes  # the lowest bits' plane, then those above it
+    q = unpack_plane(pick(low), low_bits)
+    for shift, bits, t in high: q = q | (unpack_plane(pick(t), bits) << shift)
     sc = {k: pick(t) for k, t in self.scales.items()}
     return join(Parts(q, sc["d"], sc.get("sc"), sc.get("dmin"), sc.get("mn")), self.ggml_type)
 

@@ -73,8 +73,8 @@ def block_fields(blocks: Tensor, ggml_type: int) -> Fields:
 @dataclass(frozen=True)
 class Format:
   """How a type's elements are made from its parts: w = d * sc * (value(q) - bias) - dmin * mn, where q is an
-  element's code of `bits` bits (unsigned, but Q8_0's int8), d and dmin the block's scales, sc and mn a group's (of `group` elements)
-  integer scale and min. value is the identity, or IQ4's levels, or MXFP4's e2m1 numbers."""
+  element's code of `bits` bits (unsigned, but Q8_0's int8), d and dmin the block's scales, sc and mn a group's
+  (of `group` elements) integer scale and min. value is the identity, or IQ4's levels, or MXFP4's e2m1 numbers."""
   bits: int
   group: int
   bias: int = 0
@@ -97,9 +97,14 @@ class Parts:
   mn: Tensor | None = None
 
 
+def _q4(f: Fields) -> Tensor:
+  """A 32-element block's 4-bit codes: the low nibbles of qs, then the high ones."""
+  return _nibbles(f["qs"]).flatten(1)
+
+
 def _q5(f: Fields) -> Tensor:
   """Low nibbles with a fifth bit from the 32-bit mask qh: element i takes bit i%8 of mask byte i//8."""
-  return _nibbles(f["qs"]).flatten(1) | (_bits(f["qh"], dim=2).flatten(1) << 4)
+  return _q4(f) | (_bits(f["qh"], dim=2).flatten(1) << 4)
 
 
 def _q2_k(f: Fields) -> Parts:
@@ -137,7 +142,7 @@ def _q6_k(f: Fields) -> Parts:
 def _mxfp4(f: Fields) -> Parts:
   # the scale is an e8m0 exponent, read as half its power of two: 2^(e-128) (a subnormal float32 for e < 2)
   e = f["e"].cast(dtypes.uint32)
-  return Parts(_nibbles(f["qs"]).flatten(1), (e < 2).where(0x00200000 * (e + 1), (e - 1) * 0x00800000).bitcast(dtypes.float32))
+  return Parts(_q4(f), (e < 2).where(0x00200000 * (e + 1), (e - 1) * 0x00800000).bitcast(dtypes.float32))
 
 
 def _iq4_xs(f: Fields) -> Parts:
@@ -149,10 +154,9 @@ def _iq4_xs(f: Fields) -> Parts:
 
 
 _PARTS: dict[int, Callable[[Fields], Parts]] = {
-  2: lambda f: Parts(_nibbles(f["qs"]).flatten(1), f["d"]), 3: lambda f: Parts(_nibbles(f["qs"]).flatten(1), f["d"], dmin=-f["m"]),
-  6: lambda f: Parts(_q5(f), f["d"]), 7: lambda f: Parts(_q5(f), f["d"], dmin=-f["m"]), 8: lambda f: Parts(f["qs"].bitcast(dtypes.int8), f["d"]),
-  10: _q2_k, 11: _q3_k, 12: _q4_k, 13: _q5_k, 14: _q6_k, 20: lambda f: Parts(_nibbles(f["qs"]).flatten(1), f["d"]), 23: _iq4_xs,
-  39: _mxfp4}
+  2: lambda f: Parts(_q4(f), f["d"]), 3: lambda f: Parts(_q4(f), f["d"], dmin=-f["m"]), 6: lambda f: Parts(_q5(f), f["d"]),
+  7: lambda f: Parts(_q5(f), f["d"], dmin=-f["m"]), 8: lambda f: Parts(f["qs"].bitcast(dtypes.int8), f["d"]),
+  10: _q2_k, 11: _q3_k, 12: _q4_k, 13: _q5_k, 14: _q6_k, 20: lambda f: Parts(_q4(f), f["d"]), 23: _iq4_xs, 39: _mxfp4}
 
 
 def parts(fields: Fields, ggml_type: int) -> Parts:
