@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinyhybrid import Context, Device, Tensor
+from tinyhybrid import Context, Device, Tensor, dtypes
 from tinyhybrid.codegen import search
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import Lowerer
@@ -184,6 +184,24 @@ def test_dead_lanes_of_a_padded_vector():
   src = dev.renderer.render(fk)
   assert "th_float16" in src and "16383u" in src, src  # the live lanes' mask
   np.testing.assert_allclose(run_plan(x * 2, fk.opts), x.numpy() * 2)
+
+
+def test_constant_lane_gates_fold():
+  """Nibbles unpacked by a stack (a cat: each half gated by its lane's position) and summed, as a quantized matvec
+  reads its codes: with the lanes unrolled, every gate is a constant, so the kernel loads 16 bytes at once and
+  selects nothing lane by lane."""
+  p = Tensor(RNG.integers(0, 256, (64, 4, 32)).astype(np.uint8)).realize()
+  x = Tensor(_f(1, 256)).realize()
+  w = Tensor.stack(p & 15, p >> 4, dim=2).reshape(64, 256).cast(dtypes.float32)
+  t = x.matmul(w.T)
+  k, _ = kernel_of(t)
+  dev = Device["CPU"]
+  if dev.renderer.vec == 1: pytest.skip("vectors need clang")
+  fk = finalize(k, hand_coded_optimizations(k), dev.renderer.vec)
+  src = dev.renderer.render(fk)
+  assert "(*(th_unsigned_char16*)(data2" in src and "[0] != 0) ?" not in src, src
+  codes = np.stack([p.numpy() & 15, p.numpy() >> 4], axis=2).reshape(64, 256).astype(np.float32)
+  np.testing.assert_allclose(run_plan(t, fk.opts), x.numpy() @ codes.T, rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.skipif(not is_clang(), reason="vector stores are clang's ext_vector_type (gcc renders scalar code)")
