@@ -188,6 +188,12 @@ def test_common_factors_and_divmod():
   k = V("k", 0, 3)
   assert S((x * 4 + k) // 4) == "x"
   assert S((x * 4 + k) % 4) == "k"
+  # a lane's offset inside an aligned group does not reach the next multiple of the divisor
+  lane = V("lane", 0, 15)
+  assert S((x * 16 + lane) // 32) == "(x//2)"
+  assert S((x * 16 + lane) % 32) == "(((x%2)*16)+lane)"
+  assert S((x * 64 + k * 16 + lane) // 32) == "((x*2)+(k//2))"
+  assert S((x * 16 + lane + 1) // 32) == "((((x*16)+lane)+1)//32)"  # lane 15 + 1 carries: not aligned
 
 
 def test_comparisons_and_divmod_by_range():

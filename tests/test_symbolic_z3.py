@@ -181,8 +181,10 @@ def test_translation_sanity():
 def test_known_rewrites_proven():
   x, y, z = (UOp.variable(n, 0, 100, W) for n in "xyz")
   zz = UOp.variable("zz", 1, 10, W)
+  lane = UOp.variable("lane", 0, 5, W)
   exprs = [x * 2 + x * 4, (x * 4 + y * 8) // (zz * 2), (x // 4) * 4 + x % 4, (x * 4 + 3) // 4, (x < 200).where(x, y),
-           ((x + 200) // 200), (x % 12) % 4, (x // 2) // 3, x * 2 + 5 + x * 4 + y * 2 + y, (x * 8 + y * 4 + z) % 4]
+           ((x + 200) // 200), (x % 12) % 4, (x // 2) // 3, x * 2 + 5 + x * 4 + y * 2 + y, (x * 8 + y * 4 + z) % 4,
+           (x * 16 + lane) // 32, (x * 16 + lane) % 32, (x * -16 + lane + 2) // 32, (x * 64 + y * 24 + lane) % 48]
   changed, unknown = prove_all(exprs)
   assert changed == len(exprs) and not unknown
 

@@ -160,7 +160,7 @@ class Block:
       L = s.shape[1]
       s = mask.where(s.reshape(KV, L, G, T), float("-inf")).reshape(KV, L, G * T)
       o = vals.transpose(1, 2).matmul(s.softmax(1))  # (KV, hd, G*T)
-      o = o.reshape(KV, hd, G, T).permute(3, 0, 2, 1).reshape(T, H * hd)
+      o = o.reshape(KV, hd, G, T).permute(3, 0, 2, 1).reshape(T, H * hd).contiguous()
     x = x + self.attn_out.matmul(o)
     h = rms_norm(x, self.ffn_norm, cfg.norm_eps)
     gu = self.gate_up.matmul(h)

@@ -276,14 +276,32 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   """Elementwise results read through an EXPAND (every value read many times, e.g. by a convolution's or a matmul's
   loop) that take more than one operation each: they get a buffer. Fused into the reader they would be recomputed on
   every read: a batch norm before a convolution, once per output channel; a lazily initialized weight, once per
-  image position."""
+  image position. A decode of packed data stays fused (_unpacking)."""
   out: set[UOp] = set()
   for u in nodes:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
-    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and _ops_in(s, ends) >= 2: out.add(s)
+    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and _ops_in(s, ends) >= 2 and not _unpacking(s, ends): out.add(s)
   return out
+
+
+def _unpacking(u: UOp, ends: set[UOp]) -> bool:
+  """Whether u widens packed data: it reads 1/16 to 1/2 of the bytes it would write (a quantized weight's codes and
+  scales decoded to floats). Such a value stays fused into its reader: a buffer of it would be several times the
+  memory of what it decodes (a 4-bit model's weights held as float32), written and read back on every run, where
+  the reader's register tile decodes each piece once for all the rows it holds. A value computed from (next to)
+  nothing, as a lazily initialized weight, reads less than that and still gets its buffer."""
+  seen, stack, read = {u}, list(u.src), 0
+  while stack:
+    x = stack.pop()
+    if x in seen: continue
+    seen.add(x)
+    if x.op is Ops.BUFFER: read += x.arg.size * x.dtype.itemsize
+    elif x in ends: read += prod(max_shape(shape_of(x) or ())) * x.dtype.itemsize
+    else: stack.extend(x.src)
+  wrote = prod(max_shape(shape_of(u) or ())) * u.dtype.itemsize
+  return 2 * read <= wrote <= 16 * read
 
 
 def _one_hot(u: UOp) -> bool:

@@ -190,6 +190,29 @@ UOpRef common_factor(const DivInputs& in, const LinearForm& f) {
   return kr ? make2(Ops::ADD, d, m, alg::cint(d, kr)) : m;
 }
 
+// x = A + B with every coefficient of A a multiple of g (g dividing c) and B + (k mod g) within [0, g): B never
+// carries into A's multiples of g, so x // c = (A/g + k//g) // (c/g) and x % c = ((A/g + k//g) % (c/g))*g + B + k%g.
+// (16r + lane) // 32 with lane < 16 is r // 2: a vector lane's offset inside an aligned group.
+UOpRef aligned_part(const DivInputs& in, const LinearForm& f) {
+  if (f.terms.size() < 2) return nullptr;
+  i128 g = 0;
+  std::vector<std::pair<const UOp*, i128>> big, small;
+  for (const auto& tc : f.terms) (alg::gcd(tc.second, in.c) > 1 ? big : small).push_back(tc);
+  if (big.empty() || small.empty()) return nullptr;
+  for (const auto& tc : big) g = alg::gcd(g, tc.second);
+  g = alg::gcd(g, in.c);
+  const i128 kq = *num::floordiv(f.constant, g), kr = num::floormod(f.constant, g);
+  const auto range = range_of(small, kr);
+  if (!range || range->first < 0 || range->second >= g) return nullptr;
+  LinearForm outer{f.dtype, big, kq};
+  for (auto& tc : outer.terms) tc.second /= g;
+  const DType d = f.dtype;
+  const UOpRef cg = alg::cint(d, in.c / g);
+  if (!in.is_mod) return make2(Ops::FLOORDIV, d, outer.build(), cg);
+  LinearForm low{d, small, kr};
+  return make2(Ops::ADD, d, make2(Ops::MUL, d, make2(Ops::FLOORMOD, d, outer.build(), cg), alg::cint(d, g)), low.build());
+}
+
 // Pull whole multiples of c out: x // c = sum(q_i t_i) + kq + (sum(r_i t_i) + kr) // c with 0 <= r_i, kr < c.
 // Only done when it moves something (a coefficient >= c or a constant outside [0, c)).
 UOpRef split_quotient(const DivInputs& in, const LinearForm& f) {
@@ -261,6 +284,7 @@ UOpRef div_by_constant(const Captured& cap, void*) {
   if (UOpRef r = merge_div_with_constant(in, *f)) return r;
   if (UOpRef r = congruence(in, *f)) return r;
   if (UOpRef r = common_factor(in, *f)) return r;
+  if (UOpRef r = aligned_part(in, *f)) return r;
   return split_quotient(in, *f);
 }
 
