@@ -90,7 +90,8 @@ def run_ours(path: str) -> dict:
     st = time.perf_counter()
     next(gen)
     times.append(time.perf_counter() - st)
-  return {"prefill": PROMPT / prefill, "decode": len(times) / sum(times), "weight_bytes": model.weight_bytes}
+  kv = sum(b.cache_k.nbytes() + b.cache_v.nbytes() for b in model.blocks)
+  return {"prefill": PROMPT / prefill, "decode": len(times) / sum(times), "weight_bytes": model.weight_bytes, "kv_bytes": kv}
 
 
 def run_llamacpp(path: str) -> dict:
@@ -144,7 +145,8 @@ def main(types: list[str]) -> None:
       print(json.dumps(line), flush=True)
     print(json.dumps({"bench": "llm_vs_llamacpp", "case": f"peak_rss_{quant}", "unit": "MB", "ours": round(ours["peak_rss"] / 1e6, 1),
                       "llamacpp": None if theirs is None else round(theirs["peak_rss"] / 1e6, 1), "file": round(size / 1e6, 1),
-                      "ratio_to_file": round(ours["peak_rss"] / size, 3), "target": 1.15}), flush=True)
+                      "kv_cache": round(ours["kv_bytes"] / 1e6, 1), "ratio": round((ours["peak_rss"] - ours["kv_bytes"]) / size, 3),
+                      "target": 1.15}), flush=True)  # the issue's: peak RSS at most 1.15x the file, plus the KV cache
 
 
 if __name__ == "__main__":

@@ -59,3 +59,16 @@ def test_external_ptr_is_host_memory_its_owner_keeps():
   np.testing.assert_array_equal(b.numpy(), arr)
   b.copyin(np.zeros(4, np.float32))
   np.testing.assert_array_equal(arr, 0)
+
+
+def test_nolru_memory_is_released_not_kept_for_reuse():
+  alloc = Device["CPU"].allocator
+  kept = Buffer("CPU", 1000, dtypes.float32).allocate()
+  cached = alloc._cached
+  del kept
+  assert alloc._cached == cached + 4000  # the next alloc of 4000 bytes takes it
+  b = Buffer("CPU", 1000, dtypes.float32, options=BufferSpec(nolru=True)).allocate()
+  assert alloc._cached == cached  # that alloc was it
+  used = alloc.used
+  del b
+  assert alloc._cached == cached and alloc.used == used - 4000

@@ -9,7 +9,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as GQ
 
-from tinyhybrid import Tensor, dtypes
+from tinyhybrid import Device, Tensor, dtypes
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
 from tinyhybrid.nn.state import get_parameters, get_state_dict, gguf_load, load_state_dict, safe_load, safe_load_metadata, safe_save, torch_load
 
@@ -329,6 +329,22 @@ def test_gguf_load(tmp_path):
   for k, v in ref.items():
     assert sd[k].shape == v.shape and sd[k].dtype is expect_dtype.get(k, dtypes.float32)  # row-major, as written
     np.testing.assert_array_equal(sd[k].numpy(), v)
+
+
+def test_gguf_read_reads_a_tensor_when_its_data_is_asked_for(tmp_path):
+  from tinyhybrid.llm.gguf import gguf_read
+  ref = _write_gguf(fn := tmp_path / "m.gguf")
+  alloc = Device[Device.DEFAULT].allocator
+  used, cached = alloc.used, alloc._cached
+  _, tensors = gguf_read(fn)
+  assert alloc.used == used  # a model built tensor by tensor holds one tensor's bytes at a time
+  data = tensors["f16"].data
+  assert data.dtype is dtypes.float16 and data.shape == (2, 5) and alloc.used == used + 20
+  np.testing.assert_array_equal(data.numpy(), ref["f16"])
+  np.testing.assert_array_equal(tensors["f16"].data.numpy(), ref["f16"])  # read again, the same
+  assert tensors["Q4_0"].data.shape == (4, 18)  # a quantized type's blocks, as bytes
+  del data
+  assert alloc.used == used and (alloc._cached == cached or not alloc.is_host_memory)  # given back, not cached
 
 
 def test_gguf_malformed(tmp_path):

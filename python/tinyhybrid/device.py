@@ -44,6 +44,10 @@ class Allocator:
     return raw[off:off + nbytes]
 
   def address(self, mem: Any) -> int: return mem.ctypes.data
+  @property
+  def is_host_memory(self) -> bool:
+    """Whether its memory is host memory (numpy arrays at the addresses kernels take), which the host uses in place."""
+    return type(self).address is Allocator.address
   def wrap(self, ptr: int, nbytes: int) -> Any:
     """Memory for the host memory at ptr, which its owner keeps alive and frees."""
     return np.ctypeslib.as_array((ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr))[:nbytes]
@@ -52,10 +56,11 @@ class Allocator:
     """Until the host may read mem (write: also write or free it): a device whose queue runs asynchronously waits here
     for the submits that use it. Memory kept in the cache needs no wait: its next user's work is ordered after them."""
 
-  def free(self, mem: Any) -> None:
-    """Takes back memory alloc gave (its buffer is gone): kept for the next alloc of its size while the cache has room.
-    A device with memory of its own releases it when the handle is dropped."""
-    if self._cached + mem.nbytes <= self.CACHE_BYTES:
+  def free(self, mem: Any, cache: bool = True) -> None:
+    """Takes back memory alloc gave (its buffer is gone): kept for the next alloc of its size while the cache has room
+    (cache=False: never, a BufferSpec(nolru=True) buffer's). A device with memory of its own releases it when the
+    handle is dropped."""
+    if cache and self._cached + mem.nbytes <= self.CACHE_BYTES:
       self._cache.setdefault(mem.nbytes, []).append(mem)
       self._cached += mem.nbytes
     else: self.idle(mem, True)
@@ -72,7 +77,8 @@ class Allocator:
 @dataclass(frozen=True)
 class BufferSpec:
   """How a buffer's memory is made (tinygrad's): external_ptr is host memory its owner keeps alive and frees (the
-  buffer is attached to it); the other fields are hints for devices that place memory, and change nothing here."""
+  buffer is attached to it); nolru: its memory is released with it, not kept for reuse (Allocator.free); the other
+  fields are hints for devices that place memory, and change nothing here."""
   uncached: bool = False
   cpu_access: bool = False
   host: bool = False
@@ -177,7 +183,7 @@ class Buffer:
       GlobalCounters.mem_used -= self.nbytes
       if self._allocator is not None:
         self._allocator.used -= self.nbytes
-        self._allocator.free(self._mem)
+        self._allocator.free(self._mem, cache=self.options is None or not self.options.nolru)
       if PROFILE: profile_mem.append(ProfileMemEvent(self.device, time.monotonic_ns(), -self.nbytes))
 
   @property
@@ -214,7 +220,7 @@ class Buffer:
     """The bytes from `offset` on (nbytes of them; all by default): host memory itself where the allocator's is the
     host's (no copy), else a copy of them."""
     end = self.nbytes if nbytes is None else offset + nbytes
-    if type(Device[self.device].allocator).address is Allocator.address:
+    if Device[self.device].allocator.is_host_memory:
       return memoryview(self.host_memory()[offset:end])  # type: ignore[arg-type]  # an ndarray is a buffer
     return memoryview(self.numpy().view(np.uint8).reshape(-1))[offset:end]  # type: ignore[arg-type]
   def __repr__(self) -> str: return f"<Buffer {self.device} {self.size} {self.dtype}{'' if self.is_allocated() else ' (unallocated)'}>"

@@ -14,7 +14,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
@@ -212,6 +211,7 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
   gunzip unpacks it on the way, and a sha256 given must match. A local path ("/..." or "./...") is returned as it is,
   as in tinygrad. A download that fails leaves nothing behind."""
   if url.startswith(("/", ".")): return pathlib.Path(url)
+  import urllib.request  # here: http and ssl cost every process that imports tinyhybrid 5 MB and 15 ms
   from tinyhybrid.runtime import diskcache
   if name is not None and (isinstance(name, pathlib.Path) or "/" in name): path = pathlib.Path(name)
   else:

@@ -15,10 +15,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from tinyhybrid.device import Buffer, Device, ProfileEvent, Runner, profile_events
+from tinyhybrid.codegen.gpu import Launch
+from tinyhybrid.device import Buffer, CompiledProgram, Device, ProfileEvent, Runner, profile_events
+from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.multi import batch_runners
-from tinyhybrid.engine.realize import Capture, ExecItem, JitError, capturing, scalar_buffers
+from tinyhybrid.engine.realize import Capture, ExecItem, JitError, Transient, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.buffers import base_buffer, buffer_view, contiguous_buffer
@@ -139,6 +141,24 @@ def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buf
   return bufs, sig, var_vals
 
 
+def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]]) -> list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]]:
+  """The runs with a buffer for each Transient: itself while it lives; for those that died, one buffer per address
+  they had, which their runs share (each died before the next was made there, so their uses never overlap): the
+  live transient made there after them if it is large enough (made after they died, it is first written after their
+  last use), else a new one."""
+  dead: dict[tuple[str, int], list[Transient]] = {}
+  live: dict[tuple[str, int], Buffer] = {}
+  for t in dict.fromkeys(a for _, _, args, _ in runs for a in args if isinstance(a, Transient)):
+    if (b := t.ref()) is not None: live[(t.device, t.address)] = b
+    else: dead.setdefault((t.device, t.address), []).append(t)
+  home: dict[Transient, Buffer] = {}
+  for (device, address), ts in dead.items():
+    size = max(t.nbytes for t in ts)
+    if (b := live.get((device, address))) is None or b.nbytes < size: b = Buffer(device, size, dtypes.uint8).ensure_allocated()
+    home.update((t, b) for t in ts)
+  return [(dev, prg, [(home.get(a) or a.ref()) if isinstance(a, Transient) else a for a in args], threads) for dev, prg, args, threads in runs]  # type: ignore[misc]
+
+
 @dataclass(frozen=True)
 class CapturedKernels:
   src: tuple[ExecItem, ...]
@@ -154,7 +174,7 @@ class CapturedJit(Generic[ReturnType]):
     return CapturedKernels(tuple(self.jit_cache))
 
   def __init__(self, ret: ReturnType, capture: Capture, inputs: list[Buffer], sig: list[tuple], prune: bool = False, name: str = "jit"):
-    runs = capture.runs
+    runs = _rehome(capture.runs)
     if prune:  # kernels that read no input, directly or through another kept kernel's buffers, ran once already
       needed, kept = {id(b) for b in inputs}, []
       for run in runs:
@@ -221,7 +241,7 @@ class CapturedJit(Generic[ReturnType]):
     for slot, b in zip(self.input_slots, inputs): objs[slot] = b
     for var, slot in self.var_slots.items():
       if var in var_vals: objs[slot] = var.bind(var_vals[var])
-    for dev, ei in zip(self.devices, self.jit_cache): capturing[-1].runs.append((dev, ei.prg, [objs[s] for s in ei.slots], ei.threads))
+    for dev, ei in zip(self.devices, self.jit_cache): capturing[-1].record(dev, ei.prg, [objs[s] for s in ei.slots], ei.threads)
     capturing[-1].rng.extend(self.rng)
 
 
@@ -261,7 +281,7 @@ class TinyJit(Generic[ReturnType]):
       if JIT: self.cnt = 1
       return ret
     if capturing: raise RuntimeError("having TinyJit inside another TinyJit is not supported (a capture inside another's)")
-    capturing.append(frame := Capture())
+    capturing.append(frame := Capture(weak=not self.prune))  # pruned kernels' outputs are read, never written, by a replay
     try:
       ret = self.fxn(*args, **kwargs)
       if outs := _returned_tensors(ret): Tensor.realize(*outs)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from tinyhybrid._core import hcq
 
-from tinyhybrid.device import Allocator, Buffer, CompiledProgram, CopySpec, Device, Runner
+from tinyhybrid.device import Buffer, CompiledProgram, CopySpec, Device, Runner
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.runtime import hcq as hcq_runtime
 from tinyhybrid.helpers import PROFILE, ContextVar, prod
@@ -53,7 +53,7 @@ def _submit_copy(device: str, dst: int, src: int, spec: CopySpec) -> None:
 
 def _host_memory(device: str) -> bool:
   """Whether the device's buffers are at addresses its queue's copy command can move (CPU:N, a mock GPU's)."""
-  return Device[device].hcq_queue is not None and type(Device[device].allocator).address is Allocator.address
+  return Device[device].hcq_queue is not None and Device[device].allocator.is_host_memory
 
 
 def _in_place(device: str) -> bool:
@@ -83,7 +83,7 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
       continue
     _submit_copy(dst.device, dst.address, src.address, spec)
     engine.count_runs(0, 0, 2 * spec.nbytes)
-    if engine.capturing: engine.capturing[-1].runs.append((dst.device, _copy_program(dst.device, spec), [dst, src], 1))
+    if engine.capturing: engine.capturing[-1].record(dst.device, _copy_program(dst.device, spec), [dst, src], 1)
 
 
 # ZEROCOPY=0: every COPY between devices is a copy, even where the kernel could read the source in place (the graph's

@@ -170,12 +170,41 @@ class JitError(RuntimeError):
 
 
 @dataclass(eq=False)
+class Transient:
+  """A buffer a capture holds weakly: one a run wrote before any read it, so the replay needs its memory but not its
+  contents. Nothing else holding it (a schedule's intermediate), it dies with its realize, and the next realize's
+  buffers reuse its memory as they do outside a capture; the replay then gives every transient that died at one
+  address one buffer (TinyJit's memory plan, made by the allocator as the capture ran)."""
+  ref: weakref.ref[Buffer]
+  device: str
+  nbytes: int
+  address: int
+
+
+@dataclass(eq=False)
 class Capture:
   """What TinyJit records while it captures: every kernel run, as (device, program, its arguments, threads) with the
-  arguments its buffers, then its variables, each bound to the value it ran with; and the random calls made
-  (mixin/random.py), which a replay makes again."""
-  runs: list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]] = field(default_factory=list)
+  arguments its buffers (or Transients, weak: see weak), then its variables, each bound to the value it ran with; and
+  the random calls made (mixin/random.py), which a replay makes again. weak: hold as Transients the buffers a run
+  writes first (not a view of another, not from host data), so that intermediates do not outlive their realize."""
+  runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]] = field(default_factory=list)
   rng: list[tuple[Buffer, Callable[[], UOp]]] = field(default_factory=list)
+  weak: bool = True
+  _held: dict[int, Buffer | Transient] = field(default_factory=dict)  # by id(buffer): how the capture holds it
+
+  def record(self, device: str, prg: CompiledProgram, args: list[Buffer | UOp], threads: int | Launch) -> None:
+    """A run the replay repeats (its first prg.outs arguments are the buffers it writes)."""
+    self.runs.append((device, prg, [self._hold(a, i < prg.outs) if isinstance(a, Buffer) else a for i, a in enumerate(args)], threads))
+
+  def _hold(self, b: Buffer, written: bool) -> Buffer | Transient:
+    held = self._held.get(id(b))
+    if held is b or (isinstance(held, Transient) and held.ref() is b): return held  # type: ignore[return-value]
+    # first seen here (an id whose buffer died may be another buffer's now)
+    if self.weak and written and b._base is None and not b._external and not b.from_host:
+      held = Transient(weakref.ref(b), b.device, b.nbytes, b.address)
+    else: held = b
+    self._held[id(b)] = held
+    return held
 
 
 capturing: list[Capture] = []
@@ -296,7 +325,7 @@ def run_step(st: Step) -> None:
   count_runs(len(cs.items), cs.ops, cs.mem)
   if capturing:
     bound: list[Buffer | UOp] = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
-    for ei in cs.items: capturing[-1].runs.append((st.device, ei.prg, [bound[s] for s in ei.slots], ei.threads))
+    for ei in cs.items: capturing[-1].record(st.device, ei.prg, [bound[s] for s in ei.slots], ei.threads)
   if not st.done:
     st.done = True
     if st.on_done is not None: st.on_done(st)

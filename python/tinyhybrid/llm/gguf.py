@@ -1,19 +1,20 @@
 """Reading .gguf files. The container (header, key-values, tensor infos, alignment) is read by the gguf package's
-GGUFReader, the format's reference reader from llama.cpp; tensor data is copied to the device as bytes. gguf_load
+GGUFReader, the format's reference reader from llama.cpp; a tensor's bytes are read from the file when its data is
+asked for (GGUFTensor.data), so a model's load holds one tensor's raw bytes at a time beside what it keeps. gguf_load
 hands back every tensor as a Tensor (quantized ones lazily dequantized on the device, nn/quant.py); gguf_read keeps
 quantized tensors as their raw blocks, which the LLM's fused dequantize-matmul kernels read (llm/quantized.py)."""
 from __future__ import annotations
 
+import mmap
 import os
 import pathlib
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from tinyhybrid.dtype import np_storage
-from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.dtype import DType, dtypes, np_storage
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
 from tinyhybrid.nn.state import FileLike, _from_raw, _read_bytes
 from tinyhybrid.tensor import Tensor
@@ -32,45 +33,63 @@ def ggml_type_name(typ: int) -> str:
 
 @dataclass(frozen=True)
 class GGUFTensor:
-  """One tensor of a gguf file: its row-major shape and ggml type, and its data on the device: a Tensor of that shape
-  for the native types, or the (blocks, bytes per block) uint8 blocks of a quantized type."""
+  """One tensor of a gguf file: its row-major shape and ggml type, and where its bytes are. `data` reads them (on
+  each use: keep the Tensor it gives) into a Tensor of that shape for the native types, or of the (blocks, bytes per
+  block) uint8 blocks of a quantized type. Nothing is read before that, so a model built tensor by tensor holds one
+  tensor's raw bytes at a time, not the whole file's."""
   name: str
   shape: tuple[int, ...]
   ggml_type: int
-  data: Tensor
+  source: str | bytes  # the file's path, or its bytes (a file given as a Tensor)
+  offset: int
+  nbytes: int
 
   @property
   def quantized(self) -> bool: return self.ggml_type in GGML_QUANT
+
+  @property
+  def data(self) -> Tensor:
+    raw = _read_range(self.source, self.offset, self.nbytes)
+    if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
+    return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)
 
   def dequantize(self) -> Tensor:
     """The tensor as a float Tensor of its shape (lazy: a quantized one is unpacked by the kernels that read it)."""
     return dequantize(self.data, self.ggml_type).reshape(self.shape) if self.quantized else self.data
 
 
-def gguf_read(fn: FileLike, progress: bool = False) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
-  """(key-value metadata, tensors by name) of a .gguf file, quantized tensors kept as blocks. A type we have no
-  kernels for raises ValueError naming it and the tensor; a truncated or corrupt file raises ValueError naming the
-  file. progress: a progress bar over the bytes copied to the device."""
+def _read_range(source: str | bytes, offset: int, nbytes: int) -> np.ndarray:
+  """nbytes at offset of a file (or of bytes), in fresh page-aligned memory of their own: anonymous pages, which go
+  back to the system when the array goes (a malloc'd block may stay in the heap)."""
+  out = np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), np.uint8, nbytes)
+  if isinstance(source, bytes):
+    out[:] = np.frombuffer(source, np.uint8, nbytes, offset)
+    return out
+  with open(source, "rb", buffering=0) as f:
+    f.seek(offset)
+    view, done = memoryview(out), 0  # type: ignore[arg-type]  # an ndarray is a buffer
+    while done < nbytes:
+      if not (n := f.readinto(view[done:])): raise ValueError(f"{source}: ends {nbytes - done} bytes into a tensor's data at {offset}")
+      done += n
+  return out
+
+
+def gguf_read(fn: FileLike) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
+  """(key-value metadata, tensors by name) of a .gguf file, quantized tensors kept as blocks and every tensor's bytes
+  left in the file until its `data` is read. A type we have no kernels for raises ValueError naming it and the
+  tensor; a truncated or corrupt file raises ValueError naming the file."""
   if isinstance(fn, Tensor):  # the reader maps a file: give the bytes one
     blob, _ = _read_bytes(fn)
     with tempfile.TemporaryDirectory() as d:
       (path := pathlib.Path(d) / "tensor.gguf").write_bytes(blob)
-      return gguf_read(path, progress)
+      kv, tensors = gguf_read(path)
+    return kv, {k: replace(t, source=blob) for k, t in tensors.items()}
   if not os.path.isfile(fn): raise FileNotFoundError(f"gguf: no such file {str(fn)!r}")
-  kv, infos = _gguf_infos(fn)
-  for name, _, typ, _ in infos:
-    if typ not in GGML_NATIVE and typ not in GGML_QUANT:
-      raise ValueError(f"{fn}: tensor {name!r} has ggml type {ggml_type_name(typ)}, which tinyhybrid does not support "
+  kv, out = _gguf_infos(fn)
+  for t in out.values():
+    if t.ggml_type not in GGML_NATIVE and t.ggml_type not in GGML_QUANT:
+      raise ValueError(f"{fn}: tensor {t.name!r} has ggml type {ggml_type_name(t.ggml_type)}, which tinyhybrid does not support "
                        f"(supported: {', '.join(ggml_type_name(t) for t in [*GGML_NATIVE, *GGML_QUANT])})")
-  from tqdm import tqdm
-  out: dict[str, GGUFTensor] = {}
-  with tqdm(total=sum(raw.nbytes for *_, raw in infos), unit="B", unit_scale=True, desc=f"loading {pathlib.Path(fn).name}",
-            disable=not progress, leave=False) as bar:
-    for name, shape, typ, raw in infos:
-      if (dt := GGML_NATIVE.get(typ)) is not None: data = _from_raw(raw.view(np_storage(dt)), dt, shape)
-      else: data = _from_raw(raw, dtypes.uint8, (raw.nbytes // GGML_QUANT[typ][2], GGML_QUANT[typ][2]))
-      out[name] = GGUFTensor(name, shape, typ, data)
-      bar.update(raw.nbytes)
   return kv, out
 
 
@@ -81,17 +100,18 @@ def gguf_load(fn: FileLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
   return kv, {name: t.dequantize() for name, t in tensors.items()}
 
 
-def _gguf_infos(fn: str | os.PathLike) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, np.ndarray]]]:
-  """The key-values and (name, row-major shape, ggml type, raw bytes) of each tensor, as GGUFReader finds them."""
+def _gguf_infos(fn: str | os.PathLike) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
+  """The key-values and tensors (not yet read) as GGUFReader finds them."""
   try: import gguf
   except ImportError: raise ImportError("reading .gguf files needs the gguf package: pip install 'tinyhybrid[gguf]'") from None
   try:
     reader = gguf.GGUFReader(fn)
     kv = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}  # GGUF.*: the reader's own
-    tensors = [(rt.name, tuple(int(d) for d in reversed(rt.shape)), int(rt.tensor_type), np.ascontiguousarray(rt.data).reshape(-1).view(np.uint8))
-               for rt in reader.tensors]
-    for (name, *_, raw), rt in zip(tensors, reader.tensors):
-      if raw.nbytes != rt.n_bytes: raise ValueError(f"tensor {name!r} is truncated ({raw.nbytes} of {rt.n_bytes} bytes)")
+    size, path = os.path.getsize(fn), os.path.abspath(fn)  # read later, maybe from another working directory
+    tensors = {rt.name: GGUFTensor(rt.name, tuple(int(d) for d in reversed(rt.shape)), int(rt.tensor_type), path, int(rt.data_offset), int(rt.n_bytes))
+               for rt in reader.tensors}
+    for t in tensors.values():
+      if t.offset + t.nbytes > size: raise ValueError(f"tensor {t.name!r} is truncated ({max(size - t.offset, 0)} of {t.nbytes} bytes)")
     return kv, tensors
   except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:  # what the reader raises on a corrupt file
     raise ValueError(f"{fn}: not a valid gguf file: {type(e).__name__}: {e}") from None

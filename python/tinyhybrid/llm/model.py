@@ -174,13 +174,14 @@ class Transformer:
   its new tokens."""
   PREFILL_CHUNKS = (64, 8)  # the prompt is split greedily into these sizes (and single tokens): each is one set of kernels
 
-  def __init__(self, cfg: ModelConfig, w: dict[str, GGUFTensor]):
+  def __init__(self, cfg: ModelConfig, w: dict[str, GGUFTensor], progress: bool = False):
     self.cfg, self.max_context = cfg, cfg.max_context
     if "token_embd.weight" not in w: raise ValueError("tensor token_embd.weight is missing")
     self.token_embd = QuantizedWeight(w["token_embd.weight"])
     self.output = QuantizedWeight(w["output.weight"]) if "output.weight" in w else self.token_embd  # tied embeddings
     self.output_norm = _vec(w["output_norm.weight"])
-    self.blocks = [Block(cfg, w, i) for i in range(cfg.n_layers)]
+    from tqdm import tqdm  # each layer's weights are read from the file and repacked here: the load's time
+    self.blocks = [Block(cfg, w, i) for i in tqdm(range(cfg.n_layers), desc="loading", unit="layer", disable=not progress, leave=False)]
     self.cos, self.sin = rope_tables(cfg, w["rope_freqs.weight"].data.numpy() if "rope_freqs.weight" in w else None)
     Tensor.realize(self.output_norm, *[t for b in self.blocks for t in (b.attn_norm, b.ffn_norm, b.qkv_bias, b.q_norm, b.k_norm) if t is not None])
     self.embed_scale = math.sqrt(cfg.dim) if cfg.arch == "gemma" else 1.0
@@ -193,10 +194,10 @@ class Transformer:
 
   @staticmethod
   def from_gguf(fn: str | pathlib.Path | Tensor, max_context: int | None = None, progress: bool = False) -> tuple[Transformer, dict[str, Any]]:
-    kv, tensors = gguf_read(fn, progress=progress)
+    kv, tensors = gguf_read(fn)
     name = str(fn) if not isinstance(fn, Tensor) else "<tensor>"
     cfg = ModelConfig.from_gguf(kv, tensors, max_context, name)
-    try: return Transformer(cfg, tensors), kv
+    try: return Transformer(cfg, tensors, progress), kv
     except ValueError as e: raise ValueError(f"{name}: {e}") from None
 
   # ** the computation **

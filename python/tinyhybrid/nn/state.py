@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import safetensors
 
-from tinyhybrid.device import Buffer, Device
+from tinyhybrid.device import Buffer, BufferSpec, Device
 from tinyhybrid.dtype import np_storage
 from tinyhybrid.dtype import TORCH_NAMES, DType, dtypes
 from tinyhybrid.helpers import DEBUG, prod
@@ -35,12 +35,17 @@ def _read_bytes(fn: FileLike) -> tuple[bytes, str]:
   return pathlib.Path(fn).read_bytes(), str(fn)
 
 
-def _from_raw(data: bytes | bytearray | np.ndarray, dtype: DType, shape: tuple[int, ...]) -> Tensor:
-  """A realized tensor on the default device holding these raw little-endian bytes as dtype (one copy, no kernel)."""
+def _from_raw(data: bytes | bytearray | np.ndarray, dtype: DType, shape: tuple[int, ...], owned: bool = False) -> Tensor:
+  """A realized tensor on the default device holding these raw little-endian bytes as dtype (one copy, no kernel).
+  owned: data is a contiguous, 64-byte aligned array no one else holds, which a device whose memory is the host's takes
+  as the buffer's own (no copy), and releases with it (not kept in the allocator's cache: the model loaders' reads)."""
   arr = np.frombuffer(data, dtype=np_storage(dtype)) if not isinstance(data, np.ndarray) else data
   if arr.size != prod(shape): raise ValueError(f"{arr.nbytes} bytes do not hold {shape} of {dtype}")
   device = Device.canonicalize(None)
-  return Tensor(buffer_uop(Buffer(device, arr.size, dtype, initial=arr), tuple(shape)), device=device)
+  if owned and Device[device].allocator.is_host_memory:
+    buf = Buffer(device, arr.size, dtype, opaque=arr.reshape(-1).view(np.uint8), options=BufferSpec(nolru=True))
+  else: buf = Buffer(device, arr.size, dtype, initial=arr)
+  return Tensor(buffer_uop(buf, tuple(shape)), device=device)
 
 
 def _raw_bytes(t: Tensor) -> np.ndarray:

@@ -174,7 +174,7 @@ class CLAllocator(Allocator):
     super().__init__()
     self.dev = dev
 
-  def free(self, mem: Any) -> None: pass  # released when the last reference to its handle goes
+  def free(self, mem: Any, cache: bool = True) -> None: pass  # released when the last reference to its handle goes
 
   def alloc(self, nbytes: int) -> Any:
     ffi, lib = _api()

@@ -123,7 +123,7 @@ class CUDAAllocator(Allocator):
     self.dev = dev
     self._staging: PinnedMemory | None = None
 
-  def free(self, mem: Any) -> None: pass  # released when the last reference to its handle goes
+  def free(self, mem: Any, cache: bool = True) -> None: pass  # released when the last reference to its handle goes
 
   def alloc(self, nbytes: int) -> Any:
     ffi, lib = _api()

@@ -19,7 +19,7 @@ class DiskAllocator(Allocator):
     self.dev = dev
 
   def alloc(self, nbytes: int) -> np.ndarray: return self.dev.map(nbytes)
-  def free(self, mem: np.ndarray) -> None: self.dev.unmap()  # never cached: the memory is the file's
+  def free(self, mem: np.ndarray, cache: bool = True) -> None: self.dev.unmap()  # never cached: the memory is the file's
 
   def copyin(self, dest: np.ndarray, src: memoryview, offset: int = 0) -> None:
     if not dest.flags.writeable: raise PermissionError(f"{self.dev.name}: the file is read-only for this process")
