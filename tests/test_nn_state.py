@@ -347,6 +347,41 @@ def test_gguf_read_reads_a_tensor_when_its_data_is_asked_for(tmp_path):
   assert alloc.used == used and (alloc._cached == cached or not alloc.is_host_memory)  # given back, not cached
 
 
+def test_gguf_header_matches_the_gguf_packages_reader(tmp_path):
+  from tinyhybrid.llm.gguf import gguf_read
+  w = gguf.GGUFWriter(fn := tmp_path / "kv.gguf", "llama")
+  for i, (name, add) in enumerate([("u8", w.add_uint8), ("i8", w.add_int8), ("u16", w.add_uint16), ("i16", w.add_int16), ("u32", w.add_uint32),
+                                   ("i32", w.add_int32), ("u64", w.add_uint64), ("i64", w.add_int64)]):
+    add(name, 100 + i if name[0] == "u" else -100 - i)
+  w.add_float32("f32", 0.1)
+  w.add_float64("f64", 0.1)
+  w.add_bool("no", False)
+  w.add_string("utf8", "héllo, 世界")
+  w.add_array("floats", [0.5, -1.25])
+  w.add_array("nested", [[1, 2], [3]])
+  w.add_custom_alignment(64)
+  w.add_tensor("t", np.arange(6, dtype=np.float32).reshape(2, 3))
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+  kv, tensors = gguf_read(fn)
+  reader = gguf.GGUFReader(fn)
+  assert kv.pop("nested") == [[1, 2], [3]]  # as written (the package's reader flattens it)
+  assert kv == {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.") and f.name != "nested"}
+  assert (tensors["t"].offset, tensors["t"].nbytes) == (reader.tensors[0].data_offset, reader.tensors[0].n_bytes) and tensors["t"].offset % 64 == 0
+  np.testing.assert_array_equal(tensors["t"].data.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_gguf_corrupt_length_is_refused_before_it_is_read(tmp_path):
+  _write_gguf(fn := tmp_path / "m.gguf", quant_types=(GQ.Q8_0,))
+  data = bytearray(fn.read_bytes())
+  at = data.index(b"tokenizer.ggml.tokens") + len("tokenizer.ggml.tokens") + 8  # the key, its type, the array's item type
+  data[at:at + 8] = (1 << 60).to_bytes(8, "little")  # 2^60 strings
+  (bad := tmp_path / "huge.gguf").write_bytes(bytes(data))
+  with pytest.raises(ValueError, match="huge.gguf.*runs past the end"): gguf_load(bad)
+
+
 def test_gguf_malformed(tmp_path):
   _write_gguf(fn := tmp_path / "m.gguf", quant_types=(GQ.Q8_0,))
   good = fn.read_bytes()

@@ -1,8 +1,8 @@
-"""Reading .gguf files. The container (header, key-values, tensor infos, alignment) is read by the gguf package's
-GGUFReader, the format's reference reader from llama.cpp; a tensor's bytes are read from the file when its data is
-asked for (GGUFTensor.data), so a model's load holds one tensor's raw bytes at a time beside what it keeps. gguf_load
-hands back every tensor as a Tensor (quantized ones lazily dequantized on the device, nn/quant.py); gguf_read keeps
-quantized tensors as their raw blocks, which the LLM's fused dequantize-matmul kernels read (llm/quantized.py)."""
+"""Reading .gguf files: the container (header, key-values, tensor infos, alignment) is parsed here, and a tensor's
+bytes are read from the file when its data is asked for (GGUFTensor.data), so a model's load holds one tensor's raw
+bytes at a time beside what it keeps. gguf_load hands back every tensor as a Tensor (quantized ones lazily
+dequantized on the device, nn/quant.py); gguf_read keeps quantized tensors as their raw blocks, which the LLM's fused
+dequantize-matmul kernels read (llm/quantized.py)."""
 from __future__ import annotations
 
 import mmap
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes, np_storage
+from tinyhybrid.helpers import prod
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
 from tinyhybrid.nn.state import FileLike, _from_raw, _read_bytes
 from tinyhybrid.tensor import Tensor
@@ -100,18 +101,72 @@ def gguf_load(fn: FileLike) -> tuple[dict[str, Any], dict[str, Tensor]]:
   return kv, {name: t.dequantize() for name, t in tensors.items()}
 
 
+# value types of the key-value section: numpy's little-endian scalars, and the two that nest
+_SCALARS = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
+_STRING, _ARRAY = 8, 9
+
+
+class _Header:
+  """Reads the header of an open gguf file (version 2 or 3, little-endian), refusing a length that runs past its end
+  before reading it (a corrupt length must not ask for gigabytes)."""
+
+  def __init__(self, f: Any, size: int):
+    self.f, self.size = f, size
+
+  def take(self, n: int) -> bytes:
+    if n > self.size - self.f.tell(): raise ValueError(f"a length of {n} bytes at byte {self.f.tell()} runs past the end ({self.size} bytes)")
+    return self.f.read(n)
+
+  def scalars(self, typ: int, n: int) -> np.ndarray:
+    dt = np.dtype(_SCALARS[typ])
+    return np.frombuffer(self.take(n * dt.itemsize), dt)
+
+  def uint(self, typ: int = 10) -> int: return int(self.scalars(typ, 1)[0])
+  def string(self) -> str: return self.take(self.uint()).decode("utf-8", errors="replace")
+
+  def value(self, typ: int) -> Any:
+    if typ == _STRING: return self.string()
+    if typ == _ARRAY:
+      item, n = self.uint(4), self.uint()
+      if item in _SCALARS: return self.scalars(item, n).tolist()
+      if n * 8 > self.size - self.f.tell(): raise ValueError(f"an array of {n} items at byte {self.f.tell()} runs past the end")
+      return [self.value(item) for _ in range(n)]
+    if typ not in _SCALARS: raise ValueError(f"unknown value type {typ} at byte {self.f.tell()}")
+    return self.scalars(typ, 1)[0].item()
+
+
+def _tensor_bytes(typ: int, shape: tuple[int, ...]) -> int:
+  if (dt := GGML_NATIVE.get(typ)) is not None: return prod(shape) * dt.itemsize
+  if typ in GGML_QUANT: return prod(shape) // GGML_QUANT[typ][1] * GGML_QUANT[typ][2]
+  return 0  # a type we do not read: gguf_read refuses it by name
+
+
 def _gguf_infos(fn: str | os.PathLike) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
-  """The key-values and tensors (not yet read) as GGUFReader finds them."""
-  try: import gguf
-  except ImportError: raise ImportError("reading .gguf files needs the gguf package: pip install 'tinyhybrid[gguf]'") from None
+  """The key-values and tensors (not yet read) of a gguf file. Ours, not the gguf package's GGUFReader, which makes a
+  numpy view per array item: a 32000-token vocabulary cost 67 MB of Python objects and left 15 MB of the heap behind."""
+  size, path = os.path.getsize(fn), os.path.abspath(fn)  # read later, maybe from another working directory
   try:
-    reader = gguf.GGUFReader(fn)
-    kv = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("GGUF.")}  # GGUF.*: the reader's own
-    size, path = os.path.getsize(fn), os.path.abspath(fn)  # read later, maybe from another working directory
-    tensors = {rt.name: GGUFTensor(rt.name, tuple(int(d) for d in reversed(rt.shape)), int(rt.tensor_type), path, int(rt.data_offset), int(rt.n_bytes))
-               for rt in reader.tensors}
+    with open(fn, "rb") as f:
+      h = _Header(f, size)
+      if (magic := h.take(4)) != b"GGUF": raise ValueError(f"magic {magic!r}, not b'GGUF'")
+      if (version := h.uint(4)) not in (2, 3): raise ValueError(f"version {version}: tinyhybrid reads versions 2 and 3")
+      n_tensors, n_kv = h.uint(), h.uint()
+      kv: dict[str, Any] = {}
+      for _ in range(n_kv):
+        key = h.string()
+        kv[key] = h.value(h.uint(4))
+      infos = []
+      for _ in range(n_tensors):
+        name, dims = h.string(), h.uint(4)
+        if dims > 8: raise ValueError(f"tensor {name!r} has {dims} dimensions")
+        shape = tuple(reversed(h.scalars(10, dims).tolist()))  # gguf lists the fastest dimension first
+        infos.append((name, shape, h.uint(4), h.uint()))
+      align = kv.get("general.alignment", 32)
+      if not isinstance(align, int) or align <= 0 or align & (align - 1): raise ValueError(f"general.alignment {align!r} is not a power of two")
+      start = -(-f.tell() // align) * align
+    tensors = {name: GGUFTensor(name, shape, typ, path, start + off, _tensor_bytes(typ, shape)) for name, shape, typ, off in infos}
     for t in tensors.values():
       if t.offset + t.nbytes > size: raise ValueError(f"tensor {t.name!r} is truncated ({max(size - t.offset, 0)} of {t.nbytes} bytes)")
     return kv, tensors
-  except (ValueError, IndexError, KeyError, TypeError, OverflowError) as e:  # what the reader raises on a corrupt file
-    raise ValueError(f"{fn}: not a valid gguf file: {type(e).__name__}: {e}") from None
+  except (ValueError, UnicodeDecodeError, OverflowError) as e:
+    raise ValueError(f"{fn}: not a valid gguf file: {e}") from None
