@@ -86,3 +86,33 @@ def test_markdown_rendering(browser, url):
   for part in ("<h1>Title</h1>", "<strong>bold</strong>", "<code>code</code>", "&lt;script&gt;", "<ul><li>one</li><li>two</li></ul>",
                '<pre><code class="language-py">print(1)</code></pre>', "<th>a</th>", "<td>2</td>"):
     assert part in html, (part, html)
+
+
+@pytest.fixture(scope="module")
+def thinking_url(tmp_path_factory):
+  from tinyhybrid.llm.runner import Delta
+  llm = LLM.load(write_tiny_chat(tmp_path_factory.mktemp("think") / "chat.gguf", 256))
+  def stream(ids, params, max_tokens, stop, usage):  # a reasoning model's answer, the tags cut across pieces
+    for piece in ("<thi", "nk>Let me ", "think.</th", "ink>\n\nThe **answer**."): yield Delta(piece)
+    yield Delta("", "stop")
+  llm.stream = stream
+  for tag in ("<think>", "</think>"): llm.tok.token_to_id.setdefault(tag, -1)  # a vocabulary that has them
+  srv = LLMServer(("127.0.0.1", 0), llm, log=False)
+  threading.Thread(target=srv.serve_forever, daemon=True).start()
+  yield f"http://127.0.0.1:{srv.server_address[1]}/"
+  srv.shutdown()
+  srv.server_close()
+
+
+def test_reasoning_shows_folded_above_the_answer(browser, thinking_url):
+  browser.get(thinking_url)
+  wait(browser, "document.getElementById('model').textContent === 'tiny-chat'")
+  browser.execute_script("window.chat.send('Why?')")
+  wait(browser, "document.querySelectorAll('.msg.assistant').length === 1 && document.body.dataset.state === 'idle'")
+  fold = browser.find_element(By.CSS_SELECTOR, ".msg.assistant [data-testid=thinking]")
+  assert fold.is_displayed() and fold.get_attribute("open") is None and fold.text == "Thinking"  # folded: the summary only
+  assert "<strong>answer</strong>" in browser.execute_script("return document.querySelector('.msg.assistant').innerHTML")
+  fold.find_element(By.TAG_NAME, "summary").click()
+  wait(browser, "document.querySelector('[data-testid=thinking]').open")
+  assert "Let me think." in fold.text
+  assert browser.execute_script("return window.chat.messages[1]") == {"role": "assistant", "content": "The **answer**.", "reasoning_content": "Let me think."}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from tinyhybrid.llm.model import Transformer
+from tinyhybrid.llm.routing import END_THINK, END_TOOL, THINK, TOOL, StreamRouter
 from tinyhybrid.llm.sampling import Sampler, SamplingParams
 from tinyhybrid.llm.template import ChatTemplate
 from tinyhybrid.llm.tokenizer import Tokenizer
@@ -42,8 +43,17 @@ class LLM:
   @property
   def max_context(self) -> int: return self.model.max_context
 
-  def chat_ids(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
-    return self.tok.encode(self.template.render(messages, add_generation_prompt=True, **kwargs))
+  def chat_prompt(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+    """The chat as the model reads it, through its template, ending where the assistant's answer begins."""
+    return self.template.render(messages, add_generation_prompt=True, **kwargs)
+
+  def chat_ids(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]: return self.tok.encode(self.chat_prompt(messages, **kwargs))
+
+  def router(self, prompt: str) -> StreamRouter:
+    """Routes the answer to prompt into content, reasoning and tool calls, by the tags this model's vocabulary has."""
+    have = self.tok.token_to_id
+    think, tools = THINK in have and END_THINK in have, TOOL in have and END_TOOL in have
+    return StreamRouter(thinking=think and prompt.rstrip().endswith(THINK), think=think, tools=tools)
 
   def check_fits(self, ids: list[int]) -> None:
     if len(ids) >= self.max_context:

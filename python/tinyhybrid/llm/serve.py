@@ -40,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Iterator
 
 from tinyhybrid.llm.runner import LLM, ContextError, Delta, Usage
+from tinyhybrid.llm.routing import Routed
 from tinyhybrid.llm.sampling import SamplingParams
 
 STATIC = pathlib.Path(__file__).parent / "static"  # the chat page and its assets (package data: they ship in the wheel)
@@ -316,11 +317,12 @@ class Handler(BaseHTTPRequestHandler):
   def _chat(self, body: dict[str, Any]) -> None:
     msgs = _messages(body)
     params, max_tokens, stop = sampling_of(body)
+    tools = _field(body, "tools", list, None, lambda t: all(isinstance(x, dict) for x in t), "a list of tool objects")
     llm = self.server.llm
-    try: ids = llm.chat_ids(msgs)
+    try: prompt = llm.chat_prompt(msgs, **({"tools": tools} if tools else {}))
     except ValueError as e: raise RequestError(str(e), "messages") from None
-    llm.check_fits(ids)
-    job = self.server.submit(Job(ids, params, max_tokens or self.server.max_tokens, stop, self.connection))
+    llm.check_fits(ids := llm.tok.encode(prompt))
+    job, router = self.server.submit(Job(ids, params, max_tokens or self.server.max_tokens, stop, self.connection)), llm.router(prompt)
     head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": body.get("model") or llm.name}
     if body.get("stream"):
       include_usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
@@ -328,14 +330,24 @@ class Handler(BaseHTTPRequestHandler):
         return {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
       def events() -> Iterator[dict[str, Any]]:
         yield chunk({"role": "assistant", "content": ""})
+        calls = 0
         for d in job.results():
-          if d.text: yield chunk({"content": d.text})
-          if d.finish_reason: yield chunk({}, d.finish_reason)
+          for piece in router.feed(d.text) + (router.finish() if d.finish_reason else []):
+            yield chunk(_delta(piece, calls))
+            calls += piece.kind == "tool_call"
+          if d.finish_reason: yield chunk({}, "tool_calls" if calls and d.finish_reason == "stop" else d.finish_reason)
         if include_usage: yield {**head, "object": "chat.completion.chunk", "choices": [], "usage": _usage(job.usage)}
       return self._stream(events(), job)
     text, finish = self._collect(job)
-    self._json({**head, "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": None, "finish_reason": finish}], "usage": _usage(job.usage)})
+    pieces = router.feed(text) + router.finish()
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(p.text for p in pieces if p.kind == "content")}
+    if reasoning := "".join(p.text for p in pieces if p.kind == "reasoning"): message["reasoning_content"] = reasoning
+    if calls := [_tool_call(p) for p in pieces if p.kind == "tool_call"]:
+      message["tool_calls"] = calls
+      message["content"] = message["content"] or None  # OpenAI's: an answer that only calls tools has no content
+      if finish == "stop": finish = "tool_calls"
+    self._json({**head, "object": "chat.completion", "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                "usage": _usage(job.usage)})
 
   def _completion(self, body: dict[str, Any]) -> None:
     prompt = body.get("prompt")
@@ -387,6 +399,15 @@ class Handler(BaseHTTPRequestHandler):
       try: self.wfile.write(f"data: {json.dumps(RequestError(str(e), status=500, type_='server_error').body())}\n\ndata: [DONE]\n\n".encode())
       except OSError: pass
       job.drain()
+
+
+def _tool_call(p: Routed) -> dict[str, Any]: return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": p.call}
+
+
+def _delta(p: Routed, index: int) -> dict[str, Any]:
+  """A streamed chunk's delta for a piece of the answer (index: the tool call's place among the answer's calls)."""
+  if p.kind == "tool_call": return {"tool_calls": [{"index": index, **_tool_call(p)}]}
+  return {"reasoning_content" if p.kind == "reasoning" else "content": p.text}
 
 
 def _usage(u: Usage) -> dict[str, int]:
