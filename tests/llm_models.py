@@ -158,6 +158,14 @@ MIXES = {
 }
 
 
+def finish_gguf(w) -> None:
+  """Writes a gguf.GGUFWriter's header, key-values and tensors to its file, and closes it."""
+  w.write_header_to_file()
+  w.write_kv_data_to_file()
+  w.write_tensors_to_file()
+  w.close()
+
+
 def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = None, tok_kv: dict | None = None, name: str = "tiny", model=None):
   """Builds spec's model with transformers (random weights, unless a model built from spec is given), writes it to path
   as llama.cpp would, and returns the HF model with its weights replaced by what the file holds (the dequantized
@@ -241,10 +249,7 @@ def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = Non
           n = spec.heads if "q_proj" in hf_name else spec.kv_heads
           deq = deq.reshape(n, deq.shape[0] // n // 2, 2, -1).swapaxes(1, 2).reshape(deq.shape)
         t.copy_(torch.from_numpy(deq))
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  finish_gguf(w)
   if spec.tie or a == "gemma": model.tie_weights()
   return model
 

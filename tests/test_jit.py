@@ -115,4 +115,6 @@ def test_intermediates_of_a_capture_share_memory_and_replays_stay_right():
     ref = x_np
     for i in range(8): ref = np.maximum(ref @ w_np + i, 0)
     np.testing.assert_allclose(out.numpy(), ref.sum(1), rtol=1e-4, atol=1e-3)
-  assert held <= 3 * 256 * 256 * 4 + 4096, held  # two intermediates live at a time, and the output; not all eight
+  # host memory (the allocator's cache hands a freed block to the next buffer of its size): two intermediates live at
+  # a time, and the output; a device with memory of its own reuses what its driver gives again, but never holds all eight
+  assert held <= (3 if alloc.is_host_memory else 7) * 256 * 256 * 4 + 4096, held

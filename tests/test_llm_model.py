@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from llm_models import TinySpec, write_gguf  # noqa: E402
+from llm_models import TinySpec, finish_gguf, write_gguf  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
-from tinyhybrid import Device, GlobalCounters  # noqa: E402
+from tinyhybrid import Device, GlobalCounters, dtypes  # noqa: E402
 from tinyhybrid.engine import realize  # noqa: E402
 from tinyhybrid.llm.model import Transformer  # noqa: E402
 
@@ -82,6 +82,22 @@ def test_iq4_files_match_transformers(files, quant):  # (IQ4_XS: CASES)
   model, _ = Transformer.from_gguf(path, max_context=64)
   ref = hf_logits(hf, PROMPT)[-1]
   np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_kv_cache_in_f16(files):
+  # --kv_dtype f16: keys and values rounded to half as they are written (llama.cpp's default cache), read back as float
+  spec, quant = CASES["llama_f32"]
+  path, hf = files("llama_f32", spec, quant)
+  model, _ = Transformer.from_gguf(path, max_context=64, kv_dtype="f16")
+  assert model.blocks[0].cache_k.dtype is dtypes.float16 and model.blocks[0].cache_k.nbytes() == 2 * 64 * spec.kv_heads * (spec.dim // spec.heads)
+  ref = hf_logits(hf, PROMPT)[-1]
+  got = model.logits(PROMPT, 0)
+  np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
+  assert not np.allclose(got, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())  # it is the half cache that was read
+  with torch.no_grad():  # and decode steps (the JIT's) over it
+    ref_ids = hf.generate(torch.tensor([PROMPT]), max_new_tokens=3, do_sample=False, min_new_tokens=3)[0, len(PROMPT):].tolist()
+  assert list(model.generate(PROMPT, max_new=3)) == ref_ids
+  with pytest.raises(ValueError, match="kv_dtype 'q4'"): Transformer.from_gguf(path, kv_dtype="q4")
 
 
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q5_K_M", "Q3_K_S", "Q2_K"])
@@ -218,10 +234,7 @@ def _rewrite(src: str, dst, arch: str | None = None, tensor_type=None) -> None:
       size = gguf.GGML_QUANT_SIZES[tensor_type]
       data, typ, swapped = np.zeros((int(t.shape[1]), int(t.shape[0]) // size[0] * size[1]), np.uint8), tensor_type, True
     w.add_tensor(t.name, data, raw_dtype=typ)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  finish_gguf(w)
 
 
 def test_unsupported_architecture_and_type(files, tmp_path):

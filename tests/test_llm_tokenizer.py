@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 pytest.importorskip("tokenizers")
-from llm_models import (CHATML_TEMPLATE, CORPUS, LLAMA3_SPECIALS, LLAMA3_TEMPLATE, QWEN_SPECIALS, spm_tokenizer_kv, tokenizer_kv,  # noqa: E402
+from llm_models import (CHATML_TEMPLATE, finish_gguf, CORPUS, LLAMA3_SPECIALS, LLAMA3_TEMPLATE, QWEN_SPECIALS, spm_tokenizer_kv, tokenizer_kv,  # noqa: E402
                         train_bpe, train_spm)
 
 from tinyhybrid.llm.template import ChatTemplate  # noqa: E402
@@ -64,10 +64,7 @@ def test_gguf_roundtrip(tmp_path):
   w.add_eos_token_id(kv["eos_token_id"])
   w.add_add_bos_token(False)
   w.add_chat_template(kv["chat_template"])
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  finish_gguf(w)
   fkv, _ = gguf_read(path)
   tok = Tokenizer.from_gguf_kv(fkv)
   for text in CORPUS: assert tok.encode(text) == hf.encode(text, add_special_tokens=False).ids

@@ -1,6 +1,8 @@
 """nn.state: state dicts, and model files (safetensors, torch .pt/.pth, gguf) checked against the libraries that
 write them (torch, safetensors, gguf and its numpy reference dequantizers)."""
 import gc
+import os
+import sys
 from collections import OrderedDict, namedtuple
 
 import gguf
@@ -9,7 +11,10 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as GQ
 
-from tinyhybrid import Device, Tensor, dtypes
+sys.path.insert(0, os.path.dirname(__file__))
+from llm_models import finish_gguf  # noqa: E402
+
+from tinyhybrid import Device, Tensor, dtypes  # noqa: E402
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
 from tinyhybrid.nn.state import get_parameters, get_state_dict, gguf_load, load_state_dict, safe_load, safe_load_metadata, safe_save, torch_load
 
@@ -311,10 +316,7 @@ def _write_gguf(path, quant_types=(GQ.Q4_0, GQ.Q6_K, GQ.MXFP4, GQ.IQ4_NL, GQ.IQ4
     blocks = _random_blocks(int(qt), 4, seed=int(qt)).reshape(2, -1)
     w.add_tensor(qt.name, blocks, raw_dtype=qt)
     ref[qt.name] = gguf.quants.dequantize(blocks, qt)
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  finish_gguf(w)
   return ref
 
 
@@ -361,10 +363,7 @@ def test_gguf_header_matches_the_gguf_packages_reader(tmp_path):
   w.add_array("nested", [[1, 2], [3]])
   w.add_custom_alignment(64)
   w.add_tensor("t", np.arange(6, dtype=np.float32).reshape(2, 3))
-  w.write_header_to_file()
-  w.write_kv_data_to_file()
-  w.write_tensors_to_file()
-  w.close()
+  finish_gguf(w)
   kv, tensors = gguf_read(fn)
   reader = gguf.GGUFReader(fn)
   assert kv.pop("nested") == [[1, 2], [3]]  # as written (the package's reader flattens it)

@@ -112,6 +112,19 @@ def _fold_lanes(u: UOp, srcs: list[UOp], w: int) -> UOp | None:
   return bcast(out[0], w) if all(x.arg == out[0].arg for x in out) else vectorize(out)
 
 
+def _uniform_op(u: UOp, srcs: list[UOp]) -> UOp | None:
+  """u on one lane when every source is the same in all lanes (a block's scale read once for the 16 or 32 weights it
+  scales): computed once and broadcast, not lane by lane in a vector (a byte widened, converted and multiplied in 16
+  lanes cost a quantized matmul's inner loop as much as its weights did). None when a source varies by lane."""
+  if u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.BITCAST): return None
+  scalars = []
+  for s in srcs:
+    if s.dtype.count == 1: scalars.append(s)
+    elif s.op is Ops.VECTORIZE and all(x is s.src[0] for x in s.src): scalars.append(s.src[0])
+    else: return None
+  return UOp(u.op, u.dtype, tuple(scalars), u.arg)
+
+
 def _vec_ok(u: UOp, srcs: list[UOp]) -> bool:
   """Whether the renderer can do op u on vectors of these sources."""
   sdt = u.dtype.scalar()
@@ -216,6 +229,7 @@ class Expander:
     srcs = [self.get(s, axes, key, widen=False) for s in u.src]
     if w == 1: return UOp(u.op, u.dtype, tuple(srcs), u.arg)
     if (folded := _fold_lanes(u, srcs, w)) is not None: return folded
+    if (same := _uniform_op(u, srcs)) is not None: return bcast(same, w)
     if _vec_ok(u, srcs):
       srcs = [s if u.op is Ops.WHERE and i == 0 and s.dtype.count == 1 else bcast(s, w) for i, s in enumerate(srcs)]
       return UOp(u.op, u.dtype.vec(w), tuple(srcs), u.arg)

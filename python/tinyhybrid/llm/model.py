@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -24,6 +25,7 @@ from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import UOp, Variable
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma")
+KV_DTYPES = {"f32": dtypes.float32, "f16": dtypes.float16}  # --kv_dtype
 # llama.cpp's "normal" RoPE rotates adjacent pairs (its converter interleaves llama's q/k rows to match); these
 # architectures use the NeoX form, which rotates the two halves of each head
 NEOX_ROPE = ("qwen2", "qwen3", "gemma")
@@ -46,6 +48,7 @@ class ModelConfig:
   rope_scaling: str = "none"  # none | linear | yarn
   rope_factor: float = 1.0
   rope_orig_context: int = 0  # yarn: the context the model was trained with
+  kv_dtype: str = "f32"       # the KV cache's element type: f32 | f16 (half the memory and attention reads; llama.cpp's default)
 
   @staticmethod
   def from_gguf(kv: dict[str, Any], tensors: dict[str, GGUFTensor], max_context: int | None = None, name: str = "model") -> ModelConfig:
@@ -125,8 +128,8 @@ class Block:
     self.attn_out = QuantizedWeight(need("attn_output.weight"))
     self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"))
     self.down = QuantizedWeight(need("ffn_down.weight"))
-    shape = (cfg.n_kv_heads, cfg.max_context, cfg.head_dim)
-    self.cache_k, self.cache_v = Tensor.zeros(*shape).contiguous().realize(), Tensor.zeros(*shape).contiguous().realize()
+    shape, self.kv_dtype = (cfg.n_kv_heads, cfg.max_context, cfg.head_dim), KV_DTYPES[cfg.kv_dtype]
+    self.cache_k, self.cache_v = (Tensor.zeros(*shape, dtype=self.kv_dtype).contiguous().realize() for _ in range(2))
 
   def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
     cfg = self.cfg
@@ -144,9 +147,9 @@ class Block:
     if self.k_norm is not None: k = rms_norm(k, self.k_norm, cfg.norm_eps)
     neox, rd = cfg.arch in NEOX_ROPE, cfg.rope_dim or hd
     q, k = apply_rope(q, cos, sin, neox, rd), apply_rope(k, cos, sin, neox, rd)
-    self.cache_k[:, pos:pos + T].assign(k.transpose(0, 1))
-    self.cache_v[:, pos:pos + T].assign(v.transpose(0, 1))
-    keys, vals = self.cache_k[:, 0:pos + T], self.cache_v[:, 0:pos + T]  # (KV, L, hd)
+    self.cache_k[:, pos:pos + T].assign(k.transpose(0, 1).cast(self.kv_dtype))
+    self.cache_v[:, pos:pos + T].assign(v.transpose(0, 1).cast(self.kv_dtype))
+    keys, vals = self.cache_k[:, 0:pos + T].cast(dtypes.float32), self.cache_v[:, 0:pos + T].cast(dtypes.float32)  # (KV, L, hd)
     # grouped-query attention without repeating the cache: the G = H/KV query heads of a kv head are one batch row
     G = H // KV
     if mask is None:  # one query: scores (KV, G, L), each a dot product along the head (vectors along hd)
@@ -193,10 +196,12 @@ class Transformer:
     self.tok_var = Variable("tok", 0, cfg.vocab_size - 1)
 
   @staticmethod
-  def from_gguf(fn: str | pathlib.Path | Tensor, max_context: int | None = None, progress: bool = False) -> tuple[Transformer, dict[str, Any]]:
+  def from_gguf(fn: str | pathlib.Path | Tensor, max_context: int | None = None, progress: bool = False,
+                kv_dtype: str = "f32") -> tuple[Transformer, dict[str, Any]]:
+    if kv_dtype not in KV_DTYPES: raise ValueError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
     kv, tensors = gguf_read(fn)
     name = str(fn) if not isinstance(fn, Tensor) else "<tensor>"
-    cfg = ModelConfig.from_gguf(kv, tensors, max_context, name)
+    cfg = dataclasses.replace(ModelConfig.from_gguf(kv, tensors, max_context, name), kv_dtype=kv_dtype)
     try: return Transformer(cfg, tensors, progress), kv
     except ValueError as e: raise ValueError(f"{name}: {e}") from None
 

@@ -34,8 +34,8 @@ class LLM:
     self.model, self.tok, self.template, self.name, self.kv = model, tok, template, name, kv or {}
 
   @staticmethod
-  def load(path: str | pathlib.Path, max_context: int | None = None, progress: bool = False) -> LLM:
-    model, kv = Transformer.from_gguf(path, max_context, progress=progress)
+  def load(path: str | pathlib.Path, max_context: int | None = None, progress: bool = False, kv_dtype: str = "f32") -> LLM:
+    model, kv = Transformer.from_gguf(path, max_context, progress=progress, kv_dtype=kv_dtype)
     tok = Tokenizer.from_gguf_kv(kv)
     name = kv.get("general.name") or kv.get("general.basename") or pathlib.Path(path).stem
     return LLM(model, tok, ChatTemplate(kv.get("tokenizer.chat_template"), tok), str(name), kv)
