@@ -48,3 +48,27 @@ def test_planes_hold_the_files_values(ggml_type):
     x = rng.standard_normal((2, cols)).astype(np.float32)
     np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x @ ref.T).max())
     assert w.nbytes <= 1.25 * blocks.nbytes, (w.nbytes, blocks.nbytes)
+
+
+def test_block_scales_are_computed_once_per_vector():
+  # a Q4_K decode matmul's kernel: each 16-lane vector of weights lies in one 32-weight group, whose scale byte is
+  # read, converted and multiplied once and broadcast, not widened and converted in all 16 lanes
+  import re
+  from tinyhybrid import Device
+  from tinyhybrid.codegen.heuristic import hand_coded_optimizations
+  from tinyhybrid.codegen.lower import Lowerer
+  from tinyhybrid.codegen.search import finalize
+  from tinyhybrid.schedule.kernelize import create_schedule, normalize
+  rng = np.random.default_rng(0)
+  rows, cols = 256, 1536
+  blocks = random_blocks(12, rows * cols // 256, rng)
+  w = QuantizedWeight(GGUFTensor("w", (rows, cols), 12, blocks.tobytes(), 0, blocks.nbytes))
+  x = rng.standard_normal((1, cols)).astype(np.float32)
+  t = w.matmul(Tensor(x).realize())
+  key, inputs, _ = normalize([t.uop])
+  (item,) = create_schedule(key, len(inputs)).items
+  k, dev = Lowerer(item).lower(), Device["CPU"]
+  src = dev.renderer.render(finalize(k, hand_coded_optimizations(k), dev.renderer.vec))
+  if dev.renderer.vec > 1: assert not re.search(r"\(th_unsigned_char16\)\{(v\d+), \1,", src), src  # no byte broadcast to 16 lanes
+  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(12)).reshape(rows, cols)
+  np.testing.assert_allclose(t.numpy(), x @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x @ ref.T).max())

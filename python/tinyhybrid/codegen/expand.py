@@ -115,8 +115,9 @@ def _fold_lanes(u: UOp, srcs: list[UOp], w: int) -> UOp | None:
 def _uniform_op(u: UOp, srcs: list[UOp]) -> UOp | None:
   """u on one lane when every source is the same in all lanes (a block's scale read once for the 16 or 32 weights it
   scales): computed once and broadcast, not lane by lane in a vector (a byte widened, converted and multiplied in 16
-  lanes cost a quantized matmul's inner loop as much as its weights did). None when a source varies by lane."""
-  if u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.BITCAST): return None
+  lanes cost a quantized matmul's inner loop as much as its weights did). None when a source varies by lane, and for
+  a comparison, which stays a vector mask: a select or a mask's AND takes masks, not broadcast bools."""
+  if (u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.BITCAST)) or u.dtype.scalar() is dtypes.bool: return None
   scalars = []
   for s in srcs:
     if s.dtype.count == 1: scalars.append(s)
