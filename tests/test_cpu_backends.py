@@ -185,6 +185,15 @@ def test_device_selection(monkeypatch):
   monkeypatch.delenv("CPU_CC")
   with pytest.raises(ValueError, match="unknown device"): Device.canonicalize("CPU:NOPE")
 
+  # gcc renders scalar code: with llvmlite installed LLVM is the default, without it C all the same
+  monkeypatch.setattr(ops_cpu, "is_clang", lambda: False)
+  assert ops_cpu.renderer_name("CPU") == "LLVM"
+  real_find_spec = ops_cpu.importlib.util.find_spec
+  monkeypatch.setattr(ops_cpu.importlib.util, "find_spec", lambda n, *a: None if n == "llvmlite" else real_find_spec(n, *a))
+  assert ops_cpu.renderer_name("CPU") == "CLANG"
+  monkeypatch.setattr(ops_cpu, "is_clang", lambda: True)
+  assert ops_cpu.renderer_name("CPU") == "CLANG"
+
   def none() -> str: raise RuntimeError("no C compiler found")
   monkeypatch.setattr(ops_cpu, "c_compiler", none)
   assert ops_cpu.renderer_name("CPU") == "LLVM"  # no C compiler: LLVM in process
