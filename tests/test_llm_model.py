@@ -84,20 +84,28 @@ def test_iq4_files_match_transformers(files, quant):  # (IQ4_XS: CASES)
   np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
-def test_kv_cache_in_f16(files):
-  # --kv_dtype f16: keys and values rounded to half as they are written (llama.cpp's default cache), read back as float
-  spec, quant = CASES["llama_f32"]
-  path, hf = files("llama_f32", spec, quant)
-  model, _ = Transformer.from_gguf(path, max_context=64, kv_dtype="f16")
-  assert model.blocks[0].cache_k.dtype is dtypes.float16 and model.blocks[0].cache_k.nbytes() == 2 * 64 * spec.kv_heads * (spec.dim // spec.heads)
+@pytest.mark.parametrize("kind, dim, layer_bytes, tol", [("f16", 64, 2 * 64 * 16 * 2, 2e-3), ("q8_0", 128, 2 * 64 * (32 + 2), 2e-2)])
+def test_kv_cache_types(files, kind, dim, layer_bytes, tol):
+  # --kv_dtype: keys and values rounded as they are written (f16: llama.cpp's default cache; q8_0: int8 codes and a
+  # half scale per 32 values), read back as float32, in the prompt's kernels and the decode steps' JIT. layer_bytes:
+  # one layer's keys, 2 kv heads x 64 positions (a head of 16, or of 32 for q8_0's blocks)
+  path, hf = files(f"llama_f32_dim{dim}", TinySpec(dim=dim))
+  model, _ = Transformer.from_gguf(path, max_context=64, kv_dtype=kind)
+  assert [b.cache_k.nbytes() for b in model.blocks] == [layer_bytes] * 2
   ref = hf_logits(hf, PROMPT)[-1]
   got = model.logits(PROMPT, 0)
-  np.testing.assert_allclose(got, ref, rtol=0, atol=2e-3 * np.abs(ref).max())
-  assert not np.allclose(got, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())  # it is the half cache that was read
+  np.testing.assert_allclose(got, ref, rtol=0, atol=tol * np.abs(ref).max())
+  assert not np.allclose(got, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())  # it is the rounded cache that was read
   with torch.no_grad():  # and decode steps (the JIT's) over it
     ref_ids = hf.generate(torch.tensor([PROMPT]), max_new_tokens=3, do_sample=False, min_new_tokens=3)[0, len(PROMPT):].tolist()
   assert list(model.generate(PROMPT, max_new=3)) == ref_ids
+
+
+def test_kv_cache_type_errors(files):
+  spec, quant = CASES["llama_f32"]
+  path, _ = files("llama_f32", spec, quant)
   with pytest.raises(ValueError, match="kv_dtype 'q4'"): Transformer.from_gguf(path, kv_dtype="q4")
+  with pytest.raises(ValueError, match="multiple of 32, not 16"): Transformer.from_gguf(path, kv_dtype="q8_0")
 
 
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q5_K_M", "Q3_K_S", "Q2_K"])

@@ -25,7 +25,7 @@ from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import UOp, Variable
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma")
-KV_DTYPES = {"f32": dtypes.float32, "f16": dtypes.float16}  # --kv_dtype
+KV_DTYPES = {"f32": dtypes.float32, "f16": dtypes.float16, "q8_0": dtypes.int8}  # --kv_dtype
 # llama.cpp's "normal" RoPE rotates adjacent pairs (its converter interleaves llama's q/k rows to match); these
 # architectures use the NeoX form, which rotates the two halves of each head
 NEOX_ROPE = ("qwen2", "qwen3", "gemma")
@@ -48,7 +48,7 @@ class ModelConfig:
   rope_scaling: str = "none"  # none | linear | yarn
   rope_factor: float = 1.0
   rope_orig_context: int = 0  # yarn: the context the model was trained with
-  kv_dtype: str = "f32"       # the KV cache's element type: f32 | f16 (half the memory and attention reads; llama.cpp's default)
+  kv_dtype: str = "f32"       # the KV cache's element type: f32 | f16 (llama.cpp's default) | q8_0 (KVCache)
 
   @staticmethod
   def from_gguf(kv: dict[str, Any], tensors: dict[str, GGUFTensor], max_context: int | None = None, name: str = "model") -> ModelConfig:
@@ -109,6 +109,38 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, neox: bool, rope_dim: int) -
 def _vec(t: GGUFTensor) -> Tensor: return t.dequantize().cast(dtypes.float32).contiguous()
 
 
+class KVCache:
+  """One layer's keys (or values), (kv heads, context, head dim), kept as --kv_dtype says: f32, f16, or q8_0
+  (llama.cpp's block: 32 values as int8 codes and one half scale, absmax / 127). Written at a position, read back as
+  float32 up to an end; the bounds may be bound Variables."""
+
+  def __init__(self, heads: int, context: int, head_dim: int, kind: str):
+    if kind == "q8_0" and head_dim % 32: raise ValueError(f"kv_dtype q8_0 needs a head dimension that is a multiple of 32, not {head_dim}")
+    blocks = head_dim // 32 if kind == "q8_0" else 1
+    self.shape = (heads, context, blocks, head_dim // blocks)
+    self.data = Tensor.zeros(*self.shape, dtype=KV_DTYPES[kind]).contiguous().realize()
+    self.scales = Tensor.zeros(heads, context, blocks, 1, dtype=dtypes.float16).contiguous().realize() if kind == "q8_0" else None
+
+  def nbytes(self) -> int: return self.data.nbytes() + (self.scales.nbytes() if self.scales is not None else 0)
+
+  def write(self, pos: UOp | int, x: Tensor) -> None:
+    """x (kv heads, T, head dim) into positions pos..pos+T-1."""
+    H, T, _ = x.shape
+    x = x.reshape(H, T, *self.shape[2:])
+    if self.scales is None:
+      self.data[:, pos:pos + T].assign(x.cast(self.data.dtype))
+      return
+    d = x.abs().max(-1, keepdim=True) / 127.0
+    self.data[:, pos:pos + T].assign((x / (d == 0).where(1.0, d)).round().cast(dtypes.int8))
+    self.scales[:, pos:pos + T].assign(d.cast(dtypes.float16))
+
+  def read(self, end: UOp | int) -> Tensor:
+    """Positions 0..end-1 as float32, (kv heads, end, head dim)."""
+    x = self.data[:, 0:end].cast(dtypes.float32)
+    if self.scales is not None: x = x * self.scales[:, 0:end].cast(dtypes.float32)
+    return x.reshape(self.shape[0], x.shape[1], self.shape[2] * self.shape[3])
+
+
 class Block:
   """One transformer layer: attention with its KV cache, then the gated FFN, each behind an RMSNorm and a residual."""
 
@@ -128,8 +160,7 @@ class Block:
     self.attn_out = QuantizedWeight(need("attn_output.weight"))
     self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"))
     self.down = QuantizedWeight(need("ffn_down.weight"))
-    shape, self.kv_dtype = (cfg.n_kv_heads, cfg.max_context, cfg.head_dim), KV_DTYPES[cfg.kv_dtype]
-    self.cache_k, self.cache_v = (Tensor.zeros(*shape, dtype=self.kv_dtype).contiguous().realize() for _ in range(2))
+    self.cache_k, self.cache_v = (KVCache(cfg.n_kv_heads, cfg.max_context, cfg.head_dim, cfg.kv_dtype) for _ in range(2))
 
   def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
     cfg = self.cfg
@@ -147,9 +178,9 @@ class Block:
     if self.k_norm is not None: k = rms_norm(k, self.k_norm, cfg.norm_eps)
     neox, rd = cfg.arch in NEOX_ROPE, cfg.rope_dim or hd
     q, k = apply_rope(q, cos, sin, neox, rd), apply_rope(k, cos, sin, neox, rd)
-    self.cache_k[:, pos:pos + T].assign(k.transpose(0, 1).cast(self.kv_dtype))
-    self.cache_v[:, pos:pos + T].assign(v.transpose(0, 1).cast(self.kv_dtype))
-    keys, vals = self.cache_k[:, 0:pos + T].cast(dtypes.float32), self.cache_v[:, 0:pos + T].cast(dtypes.float32)  # (KV, L, hd)
+    self.cache_k.write(pos, k.transpose(0, 1))
+    self.cache_v.write(pos, v.transpose(0, 1))
+    keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)  # (KV, L, hd)
     # grouped-query attention without repeating the cache: the G = H/KV query heads of a kv head are one batch row
     G = H // KV
     if mask is None:  # one query: scores (KV, G, L), each a dot product along the head (vectors along hd)
