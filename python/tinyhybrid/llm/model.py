@@ -9,9 +9,9 @@ the same kernels: a decode step is one TinyJit replay, patched with the new toke
 in chunks of a few fixed sizes (each its own TinyJit), so a prompt of any length reuses compiled kernels."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
