@@ -5,11 +5,10 @@ dequantized on the device, nn/quant.py); gguf_read keeps quantized tensors as th
 dequantize-matmul kernels read (llm/quantized.py)."""
 from __future__ import annotations
 
+import io
 import mmap
 import os
-import pathlib
-import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -79,17 +78,16 @@ def gguf_read(fn: FileLike) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
   """(key-value metadata, tensors by name) of a .gguf file, quantized tensors kept as blocks and every tensor's bytes
   left in the file until its `data` is read. A type we have no kernels for raises ValueError naming it and the
   tensor; a truncated or corrupt file raises ValueError naming the file."""
-  if isinstance(fn, Tensor):  # the reader maps a file: give the bytes one
-    blob, _ = _read_bytes(fn)
-    with tempfile.TemporaryDirectory() as d:
-      (path := pathlib.Path(d) / "tensor.gguf").write_bytes(blob)
-      kv, tensors = gguf_read(path)
-    return kv, {k: replace(t, source=blob) for k, t in tensors.items()}
-  if not os.path.isfile(fn): raise FileNotFoundError(f"gguf: no such file {str(fn)!r}")
-  kv, out = _gguf_infos(fn)
+  if isinstance(fn, Tensor):
+    blob, name = _read_bytes(fn)
+    kv, out = _gguf_infos(io.BytesIO(blob), len(blob), blob, name)
+  else:
+    if not os.path.isfile(fn): raise FileNotFoundError(f"gguf: no such file {str(fn)!r}")
+    name = str(fn)  # the tensors are read later, maybe from another working directory: by the absolute path
+    with open(fn, "rb") as f: kv, out = _gguf_infos(f, os.path.getsize(fn), os.path.abspath(fn), name)
   for t in out.values():
     if t.ggml_type not in GGML_NATIVE and t.ggml_type not in GGML_QUANT:
-      raise ValueError(f"{fn}: tensor {t.name!r} has ggml type {ggml_type_name(t.ggml_type)}, which tinyhybrid does not support "
+      raise ValueError(f"{name}: tensor {t.name!r} has ggml type {ggml_type_name(t.ggml_type)}, which tinyhybrid does not support "
                        f"(supported: {', '.join(ggml_type_name(t) for t in [*GGML_NATIVE, *GGML_QUANT])})")
   return kv, out
 
@@ -141,32 +139,31 @@ def _tensor_bytes(typ: int, shape: tuple[int, ...]) -> int:
   return 0  # a type we do not read: gguf_read refuses it by name
 
 
-def _gguf_infos(fn: str | os.PathLike) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
-  """The key-values and tensors (not yet read) of a gguf file. Ours, not the gguf package's GGUFReader, which makes a
+def _gguf_infos(f: Any, size: int, source: str | bytes, name: str) -> tuple[dict[str, Any], dict[str, GGUFTensor]]:
+  """The key-values and tensors (not yet read) of the gguf file open as f (size bytes; source: where its tensors'
+  bytes are read from later, name: the file's name for errors). Ours, not the gguf package's GGUFReader, which makes a
   numpy view per array item: a 32000-token vocabulary cost 67 MB of Python objects and left 15 MB of the heap behind."""
-  size, path = os.path.getsize(fn), os.path.abspath(fn)  # read later, maybe from another working directory
   try:
-    with open(fn, "rb") as f:
-      h = _Header(f, size)
-      if (magic := h.take(4)) != b"GGUF": raise ValueError(f"magic {magic!r}, not b'GGUF'")
-      if (version := h.uint(4)) not in (2, 3): raise ValueError(f"version {version}: tinyhybrid reads versions 2 and 3")
-      n_tensors, n_kv = h.uint(), h.uint()
-      kv: dict[str, Any] = {}
-      for _ in range(n_kv):
-        key = h.string()
-        kv[key] = h.value(h.uint(4))
-      infos = []
-      for _ in range(n_tensors):
-        name, dims = h.string(), h.uint(4)
-        if dims > 8: raise ValueError(f"tensor {name!r} has {dims} dimensions")
-        shape = tuple(reversed(h.scalars(10, dims).tolist()))  # gguf lists the fastest dimension first
-        infos.append((name, shape, h.uint(4), h.uint()))
-      align = kv.get("general.alignment", 32)
-      if not isinstance(align, int) or align <= 0 or align & (align - 1): raise ValueError(f"general.alignment {align!r} is not a power of two")
-      start = -(-f.tell() // align) * align
-    tensors = {name: GGUFTensor(name, shape, typ, path, start + off, _tensor_bytes(typ, shape)) for name, shape, typ, off in infos}
+    h = _Header(f, size)
+    if (magic := h.take(4)) != b"GGUF": raise ValueError(f"magic {magic!r}, not b'GGUF'")
+    if (version := h.uint(4)) not in (2, 3): raise ValueError(f"version {version}: tinyhybrid reads versions 2 and 3")
+    n_tensors, n_kv = h.uint(), h.uint()
+    kv: dict[str, Any] = {}
+    for _ in range(n_kv):
+      key = h.string()
+      kv[key] = h.value(h.uint(4))
+    infos = []
+    for _ in range(n_tensors):
+      tname, dims = h.string(), h.uint(4)
+      if dims > 8: raise ValueError(f"tensor {tname!r} has {dims} dimensions")
+      shape = tuple(reversed(h.scalars(10, dims).tolist()))  # gguf lists the fastest dimension first
+      infos.append((tname, shape, h.uint(4), h.uint()))
+    align = kv.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1): raise ValueError(f"general.alignment {align!r} is not a power of two")
+    start = -(-f.tell() // align) * align
+    tensors = {n: GGUFTensor(n, shape, typ, source, start + off, _tensor_bytes(typ, shape)) for n, shape, typ, off in infos}
     for t in tensors.values():
       if t.offset + t.nbytes > size: raise ValueError(f"tensor {t.name!r} is truncated ({max(size - t.offset, 0)} of {t.nbytes} bytes)")
     return kv, tensors
   except (ValueError, UnicodeDecodeError, OverflowError) as e:
-    raise ValueError(f"{fn}: not a valid gguf file: {e}") from None
+    raise ValueError(f"{name}: not a valid gguf file: {e}") from None

@@ -319,7 +319,7 @@ class Handler(BaseHTTPRequestHandler):
     params, max_tokens, stop = sampling_of(body)
     tools = _field(body, "tools", list, None, lambda t: all(isinstance(x, dict) for x in t), "a list of tool objects")
     llm = self.server.llm
-    try: prompt = llm.chat_prompt(msgs, **({"tools": tools} if tools else {}))
+    try: prompt = llm.chat_prompt(msgs, tools=tools)
     except ValueError as e: raise RequestError(str(e), "messages") from None
     llm.check_fits(ids := llm.tok.encode(prompt))
     job, router = self.server.submit(Job(ids, params, max_tokens or self.server.max_tokens, stop, self.connection)), llm.router(prompt)
