@@ -212,6 +212,16 @@ void test_signal_timeout_message() {
   sig->wait(9, 10'000ms);
   t.join();
   CHECK_EQ(sig->value(), 9u);
+  // The limit is time without a rise: ten rises 20 ms apart (200 ms in all) pass a 60 ms limit; a stall does not.
+  std::thread rising([&] {
+    for (uint64_t v = 10; v <= 19; ++v) {
+      std::this_thread::sleep_for(20ms);
+      sig->set(v);
+    }
+  });
+  sig->wait(19, 60ms);
+  rising.join();
+  CHECK(!sig->wait_for(20, 60ms));
 }
 
 // A queued wait holds back the commands after it until the host raises the signal.

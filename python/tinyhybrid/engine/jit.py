@@ -142,20 +142,25 @@ def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buf
 
 
 def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]]) -> list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]]:
-  """The runs with a buffer for each Transient: itself while it lives; for those that died, one buffer per address
-  they had, which their runs share (each died before the next was made there, so their uses never overlap): the
-  live transient made there after them if it is large enough (made after they died, it is first written after their
-  last use), else a new one."""
-  dead: dict[tuple[str, int], list[Transient]] = {}
-  live: dict[tuple[str, int], Buffer] = {}
-  for t in dict.fromkeys(a for _, _, args, _ in runs for a in args if isinstance(a, Transient)):
-    if (b := t.ref()) is not None: live[(t.device, t.address)] = b
-    else: dead.setdefault((t.device, t.address), []).append(t)
+  """The runs with a buffer for each Transient: itself while it lives. Those that died live, for the replay, from the
+  first run that uses them to the last; transients whose spans do not overlap share a new buffer (first fit, the
+  smallest that is large enough). The plan reads only the runs, so it is the same whatever addresses the device's
+  allocator gave. A live transient lends its memory to none: a run may write only part of it (an assign into a row of
+  a cache), and the rest is the caller's."""
+  span: dict[Transient, list[int]] = {}
+  for i, (_, _, args, _) in enumerate(runs):
+    for a in args:
+      if isinstance(a, Transient): span.setdefault(a, [i, i])[1] = i
+  slots: list[list] = []  # [device, bytes, last run, the transients sharing it]
+  for t in sorted((t for t in span if t.ref() is None), key=lambda t: span[t][0]):
+    if free := [s for s in slots if s[0] == t.device and s[2] < span[t][0]]:
+      fits = [s for s in free if s[1] >= t.nbytes]
+      slot = min(fits, key=lambda s: s[1]) if fits else max(free, key=lambda s: s[1])
+      slot[1:3] = [max(slot[1], t.nbytes), span[t][1]]
+      slot[3].append(t)
+    else: slots.append([t.device, t.nbytes, span[t][1], [t]])
   home: dict[Transient, Buffer] = {}
-  for (device, address), ts in dead.items():
-    size = max(t.nbytes for t in ts)
-    if (b := live.get((device, address))) is None or b.nbytes < size: b = Buffer(device, size, dtypes.uint8).ensure_allocated()
-    home.update((t, b) for t in ts)
+  for device, nbytes, _, ts in slots: home.update(dict.fromkeys(ts, Buffer(device, nbytes, dtypes.uint8).ensure_allocated()))
   return [(dev, prg, [(home.get(a) or a.ref()) if isinstance(a, Transient) else a for a in args], threads) for dev, prg, args, threads in runs]  # type: ignore[misc]
 
 

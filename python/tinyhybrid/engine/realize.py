@@ -173,12 +173,11 @@ class JitError(RuntimeError):
 class Transient:
   """A buffer a capture holds weakly: one a run wrote before any read it, so the replay needs its memory but not its
   contents. Nothing else holding it (a schedule's intermediate), it dies with its realize, and the next realize's
-  buffers reuse its memory as they do outside a capture; the replay then gives every transient that died at one
-  address one buffer (TinyJit's memory plan, made by the allocator as the capture ran)."""
+  buffers reuse its memory as they do outside a capture; the replay gives transients whose runs do not overlap one
+  buffer (TinyJit's memory plan, engine/jit._rehome)."""
   ref: weakref.ref[Buffer]
   device: str
   nbytes: int
-  address: int
 
 
 @dataclass(eq=False)
@@ -201,7 +200,7 @@ class Capture:
     if held is b or (isinstance(held, Transient) and held.ref() is b): return held  # type: ignore[return-value]
     # first seen here (an id whose buffer died may be another buffer's now)
     if self.weak and written and b._base is None and not b._external and not b.from_host:
-      held = Transient(weakref.ref(b), b.device, b.nbytes, b.address)
+      held = Transient(weakref.ref(b), b.device, b.nbytes)
     else: held = b
     self._held[id(b)] = held
     return held

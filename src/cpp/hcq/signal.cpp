@@ -49,12 +49,22 @@ bool Signal::wait_for(uint64_t v, std::chrono::milliseconds timeout) const {
   };
   if (reached()) return true;
   Backoff backoff;
+  // The time limit runs from the last rise of the value: a queue working through more than `timeout` of work, one
+  // submit after another, is busy, not hung.
+  uint64_t seen = value();
+  Backoff::Clock::duration since{0};
   for (;;) {
     backoff.step();
     if (reached()) return true;
-    if (timeout != kNoTimeout && backoff.elapsed() >= timeout) {
+    if (timeout != kNoTimeout && backoff.elapsed() - since >= timeout) {
       // Refresh the clock before giving up: elapsed() may be up to 32 spin steps old.
-      if (backoff.elapsed(true) >= timeout) return reached();
+      const auto now = backoff.elapsed(true);
+      if (const uint64_t v = value(); v != seen) {
+        seen = v;
+        since = now;
+      } else if (now - since >= timeout) {
+        return reached();
+      }
     }
   }
 }

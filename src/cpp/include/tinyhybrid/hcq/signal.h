@@ -73,7 +73,7 @@ class Signal {
   uint64_t value() const noexcept { return word_->load(std::memory_order_acquire); }
   // Release: everything this thread wrote before is visible to whoever sees the new value.
   void set(uint64_t v) noexcept { word_->store(v, std::memory_order_release); }
-  // Until value() >= v. Throws SignalTimeout after `timeout` (never with kNoTimeout).
+  // Until value() >= v. Throws SignalTimeout once the value has not risen for `timeout` (never with kNoTimeout).
   void wait(uint64_t v, std::chrono::milliseconds timeout = kDefaultTimeout) const;
   // Like wait, but returns false on timeout instead of throwing. Both throw a DeviceFault reported at a value <= v.
   bool wait_for(uint64_t v, std::chrono::milliseconds timeout) const;
