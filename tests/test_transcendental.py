@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tinyhybrid import Tensor, dtypes
+from tinyhybrid import Device, Tensor, dtypes
 from tinyhybrid.codegen.transcendental import _pi, decompose_transcendentals, transcendental_dtypes, two_over_pi_words
 from tinyhybrid.engine import realize
 from tinyhybrid.helpers import Context
@@ -141,6 +141,23 @@ def test_the_rewrite():
   assert out.src[0].op is Ops.VECTORIZE and not any(u.op is Ops.EXP2 for u in out.toposort())
   assert transcendental_dtypes({dtypes.float64}) == {dtypes.float64}
   with Context(TRANSCENDENTAL=2): assert {dtypes.half, dtypes.bfloat16, dtypes.float, dtypes.float64} <= transcendental_dtypes()
+
+
+@pytest.mark.parametrize("name", ["exp2", "log2"])
+def test_vector_kernels_decompose_float32(name):
+  # by default (no TRANSCENDENTAL) a CPU renderer with vectors writes float32 exp2 and log2 as plain ops before the
+  # lanes are expanded, so they run as vector code rather than one libm call per lane; as exact as the decomposition
+  with np.errstate(over="ignore"): edges = np.array(EDGES[name], dtype=np.float64).astype(np.float32)  # 1e300 is inf
+  x = np.concatenate([samples(name, np.float32), edges])
+  before = set(realize.kernel_cache)
+  y, r = OPS[name][0](Tensor(x, device="CPU")).numpy(), reference(name, x)
+  d = ulp_diff(y, r)
+  i = int(np.argmax(d))
+  assert d[i] <= ULPS, f"{name}({x[i]!r}) = {y[i]!r}, NumPy says {r[i]!r}: {d[i]} ulp apart"
+  np.testing.assert_array_equal(np.isnan(y), np.isnan(r))
+  np.testing.assert_array_equal(y[np.isinf(r)], r[np.isinf(r)])
+  srcs = [prg.src for key, (_, prg) in realize.kernel_cache.items() if key not in before]
+  if Device["CPU"].renderer.vec > 1: assert srcs and not any(f"{name}f(" in src or f"@llvm.{name}" in src for src in srcs)
 
 
 def _ptx(dt, fn=lambda t: t.exp2()) -> str:

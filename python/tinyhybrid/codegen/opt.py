@@ -114,8 +114,9 @@ def _local(k: KernelParts, r: UOp, opt: Opt, next_axis: int) -> None:
 
 def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
   red = k.reduce
-  if red is None or k.value is not red or red.arg not in (Ops.ADD, Ops.MAX) or r not in k.reduce_ranges or rkind(r) is not AxisType.REDUCE:
+  if red is None or red.arg not in (Ops.ADD, Ops.MAX) or r not in k.reduce_ranges or rkind(r) is not AxisType.REDUCE:
     raise KernelOptError("BLOCK needs a kernel that stores a sum or max")
+  if k.value.dtype != red.dtype or k.also: raise KernelOptError("BLOCK keeps partial results in the output: not after a cast, in one buffer")
   if any(rkind(x) is AxisType.GROUP_REDUCE for x in k.reduce_ranges): raise KernelOptError("BLOCK and GROUP don't mix")
   if red.dtype.scalar() not in (dtypes.float, dtypes.double, dtypes.int, dtypes.long):
     raise KernelOptError(f"BLOCK keeps partial results in the output: not in {red.dtype}")  # they would be rounded
@@ -127,7 +128,9 @@ def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
   k.loops.insert(0, outer)
   ident = UOp.const(red.dtype, 0 if red.arg is Ops.ADD else red.dtype.min)
   prev = (outer < 1).where(ident, UOp(Ops.LOAD, red.dtype, (k.out,)))
-  k.value = UOp(red.arg, red.dtype, (prev, k.reduce))  # type: ignore[arg-type]  # the reduce is still there
+  acc = UOp(red.arg, red.dtype, (prev, k.reduce))  # type: ignore[arg-type]  # the reduce is still there
+  # an epilogue (bias, activation: relu(x @ w + b)) applies to the whole sum, in the last block; the others store the partial sum
+  k.value = acc if k.value is k.reduce else (outer < size // amt - 1).where(acc, k.value.substitute({k.reduce: acc}))
 
 
 _DIVMOD = {Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD}

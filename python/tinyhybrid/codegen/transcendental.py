@@ -290,6 +290,8 @@ def _decompose(ctx: frozenset[DType], x: UOp, d: UOp) -> UOp | None:
 
 
 pm_transcendental = PatternMatcher([(UPat(tuple(FUNCTIONS), src=(UPat.var("d"),), name="x"), _decompose)])
+VECTOR_FUNCTIONS = (Ops.EXP2, Ops.LOG2)
+pm_vector_transcendental = PatternMatcher([(UPat(VECTOR_FUNCTIONS, src=(UPat.var("d"),), name="x"), _decompose)])
 
 
 def transcendental_dtypes(lacking: Iterable[DType] = ()) -> frozenset[DType]:
@@ -303,3 +305,12 @@ def decompose_transcendentals(ast: UOp, dts: Iterable[DType]) -> UOp:
   dts = frozenset(dts)
   if not dts or not any(u.op in FUNCTIONS and u.dtype.scalar() in dts for u in ast.toposort()): return ast
   return graph_rewrite(ast, pm_transcendental, ctx=dts, name="decompose transcendentals")
+
+
+def decompose_for_vectors(ast: UOp, dts: Iterable[DType]) -> UOp:
+  """The kernel IR under `ast` (before its lanes are expanded) with every EXP2 and LOG2 of the dtypes `dts` written as
+  plain ALU ops, which the expansion then makes vector ops. SIN stays a call per lane: its argument reduction needs
+  64-bit integer products, which AVX2 has no vector form of."""
+  dts = frozenset(dts)
+  if not dts or not any(u.op in VECTOR_FUNCTIONS and u.dtype.scalar() in dts for u in ast.toposort()): return ast
+  return graph_rewrite(ast, pm_vector_transcendental, ctx=dts, name="decompose transcendentals for vectors")

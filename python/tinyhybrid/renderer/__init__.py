@@ -57,6 +57,9 @@ class Renderer:
   # its registers hold one value each (machine code without vectors, renderer/isa/x86.py): a register tile is sized
   # in them; vec=1 otherwise means a compiler that vectorizes scalar C itself
   scalar_registers: bool = False
+  # float dtypes whose EXP2 and LOG2 are written as plain ops before the lanes are expanded
+  # (codegen/transcendental.py), so that they run on vectors: a CPU's libm takes one value per call
+  vector_transcendentals: frozenset[DType] = frozenset()
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
   has_local: bool = False

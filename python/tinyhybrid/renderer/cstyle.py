@@ -663,6 +663,7 @@ class CRenderer(Renderer):
   def __init__(self, vec: int = 16, stream_bytes: int | None = None, registers: int = 32):
     self.vec, self.registers = vec, registers
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes  # see CWriter
+    if vec > 1: self.vector_transcendentals = frozenset({dtypes.float32})  # libm's exp2f takes one lane per call
 
   # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)

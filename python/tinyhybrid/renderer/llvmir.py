@@ -650,6 +650,7 @@ class LLVMRenderer(Renderer):
   def __init__(self, vec: int = 16, registers: int = 32, stream_bytes: int | None = None):
     self.vec, self.registers = vec, registers
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes
+    if vec > 1: self.vector_transcendentals = frozenset({dtypes.float32})  # libm's exp2f takes one lane per call
 
   # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered (as the C renderer)
   def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
