@@ -86,11 +86,28 @@ def test_conv_kernel_counts():
   assert _count_kernels(x.avg_pool2d(2)) <= 2   # the sum, then the scale (one kernel once a reduce fuses its epilogue)
 
 
+def test_a_large_reduce_keeps_a_transcendental_epilogue_apart():
+  # relu(x @ w.T + b) is one kernel at any size; a GELU (exp2 inside) after one of 16384 outputs or more runs in a
+  # kernel of its own, on vectors (fused, each output's would be scalar); a matrix-vector product keeps it fused
+  b = Tensor(_arr((256,)))
+  for rows, gelu_kernels in ((64, 2), (1, 1)):
+    x, w = Tensor(_arr((rows, 96))), Tensor(_arr((256, 96)))
+    assert _count_kernels((x @ w.T + b).relu()) == 1
+    y = (x @ w.T + b).gelu()
+    assert _count_kernels(y) == gelu_kernels
+    want = torch.nn.functional.gelu(torch.tensor(x.numpy()) @ torch.tensor(w.numpy()).T + torch.tensor(b.numpy()), approximate="tanh")
+    np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_expanded_work_is_computed_once():
   # work read many times by a reduce's loop gets a buffer when it is more than one operation per value
   a, w = Tensor(_arr((4, 8))), Tensor(_arr((8, 5)))
   assert _count_kernels((a * 2) @ w) == 1
   assert _count_kernels((a * 2 + 1) @ w) == 2
+  # one operation, but on two buffers: fused, each step of the reduce would load both
+  b = Tensor(_arr((4, 8)))
+  assert _count_kernels((a * b) @ w) == 2
+  np.testing.assert_allclose(((a * b) @ w).numpy(), (a.numpy() * b.numpy()) @ w.numpy(), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(((a * 2 + 1) @ w).numpy(), (a.numpy() * 2 + 1) @ w.numpy(), rtol=1e-5, atol=1e-5)
   # a batch norm before a convolution: normalized once, not once per output channel
   x, g = Tensor(_arr((1, 2, 6, 6))), Tensor(_arr((3, 2, 3, 3)))

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import LANES, KernelOptError, KernelParts, Opt, OptOps, rkind, rsize, stride
 from tinyhybrid.codegen.opt import apply_opt
-from tinyhybrid.uop import AxisType, Ops
+from tinyhybrid.dtype import dtypes
+from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
 if TYPE_CHECKING:
@@ -60,6 +61,17 @@ def _vector_amount(size: int, tile: bool, vec: int) -> int:
   return next((a for a in (8, 4) if size % a == 0), 1)
 
 
+def _cheap_epilogue(p: KernelParts) -> bool:
+  """Whether what the kernel computes from its reduce's result is cheap enough to compute after every block of a
+  blocked reduce (opt.py's BLOCK evaluates it in each block and keeps the last block's): a bias and an activation
+  such as relu, not a GELU's exp or a backward pass's loads of several buffers."""
+  if p.reduce is None: return True
+  inside = set(p.reduce.toposort())
+  rest = [u for u in p.value.toposort() if u not in inside]
+  return sum(u.op is Ops.LOAD for u in rest) <= 1 and sum(u.op in GroupOp.ALU and u.dtype is not dtypes.weakint for u in rest) <= 6 and \
+    not any(u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.FDIV, Ops.RECIPROCAL) for u in rest)
+
+
 def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> list[Opt]:
   lanes, acc_lanes = register_budget(ren)
   plan = _Plan(k.ast)
@@ -105,7 +117,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   big = [r for r in parts.reduce_ranges if rkind(r) is AxisType.REDUCE and rsize(r) >= 2 * BLOCK_K and rsize(r) % BLOCK_K == 0 and
          any((s := stride(ld, r)) is not None and s >= 512 for ld in _loads(parts))]
   loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
-  if big and loops and _lanes(parts, (AxisType.UPCAST,)) >= 64:
+  if big and loops and _lanes(parts, (AxisType.UPCAST,)) >= 64 and _cheap_epilogue(parts):
     rows = max(loops, key=lambda r: abs(stride(parts.out.src[1], r) or 0))
     if plan.apply(OptOps.THREAD, rows.arg[0]) and plan.apply(OptOps.BLOCK, big[0].arg[0], BLOCK_K):
       plan.apply(OptOps.UNROLL, big[0].arg[0], 4)  # fewer loop steps around the tile's multiply-adds

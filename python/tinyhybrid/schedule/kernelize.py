@@ -227,9 +227,30 @@ def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     if u.op is not Ops.REDUCE or not plain[u] or not one_index[u] or len(kernels[u]) != 1: continue
     (end,) = kernels[u]
     if end.op in (Ops.STORE, Ops.REDUCE) or end in taken or _reduces_in(end, ends, u) > 1: continue
+    if prod(max_shape(shape_of(u) or ())) >= MATH_EPILOGUE_OUTPUTS and _math_in(end, ends, u): continue
     fused.add(u)
     taken.add(end)
   return fused
+
+
+# From this many outputs a reduce keeps an epilogue with exp2, log2 or sin (a GELU, a sigmoid) out of its kernel. A
+# matmul with a weight stored as nn.Linear stores it (x @ w.T) accumulates vectors along the reduce axis, so its
+# outputs, and such an epilogue, are scalar: 10 ns an output, where a kernel of its own runs on vectors (BERT's
+# GELU: 4.5 ms fused, 0.4 ms apart, for 393k outputs). A matrix-vector product (an LLM's decode step) stays fused.
+MATH_EPILOGUE_OUTPUTS = 1 << 14
+_MATH = (Ops.EXP2, Ops.LOG2, Ops.SIN)
+
+
+def _math_in(end: UOp, ends: set[UOp], red: UOp) -> bool:
+  """Whether the kernel that ends at `end` computes exp2, log2 or sin outside `red`'s loop."""
+  seen, stack = set(), list(end.src)
+  while stack:
+    x = stack.pop()
+    if x in seen or x is red or x in ends: continue
+    seen.add(x)
+    if x.op in _MATH: return True
+    stack.extend(x.src)
+  return False
 
 
 # what may stand between a reduce and the end of the kernel it is fused into: each reads every value once
@@ -274,15 +295,16 @@ def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
 
 def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   """Elementwise results read through an EXPAND (every value read many times, e.g. by a convolution's or a matmul's
-  loop) that take more than one operation each: they get a buffer. Fused into the reader they would be recomputed on
-  every read: a batch norm before a convolution, once per output channel; a lazily initialized weight, once per
-  image position. A decode of packed data stays fused (_unpacking)."""
+  loop) that take more than one operation each, or read more than one buffer: they get a buffer. Fused into the
+  reader they would be recomputed, and their inputs loaded, on every read: a batch norm before a convolution, once per
+  output channel; a lazily initialized weight, once per image position; a product of two activations in a weight's
+  gradient, once per row of it. A decode of packed data stays fused (_unpacking)."""
   out: set[UOp] = set()
   for u in nodes:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
-    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and _ops_in(s, ends) >= 2 and not _unpacking(s, ends): out.add(s)
+    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and (_ops_in(s, ends) >= 2 or _reads(s, ends) >= 2) and not _unpacking(s, ends): out.add(s)
   return out
 
 
@@ -312,6 +334,18 @@ def _one_hot(u: UOp) -> bool:
     while s.op in MOVEMENT or s.op is Ops.CAST: s = s.src[0]
     if s.op is Ops.IOTA: return True
   return False
+
+
+def _reads(u: UOp, ends: set[UOp]) -> int:
+  """How many buffers (or other kernels' results) computing u reads."""
+  seen, stack, n = set(), list(u.src), 0
+  while stack:
+    x = stack.pop()
+    if x in seen: continue
+    seen.add(x)
+    if x.op is Ops.BUFFER or x in ends: n += 1
+    else: stack.extend(x.src)
+  return n
 
 
 def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:
