@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -121,7 +122,8 @@ def child(side: str, path: str) -> None:
 def measure(side: str, path: pathlib.Path) -> dict | None:
   r = subprocess.run([sys.executable, __file__, "--child", side, str(path)], capture_output=True, text=True)
   if r.returncode != 0:
-    print(f"{side} on {path.name} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+    how = f"was killed by {signal.Signals(-r.returncode).name}" if r.returncode < 0 else f"exited with {r.returncode}"
+    print(f"{side} on {path.name} failed ({how}):\n{r.stderr[-2000:]}", file=sys.stderr)
     return None
   return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -9,7 +9,7 @@ from tinyhybrid import Context, Device, Tensor, dtypes
 from tinyhybrid.codegen import search
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import Lowerer
-from tinyhybrid.codegen.kernel import KernelOptError, Opt, OptOps
+from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps
 from tinyhybrid.codegen.opt import apply_opts
 from tinyhybrid.codegen.search import actions, finalize
 from tinyhybrid.device import Buffer
@@ -18,6 +18,7 @@ from tinyhybrid.renderer.cstyle import CRenderer, last_level_cache
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.runtime.compiler import is_clang
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
+from tinyhybrid.uop import AxisType
 
 RNG = np.random.default_rng(6)
 
@@ -271,3 +272,24 @@ def test_the_host_sizes_register_tiles():
       if o.op is OptOps.UPCAST: tile *= o.arg
     assert budget // 2 < tile <= budget, (ren.vec, opts)
     np.testing.assert_allclose(run_plan(t, opts), a @ b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("rows,outs,plan", [(16, 64, "inner"), (64, 512, "swap"), (256, 512, "default")])
+def test_a_linear_layers_loops_keep_the_swept_operand_in_a_cores_cache(rows, outs, plan):
+  # x @ w.T accumulates vectors along the reduce axis; for each tile of one output loop the kernel sweeps the other
+  # loop's operand. A core's cache of 64 KB, 2 cores: w's half fits (split the inner loop across the cores), only x's
+  # half fits (move its loop inside and split it), or neither (the default split of the outer loop)
+  from tinyhybrid.codegen.kernel import rkind
+  a, w = _f(rows, 256), _f(outs, 256)
+  t = Tensor(a).realize() @ Tensor(w).realize().T
+  k, _ = kernel_of(t)
+  ren = CRenderer(16, registers=32)
+  ren.cores, ren.core_cache = 2, 64 << 10
+  opts = hand_coded_optimizations(k, ren)
+  assert Opt(OptOps.UNROLL, 1, 16) in opts and sum(o.op is OptOps.UPCAST for o in opts) == 2  # a register tile of K vectors
+  thread = next(o for o in opts if o.op is OptOps.THREAD)
+  assert (thread.axis, any(o.op is OptOps.SWAP for o in opts)) == {"inner": (2, False), "swap": (0, True), "default": (0, False)}[plan]
+  if plan == "swap":  # the split loop is inside the other
+    loops = KernelParts.of(apply_opts(k.ast, opts)).loops
+    assert [rkind(r) for r in loops if rkind(r) in (AxisType.LOOP, AxisType.THREAD)] == [AxisType.LOOP, AxisType.THREAD]
+  np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)

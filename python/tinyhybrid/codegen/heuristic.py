@@ -9,6 +9,7 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import LANES, KernelOptError, KernelParts, Opt, OptOps, rkind, rsize, stride
 from tinyhybrid.codegen.opt import apply_opt
 from tinyhybrid.dtype import dtypes
+from tinyhybrid.helpers import prod
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
@@ -99,7 +100,9 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
       amt = next((a for a in ((lanes, 8, 4) if reused else (4 * lanes, 2 * lanes, lanes, 8, 4)) if rsize(rvec) % a == 0 and rsize(rvec) >= 2 * a), 1)
       if amt > 1 and plan.apply(OptOps.UNROLL, rvec.arg[0], amt): acc_vec = amt
 
-  # 2. register tile: upcast the reused output axes while the accumulators fit the registers
+  # 2. register tile: upcast the reused output axes while the accumulators fit the registers. Vectors accumulated
+  # along the reduce axis are multiplied straight from memory (an FMA's memory operand): only 8 registers stay free
+  if acc_vec > 1: acc_lanes = max(acc_lanes, min(lanes * ((ren.registers if ren is not None else 32) - 8), 384))
   for r in reused:
     if r is vec: continue
     tile = _lanes(plan.parts, (AxisType.UPCAST,)) * acc_vec
@@ -122,8 +125,18 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
     if plan.apply(OptOps.THREAD, rows.arg[0]) and plan.apply(OptOps.BLOCK, big[0].arg[0], BLOCK_K):
       plan.apply(OptOps.UNROLL, big[0].arg[0], 4)  # fewer loop steps around the tile's multiply-adds
 
-  # 5. cores: split the outermost output loop big enough to share, else (a full reduce) the reduce itself
+  # 5. cores: a tile accumulating along the reduce axis (x @ w.T, nn.Linear's weight) sweeps, for each tile of one
+  # output loop, all of the other loop's operand: that inner one is read again and again, so it should stay in a
+  # core's own cache. The inner loop of the two is split across the cores when its share fits; else the outer one,
+  # moved inside, when its share does (on 2 AVX-512 cores, 1.3x to 1.4x; neither fits: the default below)
   parts = plan.parts
+  loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
+  if acc_vec > 1 and ren is not None and len(loops) == 2 and all(reuse.get(p.find(r.arg[0]), 0) for r in loops):
+    reduce_len = prod(rsize(r) for r in p.reduce_ranges)
+    share = {r: rsize(p.find(r.arg[0])) * reduce_len * 4 // max(ren.cores, 1) for r in loops}  # float32 bytes per core
+    outer, inner = loops
+    if share[inner] <= ren.core_cache * 0.6: plan.apply(OptOps.THREAD, inner.arg[0])
+    elif share[outer] <= ren.core_cache * 0.6 and plan.apply(OptOps.THREAD, outer.arg[0]): plan.apply(OptOps.SWAP, outer.arg[0], inner.arg[0])
   if not any(rkind(r) in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in parts.all_ranges()):
     loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
     pick = next((r for r in loops if rsize(r) >= 16 or rsize(r) % 2 == 0), max(loops, key=rsize, default=None))

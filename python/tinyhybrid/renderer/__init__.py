@@ -57,6 +57,8 @@ class Renderer:
   # its registers hold one value each (machine code without vectors, renderer/isa/x86.py): a register tile is sized
   # in them; vec=1 otherwise means a compiler that vectorizes scalar C itself
   scalar_registers: bool = False
+  cores: int = 1                     # cores a kernel's outer loop is split across
+  core_cache: int = 1 << 20          # bytes of one core's own cache (its L2): what a loop may sweep again and again
   # float dtypes whose EXP2 and LOG2 are written as plain ops before the lanes are expanded
   # (codegen/transcendental.py), so that they run on vectors: a CPU's libm takes one value per call
   vector_transcendentals: frozenset[DType] = frozenset()

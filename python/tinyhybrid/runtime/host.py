@@ -1,6 +1,7 @@
 """What the CPU this process runs on offers kernels: float lanes per vector register and vector registers, read from
-the kernel's CPU flags (Linux's /proc/cpuinfo) or the machine type. The default optimizations size register tiles
-from these (codegen/heuristic.py): a tile planned for AVX-512's 32 registers of 16 floats spills on AVX2's 16 of 8."""
+the kernel's CPU flags (Linux's /proc/cpuinfo) or the machine type, and a core's own cache. The default
+optimizations size register tiles from these (codegen/heuristic.py): a tile planned for AVX-512's 32 registers of 16
+floats spills on AVX2's 16 of 8, and they order a matmul's loops so that what each core sweeps again stays in its cache."""
 from __future__ import annotations
 
 import functools
@@ -45,3 +46,13 @@ def _cpu_flags() -> set[str]:
 def host_vector_unit() -> VectorUnit:
   """This host's vector unit."""
   return vector_unit_of(platform.machine(), _cpu_flags())
+
+
+@functools.cache
+def core_cache_bytes() -> int:
+  """Bytes of one core's own cache, its level 2 (Linux's sysfs; 1 MiB where it does not say)."""
+  for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    try: level, size = (d / "level").read_text().strip(), (d / "size").read_text().strip().upper()
+    except OSError: continue
+    if level == "2" and size[:-1].isdigit() and size[-1] in "KM": return int(size[:-1]) << {"K": 10, "M": 20}[size[-1]]
+  return 1 << 20
