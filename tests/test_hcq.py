@@ -8,6 +8,7 @@ from tinyhybrid._core import hcq
 
 KERNELS = r"""
 #include <stdint.h>
+#include <unistd.h>
 /* args: out, a, b, n. out[i] = a[i] + b[i] over this core's share of [0, n). */
 void add(const uint64_t* args, uint32_t core, uint32_t cores) {
   float* out = (float*)args[0]; const float* a = (const float*)args[1]; const float* b = (const float*)args[2];
@@ -20,6 +21,8 @@ void scale(const uint64_t* args, uint32_t core, uint32_t cores) {
   uint64_t n = args[2], lo = n * core / cores, hi = n * (core + 1) / cores; int64_t k = (int64_t)args[3];
   for (uint64_t i = lo; i < hi; i++) out[i] = (int32_t)(a[i] * k);
 }
+/* args: microseconds. Core 0 sleeps that long. */
+void nap(const uint64_t* args, uint32_t core, uint32_t cores) { if (core == 0) usleep((useconds_t)args[0]); }
 /* args: seen (uint32[2*cores]): seen[2*core] = 1 + core, seen[2*core+1] = cores. */
 void whoami(const uint64_t* args, uint32_t core, uint32_t cores) {
   uint32_t* seen = (uint32_t*)args[0]; seen[2 * core] = 1 + core; seen[2 * core + 1] = cores;
@@ -125,6 +128,23 @@ def test_signal_timeout():
   s.set(5)
   s.wait(5, timeout_ms=0)
   s.wait(5, timeout_ms=float("inf"))
+
+def test_a_long_submit_is_busy_not_hung(lib, dev):
+  # one submit of ten 30 ms kernels: 300 ms in all, past a 100 ms limit, but every kernel that finishes is progress
+  cb = hcq.CommandBuffer()
+  for _ in range(10): cb.exec(prog(lib, "nap"), [30_000], global_size=(1,))
+  dev.wait(dev.submit(cb), timeout_ms=100)
+  s = hcq.Signal("test:busy")
+  def work():
+    for _ in range(10):
+      time.sleep(0.02)
+      s.note_progress()
+    s.set(1)
+  t = threading.Thread(target=work)
+  t.start()
+  s.wait(1, timeout_ms=60)
+  t.join()
+  with pytest.raises(hcq.SignalTimeout): s.wait(2, timeout_ms=60)  # and a stall still times out
 
 def test_wait_releases_gil():
   s = hcq.Signal("test:gil")

@@ -272,8 +272,14 @@ bool CpuQueueImpl::idle_wait(uint64_t cur) {
 bool CpuQueueImpl::wait_timeline(uint64_t want, std::chrono::milliseconds timeout) {
   // A seq_cst load: it pairs with the leader's seq_cst timeline store and its check for sleepers.
   const std::atomic<uint64_t>* word = word_at(timeline_->address());
-  return wait_on(
-      done_bell_, [&] { return word->load(std::memory_order_seq_cst) >= want; }, spin(), timeout);
+  const auto reached = [&] { return word->load(std::memory_order_seq_cst) >= want; };
+  // A window with no activity at all (Signal::activity) is a timeout: a long submit whose commands finish is busy.
+  for (uint64_t seen = timeline_->activity();;) {
+    if (wait_on(done_bell_, reached, spin(), timeout)) return true;
+    const uint64_t now = timeline_->activity();
+    if (now == seen) return false;
+    seen = now;
+  }
 }
 
 uint32_t CpuQueueImpl::workers() const noexcept {
@@ -321,6 +327,7 @@ void CpuQueueImpl::execute(const Slot& slot) {
       const Cores cores(share_.get(), static_cast<uint32_t>(std::min<uint64_t>(w[L::kExecGlobal], workers())));
       if (const Fault f = pool_.run(reinterpret_cast<hcq::KernelFn>(w[L::kExecFn]), w + L::kExecArgs, cores.n))
         faulted("kernel '" + std::string(reinterpret_cast<const char*>(w[L::kExecName])) + "' faulted: " + f.describe());
+      timeline_->note_progress();  // a long submit (a whole JIT replay) is busy, not hung, while its kernels finish
       break;
     }
     case hcq::Op::Copy: {
@@ -329,6 +336,7 @@ void CpuQueueImpl::execute(const Slot& slot) {
       const Cores cores(share_.get(), static_cast<uint32_t>(std::clamp<uint64_t>(n / kCopySplitBytes, 1, workers())));
       if (const Fault f = pool_.run(copy_part, w + L::kCopyDst, cores.n))
         faulted("a copy of " + std::to_string(n) + " bytes faulted: " + f.describe());
+      timeline_->note_progress();
       break;
     }
     case hcq::Op::Timestamp:

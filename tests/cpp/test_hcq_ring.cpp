@@ -222,6 +222,16 @@ void test_signal_timeout_message() {
   sig->wait(19, 60ms);
   rising.join();
   CHECK(!sig->wait_for(20, 60ms));
+  // Commands finishing inside one submit count too (note_progress): the value stays, the wait goes on.
+  std::thread busy([&] {
+    for (int i = 0; i < 10; ++i) {
+      std::this_thread::sleep_for(20ms);
+      sig->note_progress();
+    }
+    sig->set(20);
+  });
+  sig->wait(20, 60ms);
+  busy.join();
 }
 
 // A queued wait holds back the commands after it until the host raises the signal.
@@ -251,6 +261,11 @@ void test_device_wait_and_sync_timeout() {
   dev->submit(cb, p);
   dev->synchronize();
   CHECK_EQ(counter, 2u);
+  // One submit of eight 15 ms kernels (120 ms) against a 40 ms limit: each kernel that finishes is progress.
+  CommandBuffer slow;
+  for (int i = 0; i < 8; ++i) slow.exec(Program("sleep", k_sleep_ms), {15});
+  dev->submit(slow);
+  dev->synchronize(40ms);
 }
 
 void test_timestamp_and_barrier() {

@@ -49,9 +49,9 @@ bool Signal::wait_for(uint64_t v, std::chrono::milliseconds timeout) const {
   };
   if (reached()) return true;
   Backoff backoff;
-  // The time limit runs from the last rise of the value: a queue working through more than `timeout` of work, one
-  // submit after another, is busy, not hung.
-  uint64_t seen = value();
+  // The time limit runs from the last change of activity(): a queue working through more than `timeout` of work is
+  // busy, not hung.
+  uint64_t seen = activity();
   Backoff::Clock::duration since{0};
   for (;;) {
     backoff.step();
@@ -59,7 +59,7 @@ bool Signal::wait_for(uint64_t v, std::chrono::milliseconds timeout) const {
     if (timeout != kNoTimeout && backoff.elapsed() - since >= timeout) {
       // Refresh the clock before giving up: elapsed() may be up to 32 spin steps old.
       const auto now = backoff.elapsed(true);
-      if (const uint64_t v = value(); v != seen) {
+      if (const uint64_t v = activity(); v != seen) {
         seen = v;
         since = now;
       } else if (now - since >= timeout) {

@@ -34,9 +34,11 @@ std::chrono::milliseconds to_timeout(std::optional<double> ms) {
 // Runs wait_for(slice) -> bool with the GIL released, in slices, so that Ctrl-C (or any signal handler
 // raising) ends a long wait between slices. False when `timeout` passed.
 template <class WaitFor>
-bool wait_interruptible(WaitFor&& wait_for, std::chrono::milliseconds timeout) {
+bool wait_interruptible(WaitFor&& wait_for, const Signal& signal, std::chrono::milliseconds timeout) {
   constexpr std::chrono::milliseconds kSlice{100};
-  const auto start = std::chrono::steady_clock::now();
+  // the limit runs from the signal's last activity (Signal::activity)
+  auto start = std::chrono::steady_clock::now();
+  uint64_t seen = signal.activity();
   for (;;) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
     const auto left = timeout == kNoTimeout ? kSlice : std::max(timeout - elapsed, std::chrono::milliseconds(0));
@@ -47,14 +49,19 @@ bool wait_interruptible(WaitFor&& wait_for, std::chrono::milliseconds timeout) {
     }
     if (reached) return true;
     if (PyErr_CheckSignals() != 0) throw pb::error_already_set();
-    if (timeout != kNoTimeout && std::chrono::steady_clock::now() - start >= timeout) return false;
+    if (const uint64_t a = signal.activity(); a != seen) {
+      seen = a;
+      start = std::chrono::steady_clock::now();
+    } else if (timeout != kNoTimeout && std::chrono::steady_clock::now() - start >= timeout) {
+      return false;
+    }
   }
 }
 
 void wait_queue(Queue& q, uint64_t value, std::optional<double> timeout_ms) {
   if (q.timeline()->value() >= value && q.wait(value, std::chrono::milliseconds(0))) return;  // done: no GIL hand-off
   const auto t = to_timeout(timeout_ms);
-  if (!wait_interruptible([&](std::chrono::milliseconds slice) { return q.wait(value, slice); }, t))
+  if (!wait_interruptible([&](std::chrono::milliseconds slice) { return q.wait(value, slice); }, *q.timeline(), t))
     throw SignalTimeout(q.timeline()->name(), value, q.timeline()->value(), t);
 }
 
@@ -213,7 +220,7 @@ void host_wait(const DepsTracker& t, uint64_t buffer, uint64_t begin, uint64_t e
       continue;
     }
     const auto limit = to_timeout(timeout_ms);
-    if (!wait_interruptible([&](std::chrono::milliseconds slice) { return d.signal->wait_for(d.value, slice); }, limit))
+    if (!wait_interruptible([&](std::chrono::milliseconds slice) { return d.signal->wait_for(d.value, slice); }, *d.signal, limit))
       throw SignalTimeout(d.signal->name(), d.value, d.signal->value(), limit);
   }
 }
@@ -237,6 +244,7 @@ bool init_hcq(PyObject* module) {
         .def_property_readonly("name", &Signal::name)
         .def_property_readonly("address", &Signal::address, "where the value lives (what command streams encode)")
         .def("set", &Signal::set, pb::arg("value"))
+        .def("note_progress", &Signal::note_progress, "a command of the next submit finished: progress for waits' time limits")
         .def("fault", &Signal::fault, pb::arg("value"), pb::arg("what"),
              "reports a device-side error in the work that raises the signal to value: the first wait that covers it raises "
              "hcq.DeviceFault with `what` (a device whose kernels run outside a queue's own workers, such as a mock's)")
@@ -244,7 +252,7 @@ bool init_hcq(PyObject* module) {
              [](const Signal& s, uint64_t value, std::optional<double> timeout_ms) {
                if (s.value() >= value) return;
                const auto t = to_timeout(timeout_ms);
-               if (!wait_interruptible([&](std::chrono::milliseconds slice) { return s.wait_for(value, slice); }, t))
+               if (!wait_interruptible([&](std::chrono::milliseconds slice) { return s.wait_for(value, slice); }, s, t))
                  throw SignalTimeout(s.name(), value, s.value(), t);
              },
              pb::arg("value"), pb::arg("timeout_ms") = double(kDefaultTimeout.count()),

@@ -73,7 +73,13 @@ class Signal {
   uint64_t value() const noexcept { return word_->load(std::memory_order_acquire); }
   // Release: everything this thread wrote before is visible to whoever sees the new value.
   void set(uint64_t v) noexcept { word_->store(v, std::memory_order_release); }
-  // Until value() >= v. Throws SignalTimeout once the value has not risen for `timeout` (never with kNoTimeout).
+  // A queue whose timeline this is finished one more command of a submit: progress short of the next value.
+  void note_progress() noexcept { progress_.fetch_add(1, std::memory_order_relaxed); }
+  // Rises whenever the value rises or a command finishes: a wait's time limit runs from its last change.
+  uint64_t activity() const noexcept { return value() + progress_.load(std::memory_order_relaxed); }
+
+  // Until value() >= v. Throws SignalTimeout once activity() has not changed for `timeout` (never with kNoTimeout):
+  // a queue working through a long submit is busy, not hung.
   void wait(uint64_t v, std::chrono::milliseconds timeout = kDefaultTimeout) const;
   // Like wait, but returns false on timeout instead of throwing. Both throw a DeviceFault reported at a value <= v.
   bool wait_for(uint64_t v, std::chrono::milliseconds timeout) const;
@@ -108,6 +114,7 @@ class Signal {
   mutable std::string fault_what_;
   std::atomic<bool> stopped_{false};
   std::string stop_what_;  // set once, before stopped_
+  std::atomic<uint64_t> progress_{0};  // commands finished (note_progress)
 };
 
 }  // namespace th::hcq
