@@ -130,19 +130,19 @@ def test_signal_timeout():
   s.wait(5, timeout_ms=float("inf"))
 
 def test_a_long_submit_is_busy_not_hung(lib, dev):
-  # one submit of ten 30 ms kernels: 300 ms in all, past a 100 ms limit, but every kernel that finishes is progress
+  # one submit of ten 40 ms kernels: 400 ms in all, past a 150 ms limit, but every kernel that finishes is progress
   cb = hcq.CommandBuffer()
-  for _ in range(10): cb.exec(prog(lib, "nap"), [30_000], global_size=(1,))
-  dev.wait(dev.submit(cb), timeout_ms=100)
+  for _ in range(10): cb.exec(prog(lib, "nap"), [40_000], global_size=(1,))
+  dev.wait(dev.submit(cb), timeout_ms=150)
   s = hcq.Signal("test:busy")
   def work():
     for _ in range(10):
-      time.sleep(0.02)
+      time.sleep(0.04)
       s.note_progress()
     s.set(1)
   t = threading.Thread(target=work)
   t.start()
-  s.wait(1, timeout_ms=60)
+  s.wait(1, timeout_ms=150)
   t.join()
   with pytest.raises(hcq.SignalTimeout): s.wait(2, timeout_ms=60)  # and a stall still times out
 

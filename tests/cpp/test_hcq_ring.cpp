@@ -212,25 +212,25 @@ void test_signal_timeout_message() {
   sig->wait(9, 10'000ms);
   t.join();
   CHECK_EQ(sig->value(), 9u);
-  // The limit is time without a rise: ten rises 20 ms apart (200 ms in all) pass a 60 ms limit; a stall does not.
+  // The limit is time without a rise: ten rises 30 ms apart (300 ms in all) pass a 120 ms limit; a stall does not.
   std::thread rising([&] {
     for (uint64_t v = 10; v <= 19; ++v) {
-      std::this_thread::sleep_for(20ms);
+      std::this_thread::sleep_for(30ms);
       sig->set(v);
     }
   });
-  sig->wait(19, 60ms);
+  sig->wait(19, 120ms);
   rising.join();
   CHECK(!sig->wait_for(20, 60ms));
   // Commands finishing inside one submit count too (note_progress): the value stays, the wait goes on.
   std::thread busy([&] {
     for (int i = 0; i < 10; ++i) {
-      std::this_thread::sleep_for(20ms);
+      std::this_thread::sleep_for(30ms);
       sig->note_progress();
     }
     sig->set(20);
   });
-  sig->wait(20, 60ms);
+  sig->wait(20, 120ms);
   busy.join();
 }
 
@@ -261,11 +261,11 @@ void test_device_wait_and_sync_timeout() {
   dev->submit(cb, p);
   dev->synchronize();
   CHECK_EQ(counter, 2u);
-  // One submit of eight 15 ms kernels (120 ms) against a 40 ms limit: each kernel that finishes is progress.
+  // One submit of eight 30 ms kernels (240 ms) against a 100 ms limit: each kernel that finishes is progress.
   CommandBuffer slow;
-  for (int i = 0; i < 8; ++i) slow.exec(Program("sleep", k_sleep_ms), {15});
+  for (int i = 0; i < 8; ++i) slow.exec(Program("sleep", k_sleep_ms), {30});
   dev->submit(slow);
-  dev->synchronize(40ms);
+  dev->synchronize(100ms);
 }
 
 void test_timestamp_and_barrier() {
