@@ -272,14 +272,8 @@ bool CpuQueueImpl::idle_wait(uint64_t cur) {
 bool CpuQueueImpl::wait_timeline(uint64_t want, std::chrono::milliseconds timeout) {
   // A seq_cst load: it pairs with the leader's seq_cst timeline store and its check for sleepers.
   const std::atomic<uint64_t>* word = word_at(timeline_->address());
-  const auto reached = [&] { return word->load(std::memory_order_seq_cst) >= want; };
-  // A window with no activity at all (Signal::activity) is a timeout: a long submit whose commands finish is busy.
-  for (uint64_t seen = timeline_->activity();;) {
-    if (wait_on(done_bell_, reached, spin(), timeout)) return true;
-    const uint64_t now = timeline_->activity();
-    if (now == seen) return false;
-    seen = now;
-  }
+  return wait_on(
+      done_bell_, [&] { return word->load(std::memory_order_seq_cst) >= want; }, spin(), timeout);
 }
 
 uint32_t CpuQueueImpl::workers() const noexcept {

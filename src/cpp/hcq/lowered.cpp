@@ -28,7 +28,7 @@ uint64_t RingSpace::reserve(uint64_t n, uint64_t align, const SignalRef& timelin
         value = v;
         break;
       }
-    if (!timeline->wait_for(value, kDefaultTimeout)) throw SignalTimeout(timeline->name(), value, timeline->value(), kDefaultTimeout);
+    timeline->wait(value, kDefaultTimeout);
   }
   head_ = at + n;
   return at;

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tinyhybrid/hcq/wait.h"
+
 namespace th::hcq {
 
 Queue::~Queue() = default;
@@ -11,7 +13,9 @@ bool Queue::wait(uint64_t value, std::chrono::milliseconds timeout) { return tim
 
 void Queue::synchronize(std::chrono::milliseconds timeout) {
   const uint64_t want = last_submitted();
-  if (!wait(want, timeout)) throw SignalTimeout(timeline()->name(), want, timeline()->value(), timeout);
+  if (!wait_while_busy([&](std::chrono::milliseconds slice) { return wait(want, slice); }, [&] { return timeline()->activity(); }, timeout,
+                       timeout))
+    throw SignalTimeout(timeline()->name(), want, timeline()->value(), timeout);
 }
 
 std::span<const uint64_t> Queue::slot_values(const CommandBuffer& cb, std::span<const uint64_t> patches) const {

@@ -49,22 +49,12 @@ bool Signal::wait_for(uint64_t v, std::chrono::milliseconds timeout) const {
   };
   if (reached()) return true;
   Backoff backoff;
-  // The time limit runs from the last change of activity(): a queue working through more than `timeout` of work is
-  // busy, not hung.
-  uint64_t seen = activity();
-  Backoff::Clock::duration since{0};
   for (;;) {
     backoff.step();
     if (reached()) return true;
-    if (timeout != kNoTimeout && backoff.elapsed() - since >= timeout) {
+    if (timeout != kNoTimeout && backoff.elapsed() >= timeout) {
       // Refresh the clock before giving up: elapsed() may be up to 32 spin steps old.
-      const auto now = backoff.elapsed(true);
-      if (const uint64_t v = activity(); v != seen) {
-        seen = v;
-        since = now;
-      } else if (now - since >= timeout) {
-        return reached();
-      }
+      if (backoff.elapsed(true) >= timeout) return reached();
     }
   }
 }
@@ -98,7 +88,8 @@ void Signal::throw_fault(uint64_t reached) const {
 }
 
 void Signal::wait(uint64_t v, std::chrono::milliseconds timeout) const {
-  if (!wait_for(v, timeout)) throw SignalTimeout(name_, v, value(), timeout);
+  if (!wait_while_busy([&](std::chrono::milliseconds slice) { return wait_for(v, slice); }, [&] { return activity(); }, timeout, timeout))
+    throw SignalTimeout(name_, v, value(), timeout);
 }
 
 }  // namespace th::hcq

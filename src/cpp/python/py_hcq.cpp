@@ -16,6 +16,7 @@
 #include "tinyhybrid/hcq/command_buffer.h"
 #include "tinyhybrid/hcq/cpu.h"
 #include "tinyhybrid/hcq/deps.h"
+#include "tinyhybrid/hcq/wait.h"
 
 namespace th::py {
 
@@ -32,30 +33,20 @@ std::chrono::milliseconds to_timeout(std::optional<double> ms) {
 }
 
 // Runs wait_for(slice) -> bool with the GIL released, in slices, so that Ctrl-C (or any signal handler
-// raising) ends a long wait between slices. False when `timeout` passed.
+// raising) ends a long wait between slices. False when `timeout` passed with no activity (wait_while_busy).
 template <class WaitFor>
 bool wait_interruptible(WaitFor&& wait_for, const Signal& signal, std::chrono::milliseconds timeout) {
   constexpr std::chrono::milliseconds kSlice{100};
-  // the limit runs from the signal's last activity (Signal::activity)
-  auto start = std::chrono::steady_clock::now();
-  uint64_t seen = signal.activity();
-  for (;;) {
-    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    const auto left = timeout == kNoTimeout ? kSlice : std::max(timeout - elapsed, std::chrono::milliseconds(0));
+  const auto slice = [&](std::chrono::milliseconds ms) {
     bool reached;
     {
       const pb::gil_scoped_release nogil;
-      reached = wait_for(std::min(left, kSlice));
+      reached = wait_for(ms);
     }
-    if (reached) return true;
-    if (PyErr_CheckSignals() != 0) throw pb::error_already_set();
-    if (const uint64_t a = signal.activity(); a != seen) {
-      seen = a;
-      start = std::chrono::steady_clock::now();
-    } else if (timeout != kNoTimeout && std::chrono::steady_clock::now() - start >= timeout) {
-      return false;
-    }
-  }
+    if (!reached && PyErr_CheckSignals() != 0) throw pb::error_already_set();
+    return reached;
+  };
+  return wait_while_busy(slice, [&] { return signal.activity(); }, timeout, kSlice);
 }
 
 void wait_queue(Queue& q, uint64_t value, std::optional<double> timeout_ms) {

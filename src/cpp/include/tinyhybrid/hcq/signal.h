@@ -81,7 +81,8 @@ class Signal {
   // Until value() >= v. Throws SignalTimeout once activity() has not changed for `timeout` (never with kNoTimeout):
   // a queue working through a long submit is busy, not hung.
   void wait(uint64_t v, std::chrono::milliseconds timeout = kDefaultTimeout) const;
-  // Like wait, but returns false on timeout instead of throwing. Both throw a DeviceFault reported at a value <= v.
+  // Until value() >= v or `timeout` passed, a strict limit (one slice of a longer wait): false then. Both throw a
+  // DeviceFault reported at a value <= v.
   bool wait_for(uint64_t v, std::chrono::milliseconds timeout) const;
 
   // The producer reports a device-side error in the work that raises this signal to `value` (the first report

@@ -3,6 +3,7 @@
 // that the thread we wait for gets the core when it shares ours (a loaded machine); then nap with
 // growing sleeps, so a long wait costs almost no CPU.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -62,5 +63,27 @@ class Backoff {
   uint64_t steps_ = 0;
   bool spinning_ = true;
 };
+
+// Calls wait_for(slice) -> bool (true: done) until it returns true. False once `timeout` has passed with no change in
+// activity() (Signal::activity): a queue working through a long submit is busy, not hung. kNoTimeout-like limits
+// (milliseconds::max()) never give up. The slices bound how long one call blocks (a Python wait checks Ctrl-C between).
+template <class WaitFor, class Activity>
+bool wait_while_busy(WaitFor&& wait_for, Activity&& activity, std::chrono::milliseconds timeout, std::chrono::milliseconds slice) {
+  using Clock = std::chrono::steady_clock;
+  const bool bounded = timeout != std::chrono::milliseconds::max();
+  auto start = Clock::now();
+  uint64_t seen = activity();
+  for (;;) {
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    const auto left = bounded ? std::max(timeout - spent, std::chrono::milliseconds(0)) : slice;
+    if (wait_for(std::min(left, slice))) return true;
+    if (const uint64_t a = activity(); a != seen) {
+      seen = a;
+      start = Clock::now();
+    } else if (bounded && Clock::now() - start >= timeout) {
+      return false;
+    }
+  }
+}
 
 }  // namespace th::hcq
