@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from common import emit, import_tinyhybrid
+from common import best_of, emit, import_tinyhybrid
 
 import_tinyhybrid()
 from tinyhybrid import Device, Tensor, TinyJit, nn  # noqa: E402
@@ -165,21 +165,10 @@ def load_from_torch(ours: Any, ref: torch.nn.Module) -> None:
 
 
 # ** timing **
-def best_ms(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
-  import time
-  for _ in range(2): fn()
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    best = min(best, time.perf_counter() - t0)
-  return best * 1e3
-
-
 def report(name: str, ours: Callable[[], Any], anchor: Callable[[], Any], target: float, anchor_name: str = "torch") -> None:
   # alternate rounds, so a burst of other work on a shared machine slows both sides
   o, a = float("inf"), float("inf")
-  for _ in range(2): o, a = min(o, best_ms(ours)), min(a, best_ms(anchor))
+  for _ in range(2): o, a = min(o, best_of(ours, REPEATS) * 1e3), min(a, best_of(anchor, REPEATS) * 1e3)
   emit({"bench": "models", "case": name, "unit": "ms", "ours": round(o, 2), anchor_name: round(a, 2), "ratio": round(a / o, 3),
         "target": target, "threads": THREADS, "device": Device.DEFAULT})
 

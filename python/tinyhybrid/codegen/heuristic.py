@@ -129,14 +129,14 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   # output loop, all of the other loop's operand: that inner one is read again and again, so it should stay in a
   # core's own cache. The inner loop of the two is split across the cores when its share fits; else the outer one,
   # moved inside, when its share does (on 2 AVX-512 cores, 1.3x to 1.4x; neither fits: the default below)
-  parts = plan.parts
-  loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
-  if acc_vec > 1 and ren is not None and len(loops) == 2 and all(reuse.get(p.find(r.arg[0]), 0) for r in loops):
+  pair = [r for r in plan.parts.loops if rkind(r) is AxisType.LOOP]
+  if acc_vec > 1 and ren is not None and len(pair) == 2 and all(reuse.get(p.find(r.arg[0]), 0) for r in pair):
     reduce_len = prod(rsize(r) for r in p.reduce_ranges)
-    share = {r: rsize(p.find(r.arg[0])) * reduce_len * 4 // max(ren.cores, 1) for r in loops}  # float32 bytes per core
-    outer, inner = loops
+    share = {r: rsize(p.find(r.arg[0])) * reduce_len * 4 // max(ren.cores, 1) for r in pair}  # float32 bytes per core
+    outer, inner = pair
     if share[inner] <= ren.core_cache * 0.6: plan.apply(OptOps.THREAD, inner.arg[0])
     elif share[outer] <= ren.core_cache * 0.6 and plan.apply(OptOps.THREAD, outer.arg[0]): plan.apply(OptOps.SWAP, outer.arg[0], inner.arg[0])
+  parts = plan.parts
   if not any(rkind(r) in (AxisType.THREAD, AxisType.GROUP_REDUCE) for r in parts.all_ranges()):
     loops = [r for r in parts.loops if rkind(r) is AxisType.LOOP]
     pick = next((r for r in loops if rsize(r) >= 16 or rsize(r) % 2 == 0), max(loops, key=rsize, default=None))

@@ -25,7 +25,7 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rsize
 from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, apply_opts, merge_loops
 from tinyhybrid.codegen.tc import has_tc, tc_choices
-from tinyhybrid.codegen.transcendental import decompose_for_vectors
+from tinyhybrid.codegen.transcendental import decompose_transcendentals
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import np_storage
@@ -60,7 +60,7 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
     check_local_memory(ex, launch, rdr)
     return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
-  if rdr is not None and rdr.vector_transcendentals: ast = decompose_for_vectors(ast, rdr.vector_transcendentals)
+  if rdr is not None and rdr.vector_transcendentals: ast = decompose_transcendentals(ast, rdr.vector_transcendentals, vectors=True)
   expanded = expand(ast, vec)
   viz.stage("expand", ast, expanded)
   return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))

@@ -290,6 +290,8 @@ def _decompose(ctx: frozenset[DType], x: UOp, d: UOp) -> UOp | None:
 
 
 pm_transcendental = PatternMatcher([(UPat(tuple(FUNCTIONS), src=(UPat.var("d"),), name="x"), _decompose)])
+# what a CPU decomposes before its lanes are expanded: SIN stays a call per lane, as its argument reduction needs 64-bit
+# integer products, which AVX2 has no vector form of
 VECTOR_FUNCTIONS = (Ops.EXP2, Ops.LOG2)
 pm_vector_transcendental = PatternMatcher([(UPat(VECTOR_FUNCTIONS, src=(UPat.var("d"),), name="x"), _decompose)])
 
@@ -300,17 +302,10 @@ def transcendental_dtypes(lacking: Iterable[DType] = ()) -> frozenset[DType]:
   return frozenset((*dtypes.floats, dtypes.weakfloat)) if TRANSCENDENTAL >= 2 else frozenset(lacking)
 
 
-def decompose_transcendentals(ast: UOp, dts: Iterable[DType]) -> UOp:
-  """The kernel IR under `ast` with every EXP2, LOG2 and SIN of the dtypes `dts` written as plain ALU ops."""
-  dts = frozenset(dts)
-  if not dts or not any(u.op in FUNCTIONS and u.dtype.scalar() in dts for u in ast.toposort()): return ast
-  return graph_rewrite(ast, pm_transcendental, ctx=dts, name="decompose transcendentals")
-
-
-def decompose_for_vectors(ast: UOp, dts: Iterable[DType]) -> UOp:
-  """The kernel IR under `ast` (before its lanes are expanded) with every EXP2 and LOG2 of the dtypes `dts` written as
-  plain ALU ops, which the expansion then makes vector ops. SIN stays a call per lane: its argument reduction needs
-  64-bit integer products, which AVX2 has no vector form of."""
-  dts = frozenset(dts)
-  if not dts or not any(u.op in VECTOR_FUNCTIONS and u.dtype.scalar() in dts for u in ast.toposort()): return ast
-  return graph_rewrite(ast, pm_vector_transcendental, ctx=dts, name="decompose transcendentals for vectors")
+def decompose_transcendentals(ast: UOp, dts: Iterable[DType], vectors: bool = False) -> UOp:
+  """The kernel IR under `ast` with every EXP2, LOG2 and SIN of the dtypes `dts` written as plain ALU ops. vectors:
+  only EXP2 and LOG2, before the lanes are expanded, which then makes them vector ops."""
+  dts, ops = frozenset(dts), VECTOR_FUNCTIONS if vectors else tuple(FUNCTIONS)
+  if not dts or not any(u.op in ops and u.dtype.scalar() in dts for u in ast.toposort()): return ast
+  pm, name = (pm_vector_transcendental, "decompose transcendentals for vectors") if vectors else (pm_transcendental, "decompose transcendentals")
+  return graph_rewrite(ast, pm, ctx=dts, name=name)

@@ -141,6 +141,15 @@ def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buf
   return bufs, sig, var_vals
 
 
+@dataclass
+class _Slot:
+  """One buffer of the replay's plan: the transients that share it, and the last run that uses one of them."""
+  device: str
+  nbytes: int
+  last: int
+  members: list[Transient]
+
+
 def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]]) -> list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]]:
   """The runs with a buffer for each Transient: itself while it lives. Those that died live, for the replay, from the
   first run that uses them to the last; transients whose spans do not overlap share a new buffer (first fit, the
@@ -151,16 +160,16 @@ def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp
   for i, (_, _, args, _) in enumerate(runs):
     for a in args:
       if isinstance(a, Transient): span.setdefault(a, [i, i])[1] = i
-  slots: list[list] = []  # [device, bytes, last run, the transients sharing it]
+  slots: list[_Slot] = []
   for t in sorted((t for t in span if t.ref() is None), key=lambda t: span[t][0]):
-    if free := [s for s in slots if s[0] == t.device and s[2] < span[t][0]]:
-      fits = [s for s in free if s[1] >= t.nbytes]
-      slot = min(fits, key=lambda s: s[1]) if fits else max(free, key=lambda s: s[1])
-      slot[1:3] = [max(slot[1], t.nbytes), span[t][1]]
-      slot[3].append(t)
-    else: slots.append([t.device, t.nbytes, span[t][1], [t]])
+    if free := [s for s in slots if s.device == t.device and s.last < span[t][0]]:
+      fits = [s for s in free if s.nbytes >= t.nbytes]
+      slot = min(fits, key=lambda s: s.nbytes) if fits else max(free, key=lambda s: s.nbytes)
+      slot.nbytes, slot.last = max(slot.nbytes, t.nbytes), span[t][1]
+      slot.members.append(t)
+    else: slots.append(_Slot(t.device, t.nbytes, span[t][1], [t]))
   home: dict[Transient, Buffer] = {}
-  for device, nbytes, _, ts in slots: home.update(dict.fromkeys(ts, Buffer(device, nbytes, dtypes.uint8).ensure_allocated()))
+  for s in slots: home.update(dict.fromkeys(s.members, Buffer(s.device, s.nbytes, dtypes.uint8).ensure_allocated()))
   return [(dev, prg, [(home.get(a) or a.ref()) if isinstance(a, Transient) else a for a in args], threads) for dev, prg, args, threads in runs]  # type: ignore[misc]
 
 

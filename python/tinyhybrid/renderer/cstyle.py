@@ -14,13 +14,13 @@ import functools
 import math
 import re
 from dataclasses import replace
-from pathlib import Path
 
 from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
 from tinyhybrid.codegen.transcendental import decompose_transcendentals, transcendental_dtypes
 from tinyhybrid.dtype import DType, dtypes, fp8_decode
 from tinyhybrid.renderer import Renderer
+from tinyhybrid.runtime.host import cache_sizes
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.spec import spec_check_linear
@@ -647,12 +647,8 @@ class CWriter(CStyleWriter):
 
 @functools.cache
 def last_level_cache() -> int:
-  """Bytes of this host's largest CPU cache (Linux's sysfs; 32 MiB where it does not say)."""
-  sizes = []
-  for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-    text = f.read_text().strip().upper()
-    if text[:-1].isdigit() and text[-1] in "KMG": sizes.append(int(text[:-1]) << {"K": 10, "M": 20, "G": 30}[text[-1]])
-  return max(sizes, default=32 << 20)
+  """Bytes of this host's largest CPU cache (32 MiB where the system does not say)."""
+  return max(cache_sizes().values(), default=32 << 20)
 
 
 class CRenderer(Renderer):

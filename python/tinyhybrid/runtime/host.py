@@ -49,10 +49,17 @@ def host_vector_unit() -> VectorUnit:
 
 
 @functools.cache
-def core_cache_bytes() -> int:
-  """Bytes of one core's own cache, its level 2 (Linux's sysfs; 1 MiB where it does not say)."""
+def cache_sizes() -> dict[int, int]:
+  """Bytes of this host's CPU caches by level (Linux's sysfs; empty where it does not say)."""
+  out: dict[int, int] = {}
   for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
     try: level, size = (d / "level").read_text().strip(), (d / "size").read_text().strip().upper()
     except OSError: continue
-    if level == "2" and size[:-1].isdigit() and size[-1] in "KM": return int(size[:-1]) << {"K": 10, "M": 20}[size[-1]]
-  return 1 << 20
+    if level.isdigit() and size[:-1].isdigit() and size[-1] in "KMG":
+      out[int(level)] = max(out.get(int(level), 0), int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]])
+  return out
+
+
+def core_cache_bytes() -> int:
+  """Bytes of one core's own cache, its level 2 (1 MiB where the system does not say)."""
+  return cache_sizes().get(2, 1 << 20)
