@@ -203,7 +203,9 @@ def resnet_train() -> None:
   rng = np.random.default_rng(0)
   x_np, y_np = rng.standard_normal((8, 3, 224, 224), dtype=np.float32), rng.integers(0, 1000, 8).astype(np.int32)
   x, y, tx, ty = Tensor(x_np).realize(), Tensor(y_np).realize(), torch.from_numpy(x_np), torch.from_numpy(y_np).long()
-  params = [p for p in get_parameters(ours) if p.requires_grad is not False]
+  # every tensor of the model, as tinygrad's examples pass it: the BatchNorm running statistics are the optimizer's
+  # buffers, which its step realizes with the update (torch's step moves them too)
+  params = get_parameters(ours)
   opt, topt = nn.optim.SGD(params, lr=1e-3, momentum=0.9), torch.optim.SGD(ref.parameters(), lr=1e-3, momentum=0.9)
 
   @TinyJit

@@ -147,6 +147,31 @@ def test_batchnorm_train_and_eval(training):
   np.testing.assert_allclose(ours.running_mean.numpy(), ref.running_mean.numpy(), atol=1e-6)  # eval leaves them alone
 
 
+@pytest.mark.parametrize("with_buffers", [True, False], ids=["buffers_in_optimizer", "params_only"])
+def test_batchnorm_statistics_follow_the_weights_before_each_step(training, with_buffers):
+  # a conv + BatchNorm trained by SGD: each step's running statistics come from the forward pass with the weights as
+  # they were before the step (torch's order), whether the optimizer realizes them (its buffers) or they stay pending
+  # until the next step's assign lands them
+  from tinyhybrid.nn.state import get_parameters
+  conv, bn = nn.Conv2d(2, 3, 3, bias=False), nn.BatchNorm2d(3)
+  tconv, tbn = torch.nn.Conv2d(2, 3, 3, bias=False), torch.nn.BatchNorm2d(3)
+  conv.weight = Tensor(tconv.weight.detach().numpy(), requires_grad=True)
+  params = get_parameters([conv, bn]) if with_buffers else [conv.weight, bn.weight, bn.bias]
+  opt = nn.optim.SGD(params, lr=0.5, momentum=0.9)
+  topt = torch.optim.SGD([*tconv.parameters(), *tbn.parameters()], lr=0.5, momentum=0.9)
+  for _ in range(3):
+    x = _arr(4, 2, 6, 6)
+    opt.zero_grad()
+    bn(conv(Tensor(x))).relu().sum().backward()
+    opt.step()
+    topt.zero_grad()
+    tbn(tconv(torch.tensor(x))).relu().sum().backward()
+    topt.step()
+  np.testing.assert_allclose(conv.weight.numpy(), tconv.weight.detach().numpy(), atol=1e-4, rtol=1e-4)
+  np.testing.assert_allclose(bn.running_mean.numpy(), tbn.running_mean.numpy(), atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(bn.running_var.numpy(), tbn.running_var.numpy(), atol=1e-5, rtol=1e-5)
+
+
 def test_batchnorm1d(training):
   check_layer(nn.BatchNorm1d(3, momentum=0.3), torch.nn.BatchNorm1d(3, momentum=0.3), _arr(5, 3))
 

@@ -175,3 +175,49 @@ def test_an_assign_through_a_same_size_bitcast_writes_the_memory():
   v = Tensor.zeros(2, 3, dtype=dtypes.uint32).contiguous().realize()
   v[1].bitcast(dtypes.float32).assign(Tensor([1.5, 2.5, -1.0])).realize()  # through a view of part of the memory
   np.testing.assert_array_equal(v.numpy(), np.array([[0, 0, 0], [1.5, 2.5, -1.0]], dtype=np.float32).view(np.uint32))
+
+
+def test_a_realize_reads_each_buffer_before_writing_it():
+  # m's pending assign reads w as it was before w's; realized together (w's assign first among the roots), m still
+  # sees the old w (as BatchNorm's running statistics, computed from a forward pass, beside the weights' update)
+  w, m = Tensor([1.0, 2.0, 3.0]).realize(), Tensor.zeros(3).contiguous().realize()
+  m.assign(w * 2 + 1)
+  w.assign(w + 10)
+  Tensor.realize(w, m)
+  np.testing.assert_equal(m.numpy(), [3.0, 5.0, 7.0])
+  np.testing.assert_equal(w.numpy(), [11.0, 12.0, 13.0])
+
+
+def test_readers_of_an_overwritten_buffer_share_work_with_the_write():
+  # the lazy reader (old) and the assign both need x's reduce: one realize computes it once, before w changes
+  w = Tensor([[1.0, 2.0], [3.0, 4.0]]).realize()
+  s = (w * w).sum(1)
+  old = s + 1
+  w.assign(w - s.reshape(2, 1))
+  GlobalCounters.reset()
+  w.realize()
+  assert GlobalCounters.kernel_count == 3, "the sum, the reader and the write"
+  np.testing.assert_equal(old.numpy(), [6.0, 26.0])
+  np.testing.assert_equal(w.numpy(), [[-4.0, -3.0], [-22.0, -21.0]])
+
+
+def test_reading_a_buffer_before_and_after_its_assign_in_one_kernel_raises():
+  w = Tensor([1.0, 2.0]).realize()
+  y = w * 3
+  w.assign(w + 1)
+  both = y + w  # y's read of the old w fuses into the kernel that reads the new one
+  del y
+  with pytest.raises(RuntimeError, match="old contents of a buffer and an assign"): both.realize()
+
+
+def test_an_elementwise_update_writes_in_place():
+  # p.assign(p * 0.9 + g): each value is read where it is written, so the kernel stores into p (no copy after it)
+  p, g = Tensor.ones(4, 3, 2, 2).contiguous().realize(), Tensor.full((4, 3, 2, 2), 2.0).contiguous().realize()
+  GlobalCounters.reset()
+  p.assign(p * 0.5 + g).realize()
+  assert GlobalCounters.kernel_count == 1
+  np.testing.assert_equal(p.numpy(), np.full((4, 3, 2, 2), 2.5, np.float32))
+  # a view of the target reads other values than the one written: computed apart first
+  q = Tensor.arange(6).reshape(2, 3).float().contiguous().realize()
+  q.assign(q.flip(1) + q).realize()
+  np.testing.assert_equal(q.numpy(), [[2.0, 2.0, 2.0], [8.0, 8.0, 8.0]])

@@ -86,6 +86,31 @@ def test_conv_kernel_counts():
   assert _count_kernels(x.avg_pool2d(2)) <= 2   # the sum, then the scale (one kernel once a reduce fuses its epilogue)
 
 
+@pytest.mark.parametrize("stride,input_kernels", [(1, 1), (2, 5)])
+def test_conv_gradients_are_convs(stride, input_kernels):
+  # the input's gradient is the transposed conv, one reduce per phase of the stride (and one to interleave them);
+  # the weight's a matmul over laid-out columns of the input. Values: test_conv
+  x, w = Tensor(_arr((2, 4, 8, 8)), requires_grad=True), Tensor(_arr((6, 4, 3, 3)), requires_grad=True)
+  g = Tensor(_arr(x.conv2d(w, stride=stride, padding=1).shape)).realize()
+  (x.conv2d(w, stride=stride, padding=1) * g).sum().backward()
+  assert _count_kernels(x.grad) == input_kernels
+  assert _count_kernels(w.grad) == 2
+  tx, tw = torch.tensor(x.numpy(), requires_grad=True), torch.tensor(w.numpy(), requires_grad=True)
+  (F.conv2d(tx, tw, stride=stride, padding=1) * torch.tensor(g.numpy())).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-4, rtol=1e-4)
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_max_pool_gradient_is_one_pass_over_the_input():
+  # the max, each window's count of maxima, the share per window, then each input value sums its windows' shares in
+  # one elementwise kernel (ties split evenly, as the max's own rule does)
+  x = Tensor([[[[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]]], requires_grad=True)
+  out = x.max_pool2d(2, stride=1)
+  out.sum().backward()
+  assert _count_kernels(x.grad) == 4
+  np.testing.assert_allclose(x.grad.numpy(), [[[[0.25, 0.25, 1.0], [0.25, 0.5, 0.25], [1.0, 0.25, 0.25]]]])
+
+
 def test_a_large_reduce_keeps_a_transcendental_epilogue_apart():
   # relu(x @ w.T + b) is one kernel at any size; a GELU (exp2 inside) after one of 16384 outputs or more runs in a
   # kernel of its own, on vectors (fused, each output's would be scalar); a matrix-vector product keeps it fused

@@ -25,7 +25,7 @@ from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
-from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes
+from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes, view_base
 from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, select_shard
 from tinyhybrid.uop.sharding import shard_bounds
 
@@ -698,13 +698,19 @@ def _plan(tensors: list[Tensor], view_writes: bool = True, across: list[Tensor] 
       if across is None: _realize_across(ts)
       else: across.extend(ts)
       continue
-    # lazy tensors that read a buffer this schedule assigns to must see the old values: compute them first (a write
-    # through a view is seen by every tensor on its memory instead, as in tinygrad)
+    # lazy tensors that read a buffer this schedule assigns to must see the old values (a write through a view is
+    # seen by every tensor on its memory instead, as in tinygrad). Those on this device join the schedule, which runs
+    # every read of a buffer before the write (reads_before_writes), so work they share with it (the forward pass
+    # that both a step's gradients and its BatchNorm statistics read) is done once; the rest are computed first
     if written := p.written():
       mine = set(map(id, ts))
       if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
-        _realize(readers)
-        p = engine.prepare(device, [t.uop for t in ts], p.var_vals)
+        near = [t for t in readers if t.device == device and not _assigns_into(t.uop, written)]
+        joined = engine.prepare(device, [t.uop for t in ts + near], p.var_vals) if near else p
+        if joined.cs is None and _moves_data(joined.nodes): near, joined = [], p
+        if far := [t for t in readers if all(t is not n for n in near)]: _realize(far)
+        ts = ts + near
+        p = engine.prepare(device, [t.uop for t in ts], p.var_vals) if far else joined
     # a live tensor made .contiguous() that this graph computes gets its memory here anyway: it is realized with the
     # rest, as in tinygrad (a later graph over it reads that memory instead of computing it again). A cached plan
     # knows whether its graph has such a node at all
@@ -778,23 +784,32 @@ def _live_contiguous(nodes: list[UOp], roots: list[UOp], live: Iterable[Tensor])
 
 
 def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:
-  """The candidates whose lazy graph reads one of the written buffers (not through an assign of its own), found in
-  one walk over all their graphs."""
+  """The candidates whose lazy graph reads one of the written buffers, found in one walk over all their graphs. A
+  pending assign into another buffer reads through its value (BatchNorm's running statistics, from the weights); one
+  into a written buffer is part of that write, and one into shards (engine/multi.py) is realized with them."""
   if not candidates: return []
   reads: set[UOp] = set()
   for u in UOp.sink(*[t.uop for t in candidates]).toposort():
-    if (u.op is Ops.BUFFER and id(u.arg) in written) or (u.op is not Ops.STORE and any(s in reads for s in u.src)): reads.add(u)
+    if u.op is Ops.STORE:
+      target = view_base(u.src[0])
+      if target.op is Ops.BUFFER and id(target.arg) not in written and any(s in reads for s in u.src[1:]): reads.add(u)
+    elif (u.op is Ops.BUFFER and id(u.arg) in written) or any(s in reads for s in u.src): reads.add(u)
   return [t for t in candidates if t.uop in reads]
 
 
+def _assigns_into(u: UOp, written: set[int]) -> bool:
+  """Whether u's graph holds an assign into one of the written buffers."""
+  return any(x.op is Ops.STORE and id(base_buffer(x.src[0]).arg) in written for x in u.toposort())
+
+
 def _reads_buffer_differently(value: UOp, target: UOp) -> bool:
-  """Whether value reads the target's buffer other than as the target itself; then it is computed into its own buffer
-  before the write. In practice any read through a view or an op counts, so `x += 1` copies first (conservative)."""
+  """Whether value reads the target's buffer other than elementwise through the target itself; then it is computed
+  into its own buffer before the write. Each value read at the index it is written to is safe in place (`x += 1`, an
+  optimizer's update); a view of the target, or another view of its buffer, may read what the kernel already wrote."""
   base = base_buffer(target)
   nodes = list(value.toposort())
   if base not in nodes: return False
-  if target not in nodes: return True
-  return not all(u is target or (u is base and target is base) for u in nodes if u is base or base in u.src)
+  return any((target in u.src and u.op in GroupOp.Movement) or (base in u.src and u is not target and target is not base) for u in nodes)
 
 
 def _np_out_dtype(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt is dtypes.bfloat16 or dt in dtypes.fp8s else np_storage(dt)

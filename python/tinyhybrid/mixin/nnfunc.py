@@ -5,6 +5,8 @@ padded, windowed view of its input (`_pool`), broadcast against the weight, mult
 turns into a single reduce kernel (plus one for a bias). Gradients come from the same primitives."""
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import string
 from typing import TYPE_CHECKING, Any, Sequence
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from tinyhybrid.dtype import dtypes
+from tinyhybrid.gradient import grad_rule, with_gradient
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop.ops import bound_value
 
@@ -48,6 +51,106 @@ def _grouped_pads(padding: int | Sequence[int] | str, nd: int, op: str, kernel: 
   if len(p) == nd: return tuple((x, x) for x in p)
   if len(p) == 2 * nd: return tuple((p[2 * i], p[2 * i + 1]) for i in range(nd))[::-1]
   raise ValueError(f"{op}: padding must be an int or a sequence of {nd} or {2 * nd} ints, got {padding!r}")
+
+
+def _spread(x: Tensor, s_: Sequence[int]) -> Tensor:
+  """x with s-1 zeros between neighbours along each spatial dimension (the input of a transposed conv)."""
+  if all(s == 1 for s in s_): return x
+  pre, sp = x.shape[:-len(s_)], x.shape[-len(s_):]
+  # (n) -> (n, 1) -> pad to (n, s) -> (n*s) -> drop the trailing s-1
+  x = x.reshape(*pre, *[v for n in sp for v in (n, 1)])
+  x = x.pad(((0, 0),) * len(pre) + tuple(p for s in s_ for p in ((0, 0), (0, s - 1))))
+  x = x.reshape(*pre, *[n * s for n, s in zip(sp, s_)])
+  return x.shrink((*[None] * len(pre), *[(0, n * s - (s - 1)) for n, s in zip(sp, s_)]))
+
+
+def _conv_input_grad(g: Tensor, weight: Tensor, groups: int, s_: tuple[int, ...], d_: tuple[int, ...], pads: Pads,
+                     i_: tuple[int, ...]) -> Tensor:
+  """The gradient of a conv's input: the transposed conv, as one stride-1 conv per phase of the stride. The input
+  positions n = s*m + r of one phase r are reached by the taps k with k*d = r + pad (mod s), every (s/gcd(s, d))-th
+  tap, each from g at m + (r + pad - k*d)/s: a correlation of g with those taps flipped. Spreading g with s-1 zeros
+  instead would multiply zeros by the kernel s^nd-fold."""
+  nd, (cout, cin), k_, o_ = len(s_), weight.shape[:2], weight.shape[2:], g.shape[2:]
+  rcout = cout // groups
+  wt = weight.reshape(groups, rcout, cin, *k_).transpose(1, 2).reshape(groups * cin, rcout, *k_).cast(g.dtype)
+  m_ = [_ceildiv(i, s) for i, s in zip(i_, s_)]
+  pieces = []
+  for phase in itertools.product(*[range(s) for s in s_]):
+    taps, conv_pads, dil, sizes = [], [], [], []
+    for r, s, d, k, (b, _), i, o in zip(phase, s_, d_, k_, pads, i_, o_):
+      first = [t for t in range(k) if (r + b - t * d) % s == 0]
+      sizes.append(_ceildiv(i - r, s))
+      if not first or sizes[-1] <= 0: break
+      step, dd = s // math.gcd(s, d), d // math.gcd(s, d)
+      n = len(range(first[0], k, step))
+      before = (n - 1) * dd - (r + b - first[0] * d) // s
+      taps.append(slice(first[0], None, step))
+      conv_pads.append((before, sizes[-1] + (n - 1) * dd - o - before))
+      dil.append(dd)
+    else:
+      w = wt[(slice(None), slice(None)) + tuple(taps)].flip(tuple(range(2, 2 + nd)))
+      piece = g._conv(w, None, groups, (1,) * nd, tuple(dil), tuple(conv_pads))
+      if any(s > 1 for s in s_):  # placed at its phase: (.., m, 1, ..) padded to (.., M, s, ..)
+        piece = piece.reshape(*piece.shape[:2], *[v for m in sizes for v in (m, 1)])
+        piece = piece.pad(((0, 0), (0, 0), *[p for m, mm, r, s in zip(sizes, m_, phase, s_) for p in ((0, mm - m), (r, s - 1 - r))]))
+      pieces.append(piece)
+  if not pieces: return type(g).zeros(g.shape[0], groups * cin, *i_, dtype=g.dtype, device=g.device)  # every input in the padding's shadow
+  dx = functools.reduce(lambda a, b: a + b, pieces)
+  if all(s == 1 for s in s_): return dx
+  dx = dx.reshape(*dx.shape[:2], *[m * s for m, s in zip(m_, s_)])
+  return dx.shrink((None, None, *[(0, i) for i in i_]))
+
+
+def _pool_adjoint(h: Tensor, i_: Sequence[int], k_: Sequence[int], s_: Sequence[int], d_: Sequence[int], pads: Pads) -> Tensor:
+  """The adjoint of x.pad(pads)._pool(k_, s_, d_) for x of spatial shape i_: h (..., *o, *k) summed back onto the
+  positions each window value came from, as one elementwise sum of a shifted, strided view per kernel tap (the chain
+  rule through _pool's views would sum them with a reduce over repeated rows instead)."""
+  nd = len(k_)
+  pre, o_ = h.shape[:-2 * nd], h.shape[-2 * nd:-nd]
+  terms = []
+  for tap in itertools.product(*[range(k) for k in k_]):
+    t = _spread(h[(Ellipsis,) + tap], s_)
+    # tap k of window o reads position o*s + k*d - before: the spread view starts at k*d - before
+    shift = [(k * d - b, i - (o - 1) * s - 1 - (k * d - b)) for k, d, (b, _), i, o, s in zip(tap, d_, pads, i_, o_, s_)]
+    terms.append(t.pad(((0, 0),) * len(pre) + tuple(shift)))
+  return functools.reduce(lambda a, b: a + b, terms)
+
+
+@grad_rule
+def _max_pool_grad(g: Tensor, out: Tensor, x: list[Tensor], k_: tuple[int, ...], s_: tuple[int, ...], d_: tuple[int, ...],
+                   pads: Pads) -> tuple[Tensor]:
+  """A max pool's gradient, spread evenly over the window values equal to the window's max (NaN where it is NaN),
+  as the max's own rule does, and summed back onto the input through _pool_adjoint."""
+  nd, src = len(k_), x[0]
+  win = src.pad(((0, 0),) * (src.ndim - nd) + pads, value=src.dtype.min)._pool(k_, s_, d_)
+  mx = out.reshape(*out.shape, *[1] * nd)
+  hit = win == mx
+  if src.dtype._is_float: hit = hit | (win.isnan() & mx.isnan())
+  hit = hit.cast(g.dtype)
+  share = (g / hit.sum(tuple(range(-nd, 0)))).reshape(*g.shape, *[1] * nd)
+  return (_pool_adjoint(hit * share, src.shape[-nd:], k_, s_, d_, pads),)
+
+
+@grad_rule
+def _conv_grad(g: Tensor, out: Tensor, x: list[Tensor], groups: int, s_: tuple[int, ...], d_: tuple[int, ...],
+               pads: Pads) -> tuple[Tensor, Tensor]:
+  """Both gradients of a conv as convs of their own (the chain rule through the sliding-window view would sum
+  overlapping windows instead, with a bounds test per value read)."""
+  inp, weight = x
+  bs, (cout, cin), k_ = inp.shape[0], weight.shape[:2], weight.shape[2:]
+  o_, rcout = g.shape[2:], cout // groups
+  dx = _conv_input_grad(g, weight, groups, s_, d_, pads, inp.shape[2:])
+  # the weight's: a matmul of g (groups, rcout, [bs, O]) with the input's windows laid out as columns
+  # (groups, [bs, O], cin*K), the reduce over the batch and the output positions. The columns' rows are padded to a
+  # whole number of cache lines (a stem's 3*7*7 = 147 to 160), so that the matmul runs on full vectors along them
+  O, n = prod(o_), cin * prod(k_)
+  cols = inp.pad(((0, 0), (0, 0)) + pads)._pool(k_, s_, d_).reshape(bs, groups, cin, O, prod(k_)).permute(1, 0, 3, 2, 4)
+  cols = cols.reshape(groups, 1, bs, O, n).pad(((0, 0),) * 4 + ((0, -n % COLUMN_ROWS_ALIGN),)).cast(g.dtype).contiguous()
+  dw = (g.reshape(bs, groups, rcout, O).permute(1, 2, 0, 3).reshape(groups, rcout, bs, O, 1) * cols).sum((2, 3))
+  return dx.cast(inp.dtype), dw[:, :, :n].reshape(weight.shape).cast(weight.dtype)
+
+
+COLUMN_ROWS_ALIGN = 16  # values: 64 bytes of float32, a cache line, and a whole number of vectors on every CPU
 
 
 class NNMixin:
@@ -120,6 +223,7 @@ class NNMixin:
     w = weight.reshape(1, groups, rcout, *[1] * nd, cin, *k_)
     red = tuple(range(3 + nd, 4 + 2 * nd))
     ret = (x * w).sum(red, dtype=dtype).reshape(bs, cout, *o_)
+    if self.uop is not weight.uop: ret = with_gradient(ret, (self, weight), _conv_grad, groups, s_, d_, pads)
     return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
 
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
@@ -144,16 +248,8 @@ class NNMixin:
     # the equivalent forward conv: weight (groups*rcout, cin/groups, *k) with the kernel flipped
     w = weight.reshape(groups, cin // groups, rcout, *k_).transpose(1, 2).flip(tuple(range(3, 3 + nd)))
     w = w.reshape(groups * rcout, cin // groups, *k_)
-    x = self
-    if any(s > 1 for s in s_):
-      # put s-1 zeros between input elements: (n) -> (n, 1) -> pad to (n, s) -> (n*s) -> drop the trailing s-1
-      bs, c, sp = x.shape[0], x.shape[1], x.shape[2:]
-      x = x.reshape(bs, c, *[v for n in sp for v in (n, 1)])
-      x = x.pad(((0, 0), (0, 0)) + tuple(p for s in s_ for p in ((0, 0), (0, s - 1))))
-      x = x.reshape(bs, c, *[n * s for n, s in zip(sp, s_)])
-      x = x.shrink((None, None, *[(0, n * s - (s - 1)) for n, s in zip(sp, s_)]))
     fwd = tuple(((k - 1) * d - b, (k - 1) * d - a + op) for k, d, (b, a), op in zip(k_, d_, pads, op_))
-    return x._conv(w, bias, groups, (1,) * nd, d_, fwd)
+    return _spread(self, s_)._conv(w, bias, groups, (1,) * nd, d_, fwd)
 
   # ** pooling **
   def _pool_setup(self: Tensor, kernel_size, stride, dilation, padding, op: str):
@@ -188,7 +284,7 @@ class NNMixin:
     axes = tuple(range(-nd, 0))
     full = ((0, 0),) * (self.ndim - nd) + pads
     win = self.pad(full, value=lo)._pool(k_, s_, d_)
-    out = win.max(axes)
+    out = with_gradient(win.max(axes), (self,), _max_pool_grad, k_, s_, d_, pads)
     if not return_indices: return out
     sp = self.shape[-nd:]
     n = prod(sp)

@@ -6,6 +6,7 @@ structural key: the same computation on other buffers is the same node, so a sec
 (kernels compiled, buffers laid out) and only binds new memory."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -133,6 +134,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
       new_slots.append(slot)
     items.append(KernelItem(u, slot, realized, also.get(u, ())))  # one shared map: a kernel only reaches nodes realized before it
     realized[u] = slot
+  items = reads_before_writes(items, realized)
   outputs = []
   for r in roots:
     base = strip_reshapes(r)
@@ -141,6 +143,45 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False) -> Sche
     elif base in realized: outputs.append(("view", realized[base].index))
     else: outputs.append(("none", -1))
   return ScheduleSpec(items, n_inputs, new_slots, outputs)
+
+
+def reads_before_writes(items: list[KernelItem], realized: dict[UOp, BufferSlot]) -> list[KernelItem]:
+  """The kernels in an order where every kernel that reads a buffer's old contents runs before the assign that
+  overwrites it, and otherwise as given. A realize that updates a model's weights and, from the forward pass, its
+  BatchNorm running statistics reads each weight before the step writes it, whatever order the roots came in.
+  Raises RuntimeError when a kernel reads both a buffer's old contents and what an assign wrote there (no order
+  serves it, as in tinygrad: realize one of them first)."""
+  writers = {base_buffer(st.src[0]).arg.index: i for i, it in enumerate(items) if it.out.op is Ops.STORE for st in (it.out, *it.also)}
+  if not writers: return items
+  producer = {it.out: i for i, it in enumerate(items)} | {st: i for i, it in enumerate(items) for st in it.also}
+  after: list[set[int]] = [set() for _ in items]  # after[i]: the kernels that must run before kernel i
+  for i, it in enumerate(items):
+    own = base_buffer(it.out.src[0]) if it.out.op is Ops.STORE else None
+    seen, stack = set(), list(it.out.src)
+    while stack:
+      if (x := stack.pop()) in seen: continue
+      seen.add(x)
+      if x in producer: after[i].add(producer[x])
+      elif x.op is Ops.BUFFER:
+        if x is not own and (w := writers.get(x.arg.index)) is not None and w != i: after[w].add(i)
+      elif x in realized: stack.append(UOp(Ops.BUFFER, x.dtype, (), realized[x]))  # a contiguous() of a whole buffer
+      else: stack.extend(x.src)
+  order: list[int] = []
+  ready = [i for i, deps in enumerate(after) if not deps]
+  heapq.heapify(ready)
+  users: list[list[int]] = [[] for _ in items]
+  for i, deps in enumerate(after):
+    for d in deps: users[d].append(i)
+  left = [len(deps) for deps in after]
+  while ready:
+    order.append(i := heapq.heappop(ready))
+    for u in users[i]:
+      left[u] -= 1
+      if left[u] == 0: heapq.heappush(ready, u)
+  if len(order) < len(items):
+    raise RuntimeError("a computation reads both the old contents of a buffer and an assign to it: realize the "
+                       "tensor that reads the old contents before assigning")
+  return [items[i] for i in order]
 
 
 def _shared_stores(roots: list[UOp], nodes: list[UOp], ends: set[UOp]) -> dict[UOp, tuple[UOp, ...]]:

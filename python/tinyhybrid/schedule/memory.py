@@ -14,10 +14,13 @@ def plan_memory(kernel_slots: list[list[int]], new_slots: list[BufferSlot], keep
     for s in slots:
       first.setdefault(s, k)
       last[s] = k
-  physical: list[int] = []
+  physical = [0] * len(new_slots)
   free: list[tuple[int, BufferSlot, int]] = []  # (physical id, its slot, the kernel after which it is free)
   count = 0
-  for slot in new_slots:
+  # by first use: a slot then only takes memory whose every earlier tenant is dead (kernels may run in another order
+  # than their slots were made: reads_before_writes)
+  for j in sorted(range(len(new_slots)), key=lambda j: first.get(new_slots[j].index, 0)):
+    slot = new_slots[j]
     start = first.get(slot.index, 0)
     pick = next((f for f in free if f[1].size == slot.size and f[1].dtype is slot.dtype and f[2] < start), None)
     if pick is not None:
@@ -25,6 +28,6 @@ def plan_memory(kernel_slots: list[list[int]], new_slots: list[BufferSlot], keep
       pid = pick[0]
     else:
       pid, count = count, count + 1
-    physical.append(pid)
+    physical[j] = pid
     if slot.index not in keep: free.append((pid, slot, last.get(slot.index, start)))
   return physical
