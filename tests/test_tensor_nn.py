@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinyhybrid import Tensor, dtypes
+from tinyhybrid import Tensor, dtypes, nn
 
 F = torch.nn.functional
 RNG = np.random.default_rng(1234)
@@ -102,12 +102,12 @@ def test_conv_gradients_are_convs(stride, input_kernels):
 
 
 def test_max_pool_gradient_is_one_pass_over_the_input():
-  # the max, each window's count of maxima, the share per window, then each input value sums its windows' shares in
-  # one elementwise kernel (ties split evenly, as the max's own rule does)
+  # the max, each window's share (its count of maxima, divided into g), then each input value sums its windows'
+  # shares in one elementwise kernel (ties split evenly, as the max's own rule does)
   x = Tensor([[[[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [2.0, 0.0, 0.0]]]], requires_grad=True)
   out = x.max_pool2d(2, stride=1)
   out.sum().backward()
-  assert _count_kernels(x.grad) == 4
+  assert _count_kernels(x.grad) == 3
   np.testing.assert_allclose(x.grad.numpy(), [[[[0.25, 0.25, 1.0], [0.25, 0.5, 0.25], [1.0, 0.25, 0.25]]]])
 
 
@@ -122,6 +122,20 @@ def test_a_large_reduce_keeps_a_transcendental_epilogue_apart():
     assert _count_kernels(y) == gelu_kernels
     want = torch.nn.functional.gelu(torch.tensor(x.numpy()) @ torch.tensor(w.numpy()).T + torch.tensor(b.numpy()), approximate="tanh")
     np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_training_batch_norm_reads_its_input_three_times():
+  # the mean, the variance (with 1/sqrt(var + eps) as its epilogue), the output: x - mean is one operation on x per
+  # value (the -mean is per channel), computed by each kernel that reads it rather than stored and read back
+  Tensor.training = True
+  try:
+    bn = nn.BatchNorm2d(4, track_running_stats=False)
+    x = Tensor(_arr((2, 4, 6, 6)))
+    assert _count_kernels(bn(x)) == 3
+    want = torch.nn.functional.batch_norm(torch.tensor(x.numpy()), None, None, training=True)
+    np.testing.assert_allclose(bn(x).numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+  finally:
+    Tensor.training = False
 
 
 def test_expanded_work_is_computed_once():

@@ -299,9 +299,11 @@ def _math_in(end: UOp, ends: set[UOp], red: UOp) -> bool:
   return any(x.op in _MATH and x not in ends for x in _within(end.src, ends, red))
 
 
-# what may stand between a reduce and the end of the kernel it is fused into: each reads every value once
+# what may stand between a reduce and the end of the kernel it is fused into: each reads every value once. A PAD does
+# not: the kernel's loop would cover the padding too, and run the reduce there (a strided conv's input gradient pads
+# each phase out to its place among the others)
 _SAME_INDEX = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS}
-_EPILOGUE = _SAME_INDEX | {Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.PAD, Ops.FLIP}
+_EPILOGUE = _SAME_INDEX | {Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP}
 
 
 def _reduces_in(end: UOp, ends: set[UOp], red: UOp) -> int:
@@ -311,8 +313,9 @@ def _reduces_in(end: UOp, ends: set[UOp], red: UOp) -> int:
     x = stack.pop()
     if x in seen: continue
     seen.add(x)
-    if x.op is Ops.REDUCE: n += 1
-    if x is red or x not in ends: stack.extend(x.src)
+    if x is red or x not in ends:
+      n += x.op is Ops.REDUCE
+      stack.extend(x.src)
   return n
 
 
@@ -335,7 +338,7 @@ def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
       if c in ends or c in shared: ks.add(c)
       else: ks |= readers[c]
     readers[u] = ks
-    if u.op in GroupOp.ALU and len(ks) > 1: shared.add(u)
+    if u.op in GroupOp.ALU and len(ks) > 1 and _ops_in(u, ends | shared) >= 2: shared.add(u)
   return shared
 
 
@@ -388,14 +391,27 @@ def _reads(u: UOp, ends: set[UOp]) -> int:
 
 
 def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:
-  """How many elementwise operations computing u takes (counting stops at `limit`), not looking past kernel ends."""
+  """How many elementwise operations computing each value of u takes (counting stops at `limit`), not looking past
+  kernel ends. An operation on broadcast values only (a batch norm's -mean, or mean = sum / n under its expand) is
+  done once per broadcast value, out of the loop over the others: it does not count."""
   seen, stack, n = set(), [u], 0
+  memo: dict[UOp, bool] = {}
   while stack and n < limit:
     x = stack.pop()
     if x in seen or (x is not u and x in ends): continue
     seen.add(x)
-    if x.op in GroupOp.ALU: n += 1
-    stack.extend(x.src)
+    if x.op in GroupOp.ALU and not _broadcast(x, ends, memo): n += 1
+    if x.op is not Ops.EXPAND: stack.extend(x.src)
   return n
+
+
+def _broadcast(u: UOp, ends: set[UOp], memo: dict[UOp, bool]) -> bool:
+  """Whether u's values are computed from expanded values and constants only (inside one kernel)."""
+  if (got := memo.get(u)) is not None: return got
+  if u.op is Ops.EXPAND or u.op is Ops.CONST: got = True
+  elif u in ends or u.op is Ops.BUFFER or not u.src: got = False
+  else: got = all(_broadcast(s, ends, memo) for s in u.src)
+  memo[u] = got
+  return got
 
 
