@@ -70,12 +70,24 @@ def test_conv2d_padding_forms():
   np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w), padding=(-1, -1, -1, 0)).numpy(), ref.numpy(), atol=1e-5, rtol=1e-5)
 
 
-def _count_kernels(t: Tensor) -> int:
+def _count_kernels(t: Tensor, cache: int = 0) -> int:
   from tinyhybrid.schedule import kernelize as k
-  if hasattr(k, "normalize"):
-    key, inputs, _ = k.normalize([t.uop])
-    return len(k.create_schedule(key, len(inputs)).items)
-  return len(k.create_schedule([t.uop], t.device)[0])
+  key, inputs, _ = k.normalize([t.uop])
+  return len(k.create_schedule(key, len(inputs), cache=cache).items)
+
+
+def test_a_long_matrix_product_is_blocked_for_the_cache():
+  # (64 x 4096) @ (4096 x 96): each output tile would stream 4096 rows of both operands; with a 1 MB core cache the
+  # reduce runs in blocks that fit a quarter of it (partial results, then their sum). A matrix-vector product, a
+  # short reduce and a conv stay one kernel
+  a, b = Tensor(_arr((64, 4096))), Tensor(_arr((4096, 96)))
+  assert _count_kernels(a @ b) == 1
+  assert _count_kernels(a @ b, cache=1 << 20) == 2
+  np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
+  assert _count_kernels(a[:1] @ b, cache=1 << 20) == 1
+  assert _count_kernels(a[:, :512] @ b[:512], cache=1 << 20) == 1
+  x, w = Tensor(_arr((8, 64, 32, 32))), Tensor(_arr((64, 64, 3, 3)))
+  assert _count_kernels(x.conv2d(w, padding=1), cache=1 << 20) == 1
 
 
 def test_conv_kernel_counts():
@@ -86,15 +98,16 @@ def test_conv_kernel_counts():
   assert _count_kernels(x.avg_pool2d(2)) <= 2   # the sum, then the scale (one kernel once a reduce fuses its epilogue)
 
 
-@pytest.mark.parametrize("stride,input_kernels", [(1, 1), (2, 5)])
+@pytest.mark.parametrize("stride,input_kernels", [(1, 2), (2, 6)])
 def test_conv_gradients_are_convs(stride, input_kernels):
-  # the input's gradient is the transposed conv, one reduce per phase of the stride (and one to interleave them);
-  # the weight's a matmul over laid-out columns of the input. Values: test_conv
+  # the output's gradient goes to memory (one kernel), which both read; the input's gradient is the transposed conv,
+  # one reduce per phase of the stride (and one to interleave them); the weight's a matmul over laid-out columns of
+  # the input. Values: test_conv
   x, w = Tensor(_arr((2, 4, 8, 8)), requires_grad=True), Tensor(_arr((6, 4, 3, 3)), requires_grad=True)
   g = Tensor(_arr(x.conv2d(w, stride=stride, padding=1).shape)).realize()
   (x.conv2d(w, stride=stride, padding=1) * g).sum().backward()
   assert _count_kernels(x.grad) == input_kernels
-  assert _count_kernels(w.grad) == 2
+  assert _count_kernels(w.grad) == 3
   tx, tw = torch.tensor(x.numpy(), requires_grad=True), torch.tensor(w.numpy(), requires_grad=True)
   (F.conv2d(tx, tw, stride=stride, padding=1) * torch.tensor(g.numpy())).sum().backward()
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-4, rtol=1e-4)

@@ -96,7 +96,8 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   t0 = time.perf_counter()
   spec_check(key, "tensor graph", "normalize")
   with viz.group("schedule") as vg:
-    spec = create_schedule(key, n_inputs, split_reduce=dev.renderer.has_local and bool(SPLIT_REDUCEOP))
+    ren = dev.renderer
+    spec = create_schedule(key, n_inputs, split_reduce=ren.has_local and bool(SPLIT_REDUCEOP), cache=0 if ren.has_local else ren.core_cache)
     if vg.on:
       vg.name = f"schedule of {len(spec.items)} kernels"
       viz.stage("kernelize", key, UOp.sink(*[it.out for it in spec.items]))
