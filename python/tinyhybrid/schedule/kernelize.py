@@ -270,9 +270,10 @@ def split_for_cache(key: UOp, cache: int) -> UOp:
   streams the whole reduce from memory, tile after tile (50 GFLOPS where the blocks run at 170).
 
   The sizes come from what the reduce reads: its operands hold K*(M+N) values for K values reduced into each of M*N
-  outputs. It splits a reduce of SPLIT_FOR_CACHE_MIN values or more when both M and N are 16 or more (a
-  matrix-vector product reads its matrix once anyway), into 4 blocks or more, and no more than give four times as many
-  values in partial results as the operands hold. A conv, which reads its
+  outputs. It splits a reduce of SPLIT_FOR_CACHE_MIN values or more, at least four times M and N, when both are 16
+  or more (a matrix-vector product reads its matrix once anyway), into 4 blocks or more, and no more than give as
+  many values in partial results as the operands hold. A transformer's products (K no longer than M or N) keep one
+  stage: their tiles' rows fit the cache, and partial results would only add traffic. A conv, which reads its
   input through overlapping windows, is no such product: its loops reuse each value from the cache already."""
   subs: dict[UOp, UOp] = {}
   for u in list(key.toposort()):
@@ -280,8 +281,8 @@ def split_for_cache(key: UOp, cache: int) -> UOp:
     if (outputs := prod(out)) == 0 or (k := prod(shape) // outputs) < SPLIT_FOR_CACHE_MIN: continue  # type: ignore[arg-type]
     if (values := _operand_values(u)) is None: continue
     s = values / k  # M + N
-    if (disc := s * s - 4 * outputs) < 0 or (s - math.sqrt(disc)) / 2 < 16: continue
-    want = min(k * s * u.dtype.itemsize / (cache / 4), 4 * k * s / outputs)
+    if (disc := s * s - 4 * outputs) < 0 or (s - math.sqrt(disc)) / 2 < 16 or k < 4 * (s + math.sqrt(disc)) / 2: continue
+    want = min(k * s * u.dtype.itemsize / (cache / 4), k * s / outputs)
     divisors = [(d, a) for a in u.arg[1] for d in range(4, shape[a] + 1) if shape[a] % d == 0 and d <= want]  # type: ignore[index]
     if not divisors: continue
     split, a = max(divisors)
