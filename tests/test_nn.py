@@ -172,6 +172,22 @@ def test_batchnorm_statistics_follow_the_weights_before_each_step(training, with
   np.testing.assert_allclose(bn.running_var.numpy(), tbn.running_var.numpy(), atol=1e-5, rtol=1e-5)
 
 
+def test_batchnorm_backward_is_torchs_formula_in_few_passes(training):
+  # relu(bn(x)) in training: the forward's statistics (mean, variance, 1/std), the output, then the backward's sums
+  # of g and of g * xhat and the input's gradient, with the relu's mask computed into g once
+  from tinyhybrid.schedule import kernelize
+  ours, ref = nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
+  params = _load_from_torch(ours, ref)
+  x, gw = _arr(2, 4, 6, 6) * 2 + 1, _arr(2, 4, 6, 6)
+  xt, tt = Tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+  (ours(xt).relu() * Tensor(gw)).sum().backward()
+  (ref(tt).relu() * torch.tensor(gw)).sum().backward()
+  key, inputs, _ = kernelize.normalize([xt.grad.uop])
+  assert len(kernelize.create_schedule(key, len(inputs)).items) == 8
+  np.testing.assert_allclose(xt.grad.numpy(), tt.grad.numpy(), atol=1e-5, rtol=1e-4)
+  for k, t in params.items(): np.testing.assert_allclose(t.grad.numpy(), getattr(ref, k).grad.numpy(), atol=1e-4, rtol=1e-4, err_msg=k)
+
+
 def test_batchnorm1d(training):
   check_layer(nn.BatchNorm1d(3, momentum=0.3), torch.nn.BatchNorm1d(3, momentum=0.3), _arr(5, 3))
 

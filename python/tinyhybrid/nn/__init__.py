@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.gradient import grad_rule, with_gradient
 from tinyhybrid.helpers import is_training, prod
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.nn import optim, state  # noqa: F401
@@ -41,11 +42,7 @@ class BatchNorm:
   def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
     """(mean, biased variance) per channel: the running ones in eval mode, else the batch's."""
     if self.track_running_stats and not is_training(Tensor): return self.running_mean, self.running_var
-    axes = tuple(a for a in range(x.ndim) if a != 1)
-    mean = x.mean(axes)
-    # the mean is detached inside the variance because d(var)/d(mean) is zero anyway; it saves a backward path
-    y = x - mean.detach().reshape(_channel_shape(x))
-    return mean, (y * y).mean(axes)
+    return _batch_stats(x)
 
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2: raise ValueError(f"BatchNorm: input needs (N, C, ...) dimensions, got shape {x.shape}")
@@ -55,8 +52,38 @@ class BatchNorm:
       self.running_mean.assign((1 - self.momentum) * self.running_mean + self.momentum * mean.detach())
       self.running_var.assign((1 - self.momentum) * self.running_var + self.momentum * n / (n - 1) * var.detach())
       self.num_batches_tracked += 1
-    return x.batchnorm(self.weight, self.bias, mean, var.add(self.eps).rsqrt())
+    out = x.batchnorm(self.weight, self.bias, mean, var.add(self.eps).rsqrt())
+    if self.track_running_stats and not is_training(Tensor): return out
+    params = tuple(t for t in (self.weight, self.bias) if t is not None)
+    return with_gradient(out, (x, *params), _batch_norm_grad, self.eps, self.weight is not None, self.bias is not None)
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
+
+
+def _batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
+  """(mean, biased variance) per channel of a batch."""
+  mean = x.mean(axes := tuple(a for a in range(x.ndim) if a != 1))
+  # the mean is detached inside the variance because d(var)/d(mean) is zero anyway; it saves a backward path
+  y = x - mean.detach().reshape(_channel_shape(x))
+  return mean, (y * y).mean(axes)
+
+
+@grad_rule
+def _batch_norm_grad(g: Tensor, out: Tensor, inputs: list[Tensor], eps: float, has_weight: bool, has_bias: bool) -> tuple[Tensor | None, ...]:
+  """A batch norm on its batch's statistics, differentiated as one function (torch's formula): the sums of g and of
+  g * xhat per channel give the bias's and the weight's gradients, and the input's is
+  invstd * weight * (g - mean(g) - xhat * mean(g * xhat)): two reduces and one elementwise pass over the activations,
+  where the chain rule through the mean and the variance takes twice as many. The statistics are the forward pass's
+  own nodes (built the same way), so nothing is computed twice."""
+  x, cs, n = inputs[0], _channel_shape(inputs[0]), inputs[0].numel() // inputs[0].shape[1]
+  axes = tuple(a for a in range(x.ndim) if a != 1)
+  mean, var = _batch_stats(x)
+  invstd = var.add(eps).rsqrt()
+  xhat = (x - mean.reshape(cs)) * invstd.reshape(cs)
+  dbias, dweight = g.sum(axes), (g * xhat).sum(axes)
+  scale = invstd * inputs[1] if has_weight else invstd
+  dx = scale.reshape(cs) * (g - (dbias / n).reshape(cs) - xhat * (dweight / n).reshape(cs))
+  return (dx, *((dweight,) if has_weight else ()), *((dbias,) if has_bias else ()))
+
 
 
 class Conv2d:
