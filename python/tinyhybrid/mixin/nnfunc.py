@@ -144,13 +144,19 @@ def _conv_grad(g: Tensor, out: Tensor, x: list[Tensor], groups: int, s_: tuple[i
   g = g.contiguous()
   dx = _conv_input_grad(g, weight, groups, s_, d_, pads, inp.shape[2:])
   # the weight's: a matmul of g (groups, rcout, [bs, O]) with the input's windows laid out as columns
-  # (groups, [bs, O], cin*K), the reduce over the batch and the output positions. The columns' rows are padded to a
-  # whole number of cache lines (a stem's 3*7*7 = 147 to 160), so that the matmul runs on full vectors along them
-  O, n = prod(o_), cin * prod(k_)
-  cols = inp.pad(((0, 0), (0, 0)) + pads)._pool(k_, s_, d_).reshape(bs, groups, cin, O, prod(k_)).permute(1, 0, 3, 2, 4)
-  cols = cols.reshape(groups, 1, bs, O, n).pad(((0, 0),) * 4 + ((0, -n % COLUMN_ROWS_ALIGN),)).cast(g.dtype).contiguous()
+  # (groups, [bs, O], K*cin), the reduce over the batch and the output positions. The input goes channels-last first
+  # (one pass), so that each column is K runs of cin values, copied as whole vectors; read from channels-first memory
+  # each value of a column would come from another plane. The columns' rows are padded to a whole number of cache
+  # lines (a stem's 7*7*3 = 147 to 160), so that the matmul runs on full vectors along them
+  nd, O, n = len(k_), prod(o_), cin * prod(k_)
+  last = inp.pad(((0, 0), (0, 0)) + pads).permute(0, *range(2, 2 + nd), 1).contiguous()
+  windows = last.permute(0, nd + 1, *range(1, nd + 1))._pool(k_, s_, d_).reshape(bs, groups, cin, O, prod(k_))
+  cols = windows.permute(1, 0, 3, 4, 2).reshape(groups, 1, bs, O, n)
+  cols = cols.pad(((0, 0),) * 4 + ((0, -n % COLUMN_ROWS_ALIGN),)).cast(g.dtype).contiguous()
   dw = (g.reshape(bs, groups, rcout, O).permute(1, 2, 0, 3).reshape(groups, rcout, bs, O, 1) * cols).sum((2, 3))
-  return dx.cast(inp.dtype), dw[:, :, :n].reshape(weight.shape).cast(weight.dtype)
+  # (in memory in the product's own order: the permute to the weight's would reorder the product's loops)
+  dw = dw[:, :, :n].contiguous().reshape(cout, *k_, cin).permute(0, nd + 1, *range(1, nd + 1))
+  return dx.cast(inp.dtype), dw.cast(weight.dtype)
 
 
 COLUMN_ROWS_ALIGN = 16  # values: 64 bytes of float32, a cache line, and a whole number of vectors on every CPU
