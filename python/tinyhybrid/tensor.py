@@ -799,7 +799,7 @@ def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:
 
 def _assigns_into(u: UOp, written: set[int]) -> bool:
   """Whether u's graph holds an assign into one of the written buffers."""
-  return any(x.op is Ops.STORE and id(base_buffer(x.src[0]).arg) in written for x in u.toposort())
+  return any(x.op is Ops.STORE and (t := view_base(x.src[0])).op is Ops.BUFFER and id(t.arg) in written for x in u.toposort())
 
 
 def _reads_buffer_differently(value: UOp, target: UOp) -> bool:

@@ -271,8 +271,8 @@ def split_for_cache(key: UOp, cache: int) -> UOp:
 
   The sizes come from what the reduce reads: its operands hold K*(M+N) values for K values reduced into each of M*N
   outputs. It splits a reduce of SPLIT_FOR_CACHE_MIN values or more, at least four times M and N, when both are 16
-  or more (a matrix-vector product reads its matrix once anyway), into 4 blocks or more, and no more than give as
-  many values in partial results as the operands hold. A transformer's products (K no longer than M or N) keep one
+  or more (a matrix-vector product reads its matrix once anyway), into 4 blocks or more, with no more values in
+  partial results than the operands hold. A transformer's products (K no longer than M or N) keep one
   stage: their tiles' rows fit the cache, and partial results would only add traffic. A conv, which reads its
   input through overlapping windows, is no such product: its loops reuse each value from the cache already."""
   subs: dict[UOp, UOp] = {}
