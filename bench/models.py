@@ -39,6 +39,15 @@ DECODER_LAYERS = int(os.getenv("DECODER_LAYERS", "4"))
 
 
 # ** the models, each defined twice with the same parameter names (torch's state-dict keys) **
+def resnet50_layers() -> list[tuple[str, list[tuple[int, int, int]]]]:
+  """ResNet-50's four layers: each one's name and its bottleneck blocks' (input channels, planes, stride)."""
+  layers, cin = [], 64
+  for li, (planes, n, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))):
+    layers.append((f"layer{li + 1}", [(cin if i == 0 else planes * 4, planes, stride if i == 0 else 1) for i in range(n)]))
+    cin = planes * 4
+  return layers
+
+
 def torch_resnet50() -> torch.nn.Module:
   tnn = torch.nn
 
@@ -60,13 +69,8 @@ def torch_resnet50() -> torch.nn.Module:
   class ResNet50(tnn.Module):
     def __init__(self):
       super().__init__()
-      self.conv1, self.bn1, cin = tnn.Conv2d(3, 64, 7, 2, 3, bias=False), tnn.BatchNorm2d(64), 64
-      for li, (planes, n, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))):
-        blocks = []
-        for i in range(n):
-          blocks.append(Bottleneck(cin, planes, stride if i == 0 else 1))
-          cin = planes * 4
-        setattr(self, f"layer{li + 1}", tnn.Sequential(*blocks))
+      self.conv1, self.bn1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False), tnn.BatchNorm2d(64)
+      for name, blocks in resnet50_layers(): setattr(self, name, tnn.Sequential(*[Bottleneck(*b) for b in blocks]))
       self.fc = tnn.Linear(2048, 1000)
 
     def forward(self, x):
@@ -94,13 +98,8 @@ class Bottleneck:
 
 class ResNet50:
   def __init__(self):
-    self.conv1, self.bn1, cin = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), 64
-    for li, (planes, n, stride) in enumerate(((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))):
-      blocks = []
-      for i in range(n):
-        blocks.append(Bottleneck(cin, planes, stride if i == 0 else 1))
-        cin = planes * 4
-      setattr(self, f"layer{li + 1}", blocks)
+    self.conv1, self.bn1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64)
+    for name, blocks in resnet50_layers(): setattr(self, name, [Bottleneck(*b) for b in blocks])
     self.fc = nn.Linear(2048, 1000)
 
   def __call__(self, x: Tensor) -> Tensor:

@@ -2,7 +2,9 @@
 
 Everything here is built from movement ops, elementwise ops and reductions, so it stays lazy: a convolution is a
 padded, windowed view of its input (`_pool`), broadcast against the weight, multiplied and summed, which the scheduler
-turns into a single reduce kernel (plus one for a bias). Gradients come from the same primitives."""
+turns into a single reduce kernel (plus one for a bias). Gradients come from the same primitives; a conv's and a
+max pool's have rules of their own (_conv_grad, _max_pool_grad), convs and one pass over the input where the chain
+rule through the windowed view would sum overlapping windows."""
 from __future__ import annotations
 
 import functools

@@ -59,9 +59,12 @@ class BatchNorm:
 BatchNorm1d = BatchNorm2d = BatchNorm3d = BatchNorm
 
 
+def _batch_axes(x: Tensor) -> tuple[int, ...]: return tuple(a for a in range(x.ndim) if a != 1)
+
+
 def _batch_stats(x: Tensor) -> tuple[Tensor, Tensor]:
   """(mean, biased variance) per channel of a batch."""
-  mean = x.mean(axes := tuple(a for a in range(x.ndim) if a != 1))
+  mean = x.mean(axes := _batch_axes(x))
   # the mean is detached inside the variance because d(var)/d(mean) is zero anyway; it saves a backward path
   y = x - mean.detach().reshape(_channel_shape(x))
   return mean, (y * y).mean(axes)
@@ -75,7 +78,7 @@ def _batch_norm_grad(g: Tensor, out: Tensor, inputs: list[Tensor], eps: float, h
   where the chain rule through the mean and the variance takes twice as many. The statistics are the forward pass's
   own nodes (built the same way), so nothing is computed twice."""
   x, cs, n = inputs[0], _channel_shape(inputs[0]), inputs[0].numel() // inputs[0].shape[1]
-  axes = tuple(a for a in range(x.ndim) if a != 1)
+  axes = _batch_axes(x)
   mean, var = _batch_stats(x)
   invstd = var.add(eps).rsqrt()
   xhat = (x - mean.reshape(cs)) * invstd.reshape(cs)
@@ -83,7 +86,6 @@ def _batch_norm_grad(g: Tensor, out: Tensor, inputs: list[Tensor], eps: float, h
   scale = invstd * inputs[1] if has_weight else invstd
   dx = scale.reshape(cs) * (g - (dbias / n).reshape(cs) - xhat * (dweight / n).reshape(cs))
   return (dx, *((dweight,) if has_weight else ()), *((dbias,) if has_bias else ()))
-
 
 
 class Conv2d:
