@@ -153,11 +153,6 @@ def test_fp8_matches_c_bit_for_bit(dt):
     _same_bits(*_both(LLVM, fn, x[:len(x) // 2 * 2]), name)
 
 
-def test_a_dtype_it_has_not_is_refused_at_render_time():
-  with pytest.raises(TypeError, match=r"kernel \S+: the LLVM renderer has no dtypes\.fp8e4m3fnuz"):
-    Tensor([1.0, 2.0], device=LLVM).cast(dtypes.fp8e4m3fnuz).realize()
-
-
 def test_bad_ir_is_a_compile_error_naming_the_kernel(tmp_path):
   tc = Device[LLVM].toolchain
   with pytest.raises(CompileError, match="kernel broken: LLVM rejects its IR"):

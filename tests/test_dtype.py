@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 import pickle
 
+import numpy as np
 import pytest
 
-from tinyhybrid import DType, UOp, Ops, dtypes
+from tinyhybrid import DType, Ops, Tensor, UOp, dtypes
 from tinyhybrid.dtype import least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
 
 # attribute name -> (C name, itemsize, bitsize, struct fmt, repr, priority)
@@ -353,3 +354,19 @@ def test_bug_vec_ptr_huge_count():
     dtypes.float.vec(2**70)
   with pytest.raises((TypeError, ValueError)):
     dtypes.float.ptr(2**70)
+
+
+def test_can_lossless_cast_matches_tinygrad():
+  from tinyhybrid.dtype import can_lossless_cast
+  assert not can_lossless_cast(dtypes.int8, dtypes.uint64) and not can_lossless_cast(dtypes.int32, dtypes.uint32)
+  assert can_lossless_cast(dtypes.uint8, dtypes.int16) and can_lossless_cast(dtypes.uint32, dtypes.int64)
+  assert not can_lossless_cast(dtypes.int32, dtypes.float) and not can_lossless_cast(dtypes.int64, dtypes.double)
+  assert can_lossless_cast(dtypes.int16, dtypes.float) and can_lossless_cast(dtypes.uint32, dtypes.double)
+  assert can_lossless_cast(dtypes.int8, dtypes.half) and not can_lossless_cast(dtypes.int8, dtypes.bfloat16)
+  assert can_lossless_cast(dtypes.fp8e4m3, dtypes.half) and can_lossless_cast(dtypes.bool, dtypes.int8)
+  assert can_lossless_cast(dtypes.int64, dtypes.weakint) and not can_lossless_cast(dtypes.float, dtypes.weakint)
+  # every value of the source survives a round trip through the destination, where the rule says so
+  for a in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16):
+    vals = np.arange(a.min, a.max + 1)
+    for b in (dtypes.half, dtypes.float32, dtypes.int16, dtypes.int32, dtypes.uint16):
+      if can_lossless_cast(a, b): np.testing.assert_array_equal(Tensor(vals, dtype=a).cast(b).cast(a).numpy(), vals)

@@ -322,15 +322,15 @@ def test_safetensors_round_trip(tmp_path, dt):
 
 # ** what is not rendered **
 
-def test_fnuz_and_ptx_are_not_rendered():
-  x = Tensor([1.0, 2.0])
-  with pytest.raises((TypeError, NotImplementedError), match="fp8e4m3fnuz"): x.cast(dtypes.fp8e4m3fnuz).realize()
+def test_fnuz_where_rendered_and_ptx_fp8_refused():
+  # the fnuz formats: C and LLVM render them (test_fnuz_casts_match_torch); PYTHON and CUDA do not
   with pytest.raises(TypeError, match="fp8e5m2fnuz"): Tensor([1.0], device="PYTHON").cast(dtypes.fp8e5m2fnuz).realize()
   assert dtypes.fp8e4m3 not in Device["NULL:PTX:sm_90"].renderer.supported_dtypes()
   with pytest.raises(TypeError, match="fp8e4m3"): Tensor([1.0, 2.0], device="NULL:PTX:sm_90").cast(dtypes.fp8e4m3).realize()
-  for dev in ("CPU", "PYTHON", NULL_CUDA):
+  for dev in ("PYTHON", NULL_CUDA):
     ren = Device[dev].renderer
     assert set(dtypes.fp8_ocp) <= ren.supported_dtypes() and not set(dtypes.fp8_fnuz) & ren.supported_dtypes()
+  assert set(dtypes.fp8s) <= Device["CPU"].renderer.supported_dtypes()
 
 
 # ** CUDA C++, compiled by NVRTC for sm_90 (no GPU needed) **
@@ -387,3 +387,16 @@ def test_cuda_conversions_on_the_host(tmp_path, dt):
   mids = (fin[1:] + fin[:-1]) / 2
   d = np.concatenate([mids * (1 + 2.0**-40), mids * (1 - 2.0**-40), mids, [1e300, -1e300, 1e-300, np.inf, np.nan]])
   np.testing.assert_array_equal(call("encd", d, np.uint8), fp8_encode(d, dt))
+
+
+@pytest.mark.parametrize("dt,tdt", [(dtypes.fp8e4m3fnuz, torch.float8_e4m3fnuz), (dtypes.fp8e5m2fnuz, torch.float8_e5m2fnuz)])
+def test_fnuz_casts_match_torch(dt, tdt):
+  rng = np.random.default_rng(0)
+  mx = torch.finfo(tdt).max
+  vals = np.concatenate([rng.uniform(-1.2 * mx, 1.2 * mx, 500), rng.standard_normal(300) * 1e-3,
+                         [0.0, -0.0, mx, -mx, mx * 1.01, 1e30, np.inf, -np.inf, np.nan]]).astype(np.float32)
+  want = torch.tensor(vals).to(tdt).view(torch.uint8).numpy()
+  np.testing.assert_array_equal(fp8_encode(vals, dt), want)  # the host's encoder
+  np.testing.assert_array_equal(Tensor(vals).cast(dt).bitcast(dtypes.uint8).numpy(), want)  # a kernel's
+  back = Tensor(np.arange(256, dtype=np.uint8)).bitcast(dt).cast(dtypes.float32).numpy()
+  np.testing.assert_array_equal(back, torch.arange(256, dtype=torch.uint8).view(tdt).float().numpy())

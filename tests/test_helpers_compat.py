@@ -133,3 +133,43 @@ def test_tinygrads_switches_are_importable_and_accepted():
   with Context(WINO=1, NO_MEMORY_PLANNER=1, SPLIT_REDUCEOP=0): assert helpers.WINO.value == 1 and helpers.SPLIT_REDUCEOP.value == 0
   assert helpers.SPLIT_REDUCEOP.value == 1
   with pytest.raises(KeyError, match="NOT_A_SWITCH"): Context(NOT_A_SWITCH=1)
+
+
+def test_tinygrads_small_helpers():
+  import pickle
+  from tinyhybrid import helpers as h
+  assert [h.cmod(a, b) for a, b in [(7, 2), (-7, 2), (7, -2), (-7, -2)]] == [1, -1, 1, -1]
+  assert [h.floormod(a, b) for a, b in [(7, 2), (-7, 2), (7, -2), (5, 0)]] == [1, 1, -1, 5]
+  assert [h.next_power2(x) for x in (0, 1, 2, 3, 1023, 1025)] == [1, 1, 2, 4, 1024, 2048]
+  assert h.to_be32(0x12345678) == 0x78563412 and h.to_be64(0x0102030405060708) == 0x0807060504030201
+  assert h.strip_parens("(a+b)") == "a+b" and h.strip_parens("(a)+(b)") == "(a)+(b)"
+  assert h.get_shape([[1, 2], [3, 4], [5, 6]]) == (3, 2) and h.fully_flatten([[1, [2]], [3]]) == [1, 2, 3]
+  with pytest.raises(ValueError): h.get_shape([[1], [2, 3]])
+  assert h.merge_dicts([{"a": 1}, {"b": 2}]) == {"a": 1, "b": 2}
+  with pytest.raises(RuntimeError): h.merge_dicts([{"a": 1}, {"a": 2}])
+  assert list(h.resolve_pool_pads((1, 2), 2)) == [2, 2, 1, 1] and h.flat_to_grouped((1, 2, 3, 4)) == ((3, 4), (1, 2))
+  c = h.count(1, 2)
+  assert next(c) == 1 and next(pickle.loads(pickle.dumps(c))) == 3
+  import gc
+  with h.disable_gc():
+    assert not gc.isenabled()
+  assert gc.isenabled()
+  assert h.system("echo hi") == "hi"
+  with pytest.raises(RuntimeError): h.system("false")
+
+
+def test_host_profile_events():
+  from tinyhybrid.helpers import Context, ProfileRangeEvent, cpu_events, cpu_profile, profile_marker
+  before = len(cpu_events)
+  with Context(PROFILE=1):
+    with cpu_profile("load", "TINY") as ev: pass
+  assert isinstance(ev, ProfileRangeEvent) and ev.en is not None and ev.en >= ev.st and cpu_events[before] is ev
+  profile_marker("here")
+  assert cpu_events[-1].arg == {"name": "here", "color": "gray"}
+
+
+def test_thread_counts_are_context_vars():
+  from tinyhybrid.helpers import NUM_CPU_THREADS, PARALLEL
+  from tinyhybrid import _core
+  assert NUM_CPU_THREADS.value >= 1 and 0 <= PARALLEL.value <= NUM_CPU_THREADS.value
+  assert NUM_CPU_THREADS.value == int(__import__("os").environ.get("NUM_CPU_THREADS", _core.hcq.usable_cpu_count()))

@@ -138,3 +138,22 @@ def test_a_capture_writing_part_of_a_live_buffer_keeps_the_rest():
     np.testing.assert_allclose(step(Tensor(x_np).realize()).numpy(), (x_np * 2 + 1).sum(), rtol=1e-5)
     rows[1] = x_np + 3
     np.testing.assert_array_equal(cache.numpy(), rows)
+
+
+def test_a_returned_assign_into_an_argument_follows_each_calls_argument():
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor: return b.assign(a + 1)
+  for i in range(5):
+    a = Tensor([i])
+    b = Tensor.empty_like(a)
+    c = f(a, b)
+    assert c.item() == i + 1 and b.item() == i + 1
+
+
+def test_a_constant_input_on_no_device_is_refused():
+  from tinyhybrid import dtypes
+  from tinyhybrid.uop.ops import UOp
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return (x + 1).realize()
+  with pytest.raises(JitError): f(Tensor(UOp.const(2.0).cast(dtypes.float))).item()
+  with pytest.raises(JitError): f(Tensor(UOp.const(2.0).cast(dtypes.float) + UOp.const(1.0).cast(dtypes.float))).item()

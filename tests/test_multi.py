@@ -36,9 +36,9 @@ def test_unknown_device(bad):
 
 
 def test_mixed_devices_raise():
-  with pytest.raises(ValueError, match="different devices"): Tensor([1.0], device="CPU:1") + Tensor([1.0], device="CPU:2")
-  with pytest.raises(ValueError, match="different devices"): Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0]).shard(D3)
-  with pytest.raises(ValueError, match="different devices"): Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0])
+  with pytest.raises(RuntimeError, match="different devices"): Tensor([1.0], device="CPU:1") + Tensor([1.0], device="CPU:2")
+  with pytest.raises(RuntimeError, match="different devices"): Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0]).shard(D3)
+  with pytest.raises(RuntimeError, match="different devices"): Tensor([1.0, 2.0]).shard(D2) + Tensor([1.0, 2.0])
 
 
 def test_shard_uneven_raises():

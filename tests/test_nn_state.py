@@ -390,3 +390,31 @@ def test_gguf_malformed(tmp_path):
     (p := tmp_path / f"{name}.gguf").write_bytes(data)
     with pytest.raises(ValueError, match=f"{name}.gguf"): gguf_load(p)
   with pytest.raises(FileNotFoundError): gguf_load(tmp_path / "missing.gguf")
+
+
+def test_tensor_io_reads_a_tensor_as_a_file():
+  from tinyhybrid.nn.state import TensorIO
+  data = b"Hello World!"
+  f = TensorIO(Tensor(data))
+  assert f.read(1) == data[:1] and f.read(5) == data[1:6] and f.read(100) == data[6:] and f.read(100) == b""
+  assert f.seek(2) == 2 and f.read() == data[2:] and f.seek(-3, 2) == len(data) - 3 and f.read() == data[-3:]
+  with pytest.raises(ValueError): TensorIO(Tensor([1.0, 2.0]))
+
+
+def test_tar_extract(tmp_path):
+  import io
+  import tarfile
+  from tinyhybrid.nn.state import tar_extract
+  files = {"a.txt": b"Hello, World!", "b.bin": bytes(range(200)) * 5, "empty": b""}
+  with tarfile.open(tmp_path / "t.tar", "w") as tar:
+    for name, content in files.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(content)
+      tar.addfile(info, io.BytesIO(content))
+  for src in (tmp_path / "t.tar", str(tmp_path / "t.tar"), Tensor((tmp_path / "t.tar").read_bytes())):
+    got = tar_extract(src)
+    assert set(got) == set(files)
+    for name, content in files.items(): assert got[name].numpy().tobytes() == content
+  with pytest.raises(FileNotFoundError): tar_extract(tmp_path / "missing.tar")
+  (tmp_path / "bad.tar").write_bytes(b"This is not a valid tar file")
+  with pytest.raises(tarfile.ReadError): tar_extract(tmp_path / "bad.tar")

@@ -444,3 +444,33 @@ def test_gelu_approximate_argument():
   np.testing.assert_allclose(x.gelu(approximate="tanh").numpy(), F.gelu(tx, approximate="tanh").numpy(), atol=1e-6)
   np.testing.assert_allclose(x.gelu(approximate="none").numpy(), F.gelu(tx).numpy(), atol=1e-6)
   with pytest.raises(RuntimeError): x.gelu(approximate="fast")
+
+
+# ** tinygrad's rules for what has a gradient **
+def test_gradient_of_a_target_not_in_the_graph_is_zeros():
+  x, w = Tensor([1.0, 2.0, 3.0]), Tensor.randn(3)
+  assert x.sum().gradient(w)[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_gradient_argument_errors_match_tinygrad():
+  x = Tensor([1.0, 2.0, 3.0])
+  with pytest.raises(AssertionError): (x * x).gradient(x)  # no gradient given for a non-scalar output
+  with pytest.raises(AssertionError): (x * x).backward()
+  ints = Tensor([1, 2, 3])
+  with pytest.raises(RuntimeError, match="only float"): ints.sum().gradient(ints)
+  with pytest.raises(RuntimeError, match="only float"): ints.float().sum().gradient(ints)
+  with pytest.raises(RuntimeError, match="only float"): ints.sum().backward()
+  t = Tensor(2.0)  # a Python float: weakly typed, no target
+  with pytest.raises(RuntimeError, match="weak"): (t * 2.0).gradient(t)
+
+
+def test_backward_adds_into_the_same_grad_tensor_and_skips_weak_constants():
+  x = Tensor([3.0])
+  (x * 2)[0].backward()
+  first = x.grad
+  (x * 3)[0].backward()
+  (x * x)[0].backward()
+  assert x.grad is first and x.grad.tolist() == [2.0 + 3.0 + 6.0]
+  w = Tensor(1.0)
+  (Tensor.rand(()) + w).backward()
+  assert w.grad is None

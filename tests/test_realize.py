@@ -221,3 +221,57 @@ def test_an_elementwise_update_writes_in_place():
   q = Tensor.arange(6).reshape(2, 3).float().contiguous().realize()
   q.assign(q.flip(1) + q).realize()
   np.testing.assert_equal(q.numpy(), [[2.0, 2.0, 2.0], [8.0, 8.0, 8.0]])
+
+
+def test_a_reader_that_holds_the_same_assign_joins_its_schedule():
+  # `new` reads a's old contents (through times_a) and the assign: realizing a copy of it used to recurse forever
+  a = Tensor.ones(4).contiguous().realize()
+  times_a = a * 3
+  a.assign(Tensor.full((4,), 2.0))
+  new = a + (times_a - 1).contiguous()
+  assert new.tolist() == [4.0] * 4 and a.tolist() == [2.0] * 4
+
+
+def test_an_assign_through_a_chain_of_bitcasts_lands_in_memory():
+  b = Tensor([1.0, 2.0, 3.0, 4.0], dtype=dtypes.float32).realize()
+  bits = np.array([4.0, 3.0, 2.0, 1.0], np.float32).view(np.int32)
+  b.bitcast(dtypes.uint32).bitcast(dtypes.int32).assign(Tensor(bits, dtype=dtypes.int32))  # lazy: read through b
+  assert b.tolist() == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_writes_through_views_that_feed_each_other_run_in_order():
+  # each cache's write reads the one before it (a KV cache per layer): reading the last must run every write first
+  caches = [Tensor.zeros(8, 4).contiguous().realize() for _ in range(3)]
+  for i, c in enumerate(caches): c[:3].assign(Tensor.ones(3, 4) * (i + 1)).realize()
+  caches[0][3:4].assign(Tensor.ones(1, 4) * 10)
+  c1 = caches[0][:4].sum(0, keepdim=True)
+  caches[1][3:4].assign(c1)
+  c2 = caches[1][:4].sum(0, keepdim=True)
+  caches[2][3:4].assign(c2)
+  assert caches[2][:4].sum().item() == 4 * (3 * 3 + (2 * 3 + 13))
+
+
+def test_a_value_shared_by_pending_view_writes_is_computed_once():
+  D, N = 16, 8
+  caches = [Tensor.zeros(4, D).contiguous().realize() for _ in range(N)]
+  W = [Tensor.full((D, 2 * D), 0.01).contiguous().realize() for _ in range(N)]
+  x = Tensor.ones(1, D).contiguous().realize()
+  ref_x, ref_c = np.ones((1, D), np.float32), None
+  for i in range(N):
+    shared = (x @ W[i]).contiguous()
+    caches[i][0:1].assign(shared[:, :D])
+    x = shared[:, D:] + caches[i][:1]
+    s = ref_x @ np.full((D, 2 * D), 0.01, np.float32)
+    ref_c, ref_x = s[:, :D], s[:, D:] + s[:, :D]
+  GlobalCounters.reset()
+  np.testing.assert_allclose(caches[-1][:1].numpy(), ref_c, rtol=1e-5)
+  assert GlobalCounters.kernel_count <= 3 * N + 1  # each product once (recomputed per pending write, it was ~8x this)
+
+
+def test_assigning_a_graph_of_constants_onto_another_device():
+  from tinyhybrid.uop.ops import UOp
+  s = Tensor.empty(4, device="CPU:1", dtype=dtypes.float)
+  c = Tensor(UOp.const(2.0).cast(dtypes.float))
+  assert c.device is None  # constants only: deviceless, as in tinygrad
+  s.assign(c)
+  assert s.tolist() == [2.0] * 4

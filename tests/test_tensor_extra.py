@@ -47,3 +47,51 @@ def test_topk(k, dim, largest):
 
 def test_topk_bad_k():
   with pytest.raises(ValueError, match="out of range"): Tensor([1.0, 2.0]).topk(3)
+
+
+def test_shape_errors_match_tinygrad():
+  for make in (Tensor.ones, Tensor.zeros, Tensor.empty, lambda s: Tensor.full(s, 1), lambda s: Tensor.ones(2).reshape(s)):
+    with pytest.raises(RuntimeError, match="shape must be int"): make((2.0,))
+  for f in (Tensor.zeros, Tensor.ones, Tensor.empty, Tensor.rand):
+    with pytest.raises(ValueError): f((2, 2), 2, 2)
+    with pytest.raises(ValueError): f((2, 2), (2, 2))
+  with pytest.raises(ValueError): Tensor.ones(-1)
+
+
+def test_device_mismatch_is_a_runtime_error():
+  with pytest.raises(RuntimeError, match="different devices"): Tensor([1.0], device="CPU") + Tensor([1.0], device="CPU:1")
+  with pytest.raises(RuntimeError): Tensor.zeros(3, 4)[Tensor([0, 1], device="CPU:1")]
+  # a tuple of one device is that device
+  t = Tensor([1.0], device=("CPU",))
+  assert t.device == "CPU" and (t + Tensor([2.0])).tolist() == [3.0]
+
+
+def test_bytes_are_the_values_memory():
+  import struct
+  t = Tensor(struct.pack("ff", 0.234, 0.8585), dtype=dtypes.float32)
+  assert t.shape == (2,) and t.tolist() == list(np.array([0.234, 0.8585], np.float32))
+  assert Tensor(bytes([1, 2, 3, 4]), dtype=dtypes.int16).tolist() == [513, 1027]
+  assert Tensor(bytes([1, 255])).dtype is dtypes.uint8 and Tensor(bytes([1, 255]), dtype=dtypes.int8).tolist() == [1, -1]
+
+
+def test_data_memoryview_shapes():
+  d = Tensor(3, dtype=dtypes.int32).data()
+  assert d.format == "i" and d.shape == () and d.tolist() == 3
+  d = Tensor([], dtype=dtypes.int32).reshape(0, 2).data()
+  assert d.itemsize == 4 and d.shape == (0,) and list(d) == []
+  assert Tensor([[1, 2], [3, 4]]).T.data().tolist() == [[1, 3], [2, 4]]
+
+
+def test_a_graph_of_constants_is_deviceless():
+  from tinyhybrid.uop.ops import UOp
+  t = Tensor(UOp.const(2.0).cast(dtypes.float))
+  u = t.uop
+  assert t.device is None and "<UOp None" in repr(t)
+  t.realize()
+  assert t.uop is u and (t + Tensor([1.0, 2.0])).tolist() == [3.0, 4.0] and t.item() == 2.0
+
+
+def test_pad_to_and_shrink_to_keep_none_dims():
+  assert Tensor([1, 2]).pad_to(None, value=5).tolist() == [1, 2]
+  assert Tensor([[1, 2]]).pad_to(None, 3).tolist() == [[1, 2, 0]]
+  assert Tensor([[1, 2, 3]]).shrink_to(None, 2).tolist() == [[1, 2]]

@@ -25,8 +25,11 @@ def test_dtype_names():
   assert truncate[dtypes.float32](1.1) == torch.tensor(1.1, dtype=torch.float32).item()
   assert truncate[dtypes.float16](1e6) == math.inf and truncate[dtypes.bfloat16](1.1) == torch.tensor(1.1).bfloat16().item()
   assert truncate[dtypes.float32](1.1) == UOp.const(dtypes.float32, 1.1).arg  # the graph's constants agree
+  fp8_torch = {dtypes.fp8e4m3: torch.float8_e4m3fn, dtypes.fp8e5m2: torch.float8_e5m2, dtypes.fp8e4m3fnuz: torch.float8_e4m3fnuz,
+               dtypes.fp8e5m2fnuz: torch.float8_e5m2fnuz}
   for dt in dtypes.fp8s:
-    ref = torch.arange(256, dtype=torch.uint8).view(_to_torch_dtype(dt)).float().tolist()
+    assert _to_torch_dtype(dt) is torch.uint8  # an fp8 is its bits to torch, as in tinygrad
+    ref = torch.arange(256, dtype=torch.uint8).view(fp8_torch[dt]).float().tolist()
     ours = [fp8_to_float(x, dt) for x in range(256)]
     assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(ours, ref)), dt
   assert _to_torch_dtype(dtypes.bfloat16) is torch.bfloat16 and _from_torch_dtype(torch.uint16) is dtypes.uint16

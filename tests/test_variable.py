@@ -46,7 +46,9 @@ def test_variable_errors():
 @pytest.mark.parametrize("i", [1, 4, 9])
 def test_variable_as_value(i):
   v = vi(i)
-  assert Tensor(v).item() == i and Tensor(v).dtype is dtypes.int32 and Tensor(v).shape == ()
+  # weakly typed, as a Python int is (tinygrad's rule): the other operand's int type wins, and a read commits it
+  assert Tensor(v).item() == i and Tensor(v).dtype is dtypes.weakint and Tensor(v).shape == ()
+  assert (Tensor(v) + Tensor([1], dtype=dtypes.int8)).dtype is dtypes.int8
   assert Tensor(v, dtype="float32").item() == float(i)
   assert Tensor(v * 2 + 1).item() == 2 * i + 1
   a = Tensor(A_NP)
@@ -69,8 +71,8 @@ def test_variable_value_one_kernel_for_all_values():
 
 def test_unbound_variable_is_an_error():
   v = Variable("i", 1, 10)
-  with pytest.raises(ValueError, match="bound"): Tensor(v)
-  with pytest.raises(ValueError, match="bound"): Tensor(A_NP) + v
+  with pytest.raises(RuntimeError, match="unbound"): Tensor(v)  # tinygrad's type and word
+  with pytest.raises(RuntimeError, match="unbound"): Tensor(A_NP) + v
   with pytest.raises(ValueError, match="bound"): Tensor(A_NP).shrink(((0, 3), (0, v)))
   with pytest.raises(ValueError, match="bound"): Tensor.ones(3, v)
 
@@ -205,3 +207,13 @@ def test_symbolic_kernel_shares_its_fixed_loop_across_cores():
     np.testing.assert_allclose(scores[:, :, :n].numpy(), qn @ kn[:, :n].transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
   sym = [kk for kk, _ in kernel_cache.values() if kk.vars and kk.name.startswith("r_8_1_pos_64")]
   assert sym and all(kk.outer == 8 for kk in sym)
+
+
+def test_variables_in_full_arange_and_split():
+  assert Tensor.full((3,), vi(5)).tolist() == [5, 5, 5]
+  assert Tensor.arange(0, 10, Variable("step", 1, 3).bind(2))[:5].tolist() == [0, 2, 4, 6, 8]
+  assert Tensor.arange(Variable("b", 0, 5).bind(2), Variable("e", 10, 20).bind(14), Variable("s", 1, 3).bind(3))[:4].tolist() == [2, 5, 8, 11]
+  with pytest.raises(TypeError, match="known sign"): Tensor.arange(0, 10, Variable("s", -1, 3).bind(2))
+  t = Tensor.ones(10, 8).contiguous()[:vi(4), :]
+  with pytest.raises(AssertionError): t.chunk(2, dim=0)  # tinygrad's type: a symbolic dimension is not split
+  with pytest.raises(AssertionError): t.split(2, dim=0)

@@ -102,6 +102,8 @@ class Buffer:
     self._external = False
     self._allocator: Allocator | None = None  # the device's, which counts this buffer while it has memory
     self._base: Buffer | None = None  # the buffer whose memory a view (Buffer.view) is part of, kept alive by it
+    self._mapped: Any = None  # a view's: the base's memory it maps (stale once the base lets it go)
+    self._freed = False       # a view's: deallocated, and not allocated again (a read then is a use after free)
     self.offset = 0
     if base is not None: self._share(base, offset)
     elif opaque is not None or (options is not None and options.external_ptr is not None) or preallocate: self.allocate(opaque)
@@ -111,32 +113,52 @@ class Buffer:
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
-  def is_allocated(self) -> bool: return self._mem is not None
+  def is_allocated(self) -> bool:
+    """Whether its memory exists (a view's: its base's)."""
+    return self._base.is_allocated() if self._base is not None else self._mem is not None
 
-  def is_initialized(self) -> bool: return self.is_allocated()
+  def is_initialized(self) -> bool:
+    """Whether it holds memory now: a view, once it maps its base's current memory (allocate, ensure_allocated)."""
+    return self._mem is not None and (self._base is None or self._mapped is self._base._mem)
   @property
   def base(self) -> Buffer: return self._base if self._base is not None else self
 
   def allocate(self, opaque: Any = None, external_ptr: int | None = None) -> Buffer:
     """Gives the buffer memory now: the allocator's, opaque (memory the allocator made, owned from now on) or the host
     memory at external_ptr (see attach). tinygrad's: a buffer that has memory already is an AssertionError."""
-    assert not self.is_allocated(), "can't allocate already allocated buffer"
+    assert not (self.is_initialized() if self._base is not None else self.is_allocated()), "can't allocate already allocated buffer"
+    if self._base is not None: return self.ensure_allocated()
     if external_ptr is None and self.options is not None: external_ptr = self.options.external_ptr
     if external_ptr is not None: return self.attach(external_ptr)
     if opaque is None: return self.ensure_allocated()
     self._allocator = alloc = Device[self.device].allocator
+    if isinstance(opaque, (memoryview, bytearray)) and alloc.is_host_memory: opaque = np.frombuffer(opaque, np.uint8)  # shared
     self._mem, self._address = opaque, alloc.address(opaque)
     GlobalCounters.mem_used += self.nbytes
     alloc.used += self.nbytes
     return self
 
   def deallocate(self) -> None:
-    """Frees the memory now (the buffer may be allocated again)."""
+    """Frees the memory now (the buffer may be allocated again). A view lets go of its base's memory, which stays."""
+    if self._base is not None:
+      assert self._mem is not None, "buffer must be allocated to deallocate"
+      self._mem, self._mapped, self._address, self._freed = None, None, 0, True
+      return
     assert self.is_allocated(), "buffer must be allocated to deallocate"
     self._release()
-    self._mem, self._address, self._external, self._allocator, self._base = None, 0, False, None, None
+    self._mem, self._address, self._external, self._allocator = None, 0, False, None
+
+  def _memory(self) -> Any:
+    """The memory to read or write, allocated on first use. A view that was let go of, or whose base was, is a use
+    after free: an AssertionError, as in tinygrad."""
+    if self._base is not None and not self.is_initialized():
+      assert not self._freed and self._mem is None, "use after free: this view, or its base, was deallocated"
+    return self.ensure_allocated()._mem
 
   def ensure_allocated(self) -> Buffer:
+    if self._base is not None:
+      if not self.is_initialized(): self._map()
+      return self
     if self._mem is None:
       self._allocator = alloc = Device[self.device].allocator
       self._mem = alloc.alloc(self.nbytes)
@@ -161,13 +183,20 @@ class Buffer:
 
   def _share(self, base: Buffer, offset: int) -> None:
     if not 0 <= offset <= base.nbytes - self.nbytes: raise ValueError(f"view: {self.size} x {self.dtype} at byte {offset} runs past {base}")
-    mem = base.ensure_allocated()._mem
-    self._mem, self._external, self._allocator, self._base = mem[offset:offset + self.nbytes], True, base._allocator, base
-    self._address, self.offset = base._address + offset, base.offset + offset
+    if base._base is not None: base, offset = base._base, base.offset + offset  # a view of a view: of the same memory
+    self._base, self._external, self.offset = base, True, offset  # mapped on first use (ensure_allocated)
+
+  def _map(self) -> None:
+    """A view's memory: its range of the base's current memory (allocated first if need be)."""
+    base = self._base
+    assert base is not None
+    mem = base.ensure_allocated()._memory()
+    self._mem, self._mapped, self._allocator, self._freed = mem[self.offset:self.offset + self.nbytes], mem, base._allocator, False
+    self._address = base._address + self.offset
 
   def host_memory(self, write: bool = False) -> Any:
     """The allocator's memory itself (a numpy array on the host), once the host may read it (write: also write it)."""
-    mem = self.ensure_allocated()._mem
+    mem = self._memory()
     Device[self.device].allocator.idle(mem, write)
     return mem
 
@@ -196,13 +225,18 @@ class Buffer:
     if offset is None and len(raw) != self.nbytes: raise ValueError(f"copyin: {len(raw)} bytes into a buffer of {self.nbytes}")
     if offset is not None and not 0 <= offset <= self.nbytes - len(raw):
       raise ValueError(f"copyin: a copy of {len(raw)} bytes at {offset} runs past {self.device}'s buffer of {self.nbytes}")
-    Device[self.device].allocator.copyin(self.ensure_allocated()._mem, raw, offset or 0)
+    Device[self.device].allocator.copyin(self._memory(), raw, offset or 0)
     return self
+
+  def copy_from(self, src: Buffer) -> Buffer:
+    """This buffer's bytes from another buffer of the same size, on any device (tinygrad's)."""
+    if src.nbytes != self.nbytes: raise ValueError(f"copy_from: {src.nbytes} bytes into a buffer of {self.nbytes}")
+    return self.copyin(src.as_buffer())
 
   def copyout(self, dest: memoryview) -> memoryview:
     """The buffer's bytes copied into dest (tinygrad's), which it returns."""
     if dest.nbytes != self.nbytes: raise ValueError(f"copyout: {self.nbytes} bytes into a memoryview of {dest.nbytes}")
-    if self.size: Device[self.device].allocator.copyout(dest.cast("B"), self.ensure_allocated()._mem)
+    if self.size: Device[self.device].allocator.copyout(dest.cast("B"), self._memory())
     return dest
 
   def as_memoryview(self, allow_zero_copy: bool = False, force_zero_copy: bool = False) -> memoryview:
@@ -213,7 +247,7 @@ class Buffer:
   def numpy(self) -> np.ndarray:
     """A copy of the contents as a flat numpy array (raw bits for dtypes numpy lacks)."""
     out = np.empty(self.size, dtype=np_storage(self.dtype))
-    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self.ensure_allocated()._mem)  # type: ignore[arg-type]
+    if self.size: Device[self.device].allocator.copyout(memoryview(out.view(np.uint8).reshape(-1)), self._memory())  # type: ignore[arg-type]
     return out
 
   def as_buffer(self, offset: int = 0, nbytes: int | None = None) -> memoryview:
@@ -294,6 +328,10 @@ class Runner:
 
 class Compiled:
   """A device that compiles and runs kernels: an allocator, a renderer, a compiler and a runtime."""
+  # tinygrad's graph runner class for the device's JIT replays. A replay here is batched by its queue (engine/multi.py
+  # batch_runners) for every device, so no device has one of tinygrad's graph classes
+  graph: Any = None
+
   def __init__(self, name: str, allocator: Allocator, renderer: Any,
                build_fn: Callable[[list[tuple[str, str]]], list[CompiledProgram]] | None):
     # build_fn compiles a list of new (name, source) kernels at once: a compiler may take several in one run

@@ -166,6 +166,19 @@ def least_upper_float(dt: DType) -> DType:
   return dt if dt._is_float else least_upper_dtype(dt, dtypes.default_float)
 
 
+def can_lossless_cast(dt0: DType, dt1: DType) -> bool:
+  """Whether every value of dt0 survives a cast to dt1. As tinygrad has it, no cast into bfloat16 counts, and a
+  weakint takes any int."""
+  if dt0 == dt1 or dt0 is dtypes.bool: return True
+  if dt1 is dtypes.weakint: return dt0._is_int
+  if dt1 is dtypes.bfloat16 or dt0.count != 1 or dt1.count != 1 or dt0 in (dtypes.weakint, dtypes.weakfloat): return False
+  if dt1._is_float:
+    if dt0._is_float: return dt0.itemsize < dt1.itemsize
+    return dt0._is_int and dt0.itemsize * 8 - (not dt0._is_unsigned) <= dtypes.finfo(dt1)[1] + 1
+  if not dt1._is_int or not dt0._is_int or (dt1._is_unsigned and not dt0._is_unsigned): return False
+  return dt0.itemsize < dt1.itemsize or (dt0.itemsize == dt1.itemsize and dt0._is_unsigned == dt1._is_unsigned)
+
+
 def sum_acc_dtype(dt: DType) -> DType:
   """The accumulator dtype of a sum, as in tinygrad: unsigned -> uint32+, int -> int32+, float -> float32+."""
   if dt._is_unsigned: return least_upper_dtype(dt, dtypes.uint32)
@@ -199,8 +212,10 @@ TORCH_NAMES: dict[DType, str] = {
 
 
 def _to_torch_dtype(dtype: DType) -> object | None:
-  """torch's dtype of a dtype (tinygrad's name), None for one torch lacks."""
+  """torch's dtype of a dtype (tinygrad's name), None for one torch lacks. An fp8 is its storage, uint8, as in
+  tinygrad (a torch tensor of one holds its bit patterns)."""
   import torch
+  if dtype in dtypes.fp8s: return torch.uint8
   return getattr(torch, TORCH_NAMES.get(strong_dtype(dtype), ""), None)
 
 
@@ -213,7 +228,7 @@ def _from_torch_dtype(torchdtype: object) -> DType:
 
 def _commit(dtype: DType, x: ConstType) -> ConstType:
   from tinyhybrid.uop.ops import UOp
-  return UOp.const(dtype, x).arg
+  return UOp.const(dtype, x.item() if isinstance(x, np.generic) else x).arg  # a NumPy scalar as its Python value
 
 
 # truncate[dtype](x): the Python value x as dtype holds it (ints wrap, floats round, fp8 saturates as its casts do), as
@@ -265,8 +280,9 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
   """Float values (any shape; taken as float64, so a float32 or float64 rounds once) as bit patterns (uint8) of an OCP
   fp8 dtype, rounded to nearest even. Past the largest finite, fp8e4m3 saturates to +-448 (infinities too) and
   fp8e5m2 gives +-inf, as torch's casts to float8_e4m3fn and float8_e5m2 do; a NaN is the all-ones pattern with its
-  sign. The fnuz formats are not encoded here."""
-  if dtype not in (dtypes.fp8e4m3, dtypes.fp8e5m2): raise TypeError(f"fp8_encode: {dtype} is not an OCP fp8 dtype (fp8e4m3, fp8e5m2)")
+  sign. In the fnuz formats (no infinities, no -0, 0x80 their NaN) a value that rounds past the largest finite, an
+  infinity and a NaN are 0x80, as torch's float8_e4m3fnuz and float8_e5m2fnuz casts do."""
+  if dtype not in _FP8: raise TypeError(f"fp8_encode: {dtype} is not an fp8 dtype")
   _, m, b = _FP8[dtype]
   ieee = dtype is dtypes.fp8e5m2
   with np.errstate(invalid="ignore"): u = np.asarray(x, np.float64).view(np.uint64)  # (a signaling NaN stays a NaN)
@@ -279,15 +295,18 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
   sig = np.where(normal, a, (a & np.uint64(0xFFFFFFFFFFFFF)) | np.where(e > 0, np.uint64(1 << 52), np.uint64(0)))
   one = np.uint64(1)
   q, rem, half = sig >> sh, sig & ((one << sh) - one), one << (sh - one)
-  q = np.where(normal, q - np.uint64((1023 - b) << m), q)
+  with np.errstate(over="ignore"): q = np.where(normal, q - np.uint64((1023 - b) << m), q)  # (a subnormal's wraps, unused)
   q = q + ((rem > half) | ((rem == half) & ((q & one) == one)))  # nearest, ties to even
+  if dtype in (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz):
+    out = np.where(q == 0, np.uint64(0), ((u >> np.uint64(56)) & np.uint64(0x80)) | q)
+    return np.where((a >= np.uint64(0x7FF0000000000000)) | (q > 0x7F), np.uint64(0x80), out).astype(np.uint8)
   q = np.where(q > (0x7B if ieee else 0x7E), np.uint64(0x7C if ieee else 0x7E), q)
   q = np.where(a > np.uint64(0x7FF0000000000000), np.uint64(0x7F), q)
   return (((u >> np.uint64(56)) & np.uint64(0x80)) | q).astype(np.uint8)
 
 
 def float_to_fp8(x: float, dtype: DType) -> int:
-  """One float as the bit pattern (an int 0..255) of an OCP fp8 dtype (tinygrad's name; see fp8_encode)."""
+  """One float as the bit pattern (an int 0..255) of an fp8 dtype (tinygrad's name; see fp8_encode)."""
   return int(fp8_encode(x, dtype))
 
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import decimal
 import functools
+import gc
 import gzip
 import hashlib
 import os
@@ -14,8 +16,10 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
+from tinyhybrid import _core
 from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
 
 T = TypeVar("T")
@@ -148,6 +152,9 @@ SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 # renderers do for a type they have no instruction for (PTX's float64)
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 NOLOCALS = ContextVar("NOLOCALS", 0)
+# the CPU device's worker threads, and the threads that compile kernels and time BEAM's candidates (0: one)
+NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", _core.hcq.usable_cpu_count())
+PARALLEL = ContextVar("PARALLEL", NUM_CPU_THREADS.value // max(1, getenv("PYTEST_XDIST_WORKER_COUNT", 1)))
 # tinygrad's other switches, importable and accepted by Context(...) so that its scripts run unchanged; none changes a
 # value here.
 # WINO: convolutions stay direct (no Winograd rewrite); FLOAT16, ALLOW_TF32: no implicit precision change is made;
@@ -279,6 +286,156 @@ def postorder(root: Any, children: Callable[[Any], Iterable[Any]], done: Any = (
 
 def ceildiv(num: int, amt: int) -> int: return -(-num // amt)
 def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
+def round_down(num: int, amt: int) -> int: return num // amt * amt
+def next_power2(x: int) -> int: return 1 if x <= 1 else 1 << (x - 1).bit_length()
+def all_int(t: Sequence[Any]) -> bool: return all(isinstance(s, int) for s in t)
+def argsort(x: Sequence[Any]) -> Any: return type(x)(sorted(range(len(x)), key=x.__getitem__))  # type: ignore[call-arg]
+def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]: return (x,) * cnt if isinstance(x, int) else tuple(x)
+def to_tuple(x: Any) -> tuple[Any, ...]: return x if isinstance(x, tuple) else (x,)
+def is_image_shape(shape: Any) -> bool: return shape is not None and len(shape) == 3 and shape[-1] == 4
+def cmod(x: int, y: int) -> int: return x - cdiv(x, y) * y  # C's remainder: the sign of x
+def floordiv(x: int, y: int) -> int: return x // y if y != 0 else 0
+def floormod(x: int, y: int) -> int: return x - floordiv(x, y) * y
+def lo32(x: Any) -> Any: return x & 0xFFFFFFFF
+def hi32(x: Any) -> Any: return x >> 32
+def data64(x: Any) -> tuple[Any, Any]: return (x >> 32, x & 0xFFFFFFFF)  # (high, low)
+def data64_le(x: Any) -> tuple[Any, Any]: return (x & 0xFFFFFFFF, x >> 32)  # (low, high)
+def to_be32(v: int) -> int: return int.from_bytes((v & 0xFFFFFFFF).to_bytes(4, "little"), "big")
+def to_be64(v: int) -> int: return int.from_bytes((v & (1 << 64) - 1).to_bytes(8, "little"), "big")
+def i2u(bits: int, value: int) -> int: return value if value >= 0 else (1 << bits) + value
+
+
+def get_shape(x: Any) -> tuple[int, ...]:
+  """The shape of nested sequences (a str, a 0-d array and a scalar have none); ragged nesting is a ValueError."""
+  if not hasattr(x, "__len__") or isinstance(x, str) or getattr(x, "shape", None) == (): return ()
+  subs = [get_shape(xi) for xi in x]
+  if not all_same(subs): raise ValueError(f"inhomogeneous shape from {x}")
+  return (len(subs),) + (subs[0] if subs else ())
+
+
+def fully_flatten(x: Any) -> list[Any]:
+  """The leaves of nested sequences (or arrays) in order; a 0-d array gives its one value."""
+  if not (hasattr(x, "__len__") and hasattr(x, "__getitem__")) or isinstance(x, str): return [x]
+  if getattr(x, "shape", None) == (): return [x[()]]
+  return [leaf for sub in x for leaf in fully_flatten(sub)]
+
+
+def merge_dicts(ds: Iterable[dict[Any, Any]]) -> dict[Any, Any]:
+  """The union of dicts; one key with two values is a RuntimeError."""
+  out: dict[Any, Any] = {}
+  for d in ds:
+    for k, v in d.items():
+      if k in out and out[k] != v: raise RuntimeError(f"merge_dicts: {k!r} has two values, {out[k]!r} and {v!r}")
+      out[k] = v
+  return out
+
+
+def strip_parens(s: str) -> str:
+  """s without one pair of outer parentheses, when they enclose all of it."""
+  if not (s[:1] == "(" and s[-1:] == ")"): return s
+  depth = 0
+  for c in s[1:-1]:
+    depth += (c == "(") - (c == ")")
+    if depth < 0: return s
+  return s[1:-1] if depth == 0 else s
+
+
+def flat_to_grouped(padding: Sequence[T]) -> tuple[tuple[T, T], ...]:
+  """torch's flat padding (left, right, top, bottom, ...) as ((..., (top, bottom), (left, right))."""
+  return tuple(zip(padding[-2::-2], padding[::-2]))
+
+
+def resolve_pool_pads(padding: int | Sequence[int], dims: int) -> Sequence[int]:
+  """A pool's padding as 2*dims numbers in flat (torch) order, from an int, one per dim, or 2*dims of them."""
+  if isinstance(padding, int): return [padding] * 2 * dims
+  if len(padding) == 2 * dims: return padding
+  if len(padding) != dims: raise ValueError(f"Padding must be an int or a sequence of length {dims} or {2 * dims}, but got {padding=} with {dims=}.")
+  return [p for p in padding for _ in range(2)][::-1]
+
+
+def fromimport(mod: str, frm: str) -> Any: return getattr(__import__(mod, fromlist=[frm]), frm)
+def size_to_str(n: int) -> str:
+  return next((f"{n / d:.2f} {unit}" for d, unit in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")) if n >= d), f"{n} B")
+def colorize_float(x: float) -> str: return colored(f"{x:7.2f}x", "green" if x < 0.75 else "red" if x > 1.15 else "yellow")
+def pluralize(st: str, cnt: int) -> str: return f"{cnt} {st}" + ("" if cnt == 1 else "s")
+
+
+class count:  # noqa: N801 (tinygrad's name)
+  """itertools.count that pickles (itertools' stopped pickling in Python 3.14)."""
+  def __init__(self, start: int = 0, step: int = 1): self.n, self.step = start, step
+  def __iter__(self) -> count: return self
+  def __next__(self) -> int:
+    self.n += self.step
+    return self.n - self.step
+
+
+class disable_gc(contextlib.ContextDecorator):  # noqa: N801 (tinygrad's name)
+  """Turns the garbage collector off for a block (or a decorated call), back to how it was after."""
+  def _recreate_cm(self) -> disable_gc: return type(self)()  # a recursive call gets its own saved state
+  def __enter__(self) -> None:
+    self.was_enabled = gc.isenabled()
+    gc.disable()
+  def __exit__(self, *exc: object) -> None:
+    if self.was_enabled: gc.enable()
+
+
+
+# host-side spans and markers for a profile, as tinygrad records them (PROFILE=1); devices keep their own events
+def perf_counter_us() -> decimal.Decimal: return decimal.Decimal(time.perf_counter_ns()) / 1000
+
+
+@dataclass(frozen=True)
+class TracingKey:
+  display_name: str
+  keys: tuple[Any, ...] = ()
+  ret: Any = None
+  tb: tuple[tuple[Any, ...], ...] | None = None
+
+
+class ProfileEvent:
+  pass
+
+
+@dataclass
+class ProfileRangeEvent(ProfileEvent):
+  device: str
+  name: str | TracingKey
+  st: decimal.Decimal
+  en: decimal.Decimal | None = None
+  profile_key: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ProfilePointEvent(ProfileEvent):
+  device: str
+  name: str
+  key: Any
+  arg: Any = field(default_factory=dict)
+  ts: decimal.Decimal = field(default_factory=perf_counter_us)
+
+
+cpu_events: list[ProfileEvent] = []
+
+
+@contextlib.contextmanager
+def cpu_profile(name: str | TracingKey, device: str = "TINY", display: bool = True, profile_key: bytes | None = None) -> Iterator[ProfileRangeEvent]:
+  """A span of host time: yields its event, which gets its end (and, under PROFILE, joins cpu_events) on exit."""
+  ev = ProfileRangeEvent(device, name, perf_counter_us(), profile_key=profile_key)
+  try: yield ev
+  finally:
+    ev.en = perf_counter_us()
+    if PROFILE and display: cpu_events.append(ev)
+
+
+def profile_marker(name: str, color: str = "gray") -> None:
+  cpu_events.append(ProfilePointEvent("TINY", "marker", None, {"name": name, "color": color}))
+
+def system(cmd: str, **kwargs: Any) -> str:
+  """A command's stdout and stderr, stripped; a nonzero exit is a RuntimeError with its output."""
+  import subprocess
+  try: return subprocess.check_output(cmd.split(), stderr=subprocess.STDOUT, **kwargs).decode().strip()
+  except subprocess.CalledProcessError as e:
+    raise RuntimeError(f"system: '{cmd}' failed with exit code {e.returncode}\n{(e.output or b'').decode().strip()}") from e
 
 
 class Timing(contextlib.ContextDecorator):

@@ -20,9 +20,9 @@ from tinyhybrid.engine import realize as engine
 from tinyhybrid.dtype import DType, DTypeLike, _from_np_dtype, dtypes, strong_dtype, to_dtype
 # names tinygrad's programs and tests import from tinygrad.tensor
 from tinyhybrid.dtype import _to_np_dtype, least_upper_dtype, least_upper_float, sum_acc_dtype  # noqa: F401
-from tinyhybrid.helpers import fetch, prod
+from tinyhybrid.helpers import fetch, postorder, prod
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, valid_dim
+from tinyhybrid.uop.ops import UOp, bound_value, check_shape, movement, sint
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
 from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes, view_base
@@ -30,6 +30,9 @@ from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_mult
 from tinyhybrid.uop.sharding import shard_bounds
 
 ConstType = int | float | bool
+
+
+def is_numpy_ndarray(x: Any) -> bool: return isinstance(x, np.ndarray)  # tinygrad's test helper, importable from here
 
 
 def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
@@ -112,17 +115,21 @@ class Tensor(TensorAPI):
     _all_tensors.add(self)  # only once it is whole: a failed construction leaves no half-made tensor behind
 
   def _init_uop(self, data: Any, device: str | tuple[str, ...] | None, dtype: DTypeLike | None) -> UOp:
+    if isinstance(device, (tuple, list)) and len(device) == 1: device = device[0]  # one device is no sharding
     self.device = Device.canonicalize(device)
     dt = to_dtype(dtype) if dtype is not None else None
     if isinstance(data, UOp):
-      # a CONST given without a device stays deviceless (as in tinygrad): realize leaves it alone; work on it runs on
-      # the other operand's device, or the default one
-      if device is None and data.op is Ops.CONST: self.device = None  # type: ignore[assignment]
+      # a CONST (or a graph of constants only, a cast of one) given without a device stays deviceless, as in tinygrad:
+      # realize leaves it alone; work on it runs on the other operand's device, or the default one
+      if device is None and (data.op is Ops.CONST or (data.device is None and (data.op is Ops.CAST or data.op in GroupOp.ALU)
+                                                      and all(n.op in _CONST_GRAPH for n in data.toposort()))):
+        self.device = None  # type: ignore[assignment]
       elif device is None and (own := data.device) is not None: self.device = own  # a graph's own device (or devices)
       if (op := data.op) is _BIND or op is _DEFINE_VAR or data.dtype is _WEAKINT:
-        # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's
-        bound_value(data)
-        dt = dt or (dtypes.default_int if data.dtype is _WEAKINT else data.dtype)
+        # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's; like a
+        # Python int it stays weakly typed (the other operand's int type wins) until it is stored
+        try: bound_value(data)
+        except ValueError as e: raise RuntimeError(f"unbound Variable: {e}") from None
       return data if dt is None or data.dtype is dt else data.cast(dt)
     if isinstance(data, Tensor): data = data.numpy()
     if isinstance(data, pathlib.Path):  # the file's bytes as dtype (uint8 by default) on its DISK device, moved to `device`
@@ -134,6 +141,8 @@ class Tensor(TensorAPI):
     if isinstance(data, (bool, int, float)):
       return UOp.const(dt or dtypes.from_py(data), data)
     if isinstance(data, bytes):
+      # the bytes are the values' memory (as in tinygrad): another dtype reads them as its items
+      if dt is not None and dt.itemsize != 1: return Tensor(data, device=device).bitcast(dt).uop
       arr: np.ndarray = np.frombuffer(data, dtype=np.uint8)
       dt = dt or dtypes.uint8
     elif isinstance(data, np.ndarray):
@@ -249,10 +258,14 @@ class Tensor(TensorAPI):
   @staticmethod
   def full(shape: sint | Sequence[sint], fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None, **kwargs) -> Tensor:
     shape = (shape,) if isinstance(shape, (int, UOp)) else tuple(shape)
-    if any(not (isinstance(s, int) and s >= 0) and not valid_dim(s) for s in shape): raise ValueError(f"full: invalid shape {shape}")
-    dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
+    check_shape(shape, "full: ")
     requires_grad = kwargs.pop("requires_grad", None)
-    t = Tensor(UOp.const(dt, fill_value), device=device, **kwargs)
+    if isinstance(fill_value, UOp):  # a bound Variable (or an expression of them): its value, read when the kernel runs
+      t = Tensor(fill_value, device=device, dtype=dtype, **kwargs)
+      if t.dtype in dtypes.weaks: t = t.cast(strong_dtype(t.dtype))
+    else:
+      dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
+      t = Tensor(UOp.const(dt, fill_value), device=device, **kwargs)
     if shape: t = t.reshape((1,) * len(shape)).expand(shape)
     # a leaf that asks for gradients gets memory of its own: as a constant graph it would be the very node of every
     # other constant of its shape and value (`Tensor.ones(4) * 1` multiplies it by itself), and gradients are keyed by node
@@ -293,8 +306,7 @@ class Tensor(TensorAPI):
   @staticmethod
   def _shape_arg(shape: tuple) -> tuple[sint, ...]:
     s = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-    if any(not (isinstance(x, int) and x >= 0) and not valid_dim(x) for x in s): raise ValueError(f"invalid shape {s}")
-    return s
+    return check_shape(s)
 
   # ** realize and read **
   def realize(self, *lst: Tensor) -> Tensor:
@@ -306,34 +318,38 @@ class Tensor(TensorAPI):
 
   # ** autograd **
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
-    """d(self)/d(target) for each target (self must be a scalar unless gradient is given)."""
+    """d(self)/d(target) for each target (self must be a scalar unless gradient is given); a target that self does not
+    depend on gets zeros. As in tinygrad, only float tensors have gradients, and a weak one (Tensor(2.0)) is no target."""
     from tinyhybrid.gradient import compute_gradient
-    if gradient is None:
-      if self.shape != (): raise ValueError(f"gradient: implicit only for scalar outputs, this one has shape {self.shape}")
-      gradient = Tensor(1.0, device=self.device, dtype=self.dtype)
+    if gradient is None and self.shape != ():
+      raise AssertionError(f"when no gradient is provided, backward must be called on a scalar tensor (this one has shape {self.shape})")
+    if not (self.dtype._is_float and all(t.dtype._is_float for t in targets)): raise RuntimeError("only float Tensors have gradient")
+    if any(t.dtype in dtypes.weaks for t in targets): raise RuntimeError("cannot take gradient wrt a weak Tensor")
+    if gradient is None: gradient = Tensor(1.0, device=self.device, dtype=self.dtype)
     grads = compute_gradient(self, gradient, [t.uop for t in targets])
     out = []
     for t in targets:
-      if t.uop not in grads: raise RuntimeError(f"gradient: a target with shape {t.shape} is not in the graph of this tensor")
-      g = grads[t.uop]
+      if (g := grads.get(t.uop)) is None: g = t.zeros_like()
       # (a target computed from constants only has no device in its graph: its gradient is put on the target's)
       out.append(g.to(t.device) if type(g.device) is str and type(t.device) is str and g.device != t.device else g)
     return out
 
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Accumulates d(self)/d(t) into t.grad for every tensor t in the graph that has requires_grad set; when none has,
-    for every float one that did not opt out (tinygrad's rule)."""
+    for every float one with a device that did not opt out (tinygrad's rule). A second backward adds into the same
+    grad tensor."""
+    if not self.dtype._is_float: raise RuntimeError("only float Tensors have gradient")
     nodes = set(self.uop.toposort())
     live = [t for t in list(_all_tensors) if t.uop in nodes and t is not self]
     targets = [t for t in live if t.requires_grad]
     # as tinygrad does when nothing asks for gradients: every live float tensor in the graph that did not opt out
-    # (requires_grad=False, is_param_(False)), lazy ones too, that has a device
-    if not targets: targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and t.device is not None]
+    # (requires_grad=False, is_param_(False)), lazy ones too, that has a device and a dtype of its own (not weak)
     if not targets:
-      raise RuntimeError(f"backward: no float tensor in the graph of this {self.dtype} tensor of shape {self.shape} can take a gradient")
+      targets = [t for t in live if t.requires_grad is None and t.dtype._is_float and t.dtype not in dtypes.weaks and t.device is not None]
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
       g = g.cast(t.dtype) if g.dtype is not t.dtype else g
-      t.grad = g if t.grad is None else t.grad + g
+      if t.grad is None: t.grad = g
+      else: t.grad.assign(t.grad + g)
     return self
 
   def assign(self, x: Any) -> Tensor:
@@ -342,6 +358,7 @@ class Tensor(TensorAPI):
     if isinstance(x, (bool, int, float)): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
     if x.dtype in dtypes.weaks: x = x.cast(least_upper_dtype(self.dtype, x.dtype))  # a weak value takes the tensor's type
+    if x.uop.device is None and type(self.device) is str: x = Tensor(x.uop, device=self.device)  # constants only: any device
     # tinygrad's checks and words: an assign never casts (a silent cast can lose precision) nor moves the value
     if x.dtype is not self.dtype: raise RuntimeError(f"assign dtype mismatch {self.dtype} != {x.dtype}")
     # a device without kernels (DISK) takes values from any device: they are copied in
@@ -352,9 +369,11 @@ class Tensor(TensorAPI):
     if storage and x.device is not None and x.device != self.device: x = x.to(self.device)
     if type(self.device) is tuple and x.uop.axis != self.uop.axis:
       raise RuntimeError(f"multi axis mismatch {self.uop.axis} != {x.uop.axis}")
-    if self.uop.op is Ops.BITCAST and buffer_view(src := self.uop.src[0]) and src.dtype.itemsize == self.dtype.itemsize:
+    if _bitcast_of_memory(self.uop):
+      src = self.uop.src[0]
       # a bitcast of memory to a type of the same size is a view of it, as in tinygrad: the write lands in that memory
       mem = Tensor(src, device=self.device).assign(x.bitcast(src.dtype))
+      if mem.uop.op is Ops.STORE and all(w is not mem for w in _view_writes): _view_writes.append(mem)  # seen by all on that memory
       self.uop = UOp(Ops.BITCAST, self.dtype, (mem.uop,))
       return self
     if self.uop.op is Ops.STORE: self.realize()  # an earlier assign still pending: it lands first
@@ -542,8 +561,10 @@ class Tensor(TensorAPI):
 
   def data(self) -> memoryview:
     """The values as a memoryview with this tensor's shape."""
-    arr = np.ascontiguousarray(self.numpy())
-    if not self.shape or 0 in self.shape: return memoryview(arr)  # type: ignore[arg-type]  # an ndarray is a buffer
+    arr = self.numpy()
+    if not arr.flags.c_contiguous: arr = arr.copy()  # (np.ascontiguousarray would make a 0-d array 1-d)
+    if not self.shape: return memoryview(arr)  # type: ignore[arg-type]  # an ndarray is a buffer
+    if 0 in self.shape: return memoryview(arr.reshape(-1))  # type: ignore[arg-type]  # no items: flat, as in tinygrad
     return memoryview(arr.reshape(-1).view(np.uint8)).cast(arr.dtype.char, self.shape)  # type: ignore[arg-type, return-value]  # bytes to items
 
   def tolist(self) -> Any: return self.numpy().tolist()
@@ -595,6 +616,9 @@ class Tensor(TensorAPI):
     linear, var_vals = self.linear_with_vars(*lst)
     if var_vals: raise AssertionError(f"schedule_linear: the graph has bound Variables {sorted(var_vals)}; use linear_with_vars")
     return linear
+
+
+_CONST_GRAPH = {Ops.CONST, Ops.CAST, *GroupOp.ALU}
 
 
 def _computes_from_memory(u: UOp) -> bool:
@@ -705,7 +729,8 @@ def _plan(tensors: list[Tensor], view_writes: bool = True, across: list[Tensor] 
     if written := p.written():
       mine = set(map(id, ts))
       if readers := _readers_of(written, [t for t in _all_tensors if id(t) not in mine and not buffer_view(t.uop)]):
-        near = [t for t in readers if t.device == device and not _assigns_into(t.uop, written)]
+        own = {u for u in p.nodes if u.op is Ops.STORE}
+        near = [t for t in readers if t.device == device and not _assigns_into(t.uop, written, own)]
         joined = engine.prepare(device, [t.uop for t in ts + near], p.var_vals) if near else p
         if joined.cs is None and _moves_data(joined.nodes): near, joined = [], p
         if far := [t for t in readers if all(t is not n for n in near)]: _realize(far)
@@ -747,19 +772,33 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
 
 
 def _run_view_writes(tensors: list[Tensor]) -> None:
-  """Runs the pending assigns through views (_view_writes) into buffers these tensors read, oldest first. A view
-  write has no readers to compute first (every tensor on its memory sees it), so running one runs nothing else."""
+  """Runs the pending assigns through views (_view_writes) into buffers these tensors read, and those into buffers
+  that such an assign's value reads (an older one, which it sees), oldest first. A view write has no readers to
+  compute first (every tensor on its memory sees it), so running one runs nothing else."""
   if not _view_writes: return
   _view_writes[:] = [w for w in _view_writes if w.uop.op is Ops.STORE]  # the ones realized since are done
   pending = [w for w in _view_writes if all(w is not t for t in tensors)]
   if not pending: return
-  reads = {id(u.arg) for u in UOp.sink(*[t.uop for t in tensors]).toposort() if u.op is Ops.BUFFER}
-  for w in pending:
-    if w.uop.op is Ops.STORE and id(base_buffer(w.uop.src[0]).arg) in reads:
-      # out of the list while it runs: a write whose value comes from another device is realized through
-      # _realize_across, which plans again and would find it pending
-      _view_writes[:] = [x for x in _view_writes if x is not w]
-      for st in _plan([w], view_writes=False): engine.run_step(st)  # (one may be listed twice)
+  def reads_of(us: list[UOp]) -> set[int]: return {id(u.arg) for u in UOp.sink(*us).toposort() if u.op is Ops.BUFFER}
+  needed, run = reads_of([t.uop for t in tensors]), []
+  for w in reversed(pending):  # newest first: a write's value sees only the writes made before it
+    if id(base_buffer(w.uop.src[0]).arg) in needed:
+      run.append(w)
+      needed |= reads_of([w.uop.src[1]])
+  # a value computed into memory (.contiguous()) that several of these writes read, as each layer's KV-cache write
+  # and the next layer's input do, is kept as a live tensor meanwhile: the first write to compute it hands its memory
+  # to the later ones (_live_contiguous), which would otherwise compute it again
+  kept = [Tensor(u, device=w.device) for w in run for u in postorder(w.uop.src[1], _computed_sources) if u.op is Ops.CONTIGUOUS]
+  for w in reversed(run):
+    if w.uop.op is not Ops.STORE: continue  # (one may be listed twice)
+    # out of the list while it runs: a write whose value comes from another device is realized through
+    # _realize_across, which plans again and would find it pending
+    _view_writes[:] = [x for x in _view_writes if x is not w]
+    for st in _plan([w], view_writes=False): engine.run_step(st)
+  kept.clear()
+
+
+def _computed_sources(u: UOp) -> tuple[UOp, ...]: return () if u.op is Ops.AFTER or u.op is Ops.BUFFER else u.src  # realized: history
 
 
 def _live_contiguous(nodes: list[UOp], roots: list[UOp], live: Iterable[Tensor]) -> list[Tensor]:
@@ -797,9 +836,15 @@ def _readers_of(written: set[int], candidates: list[Tensor]) -> list[Tensor]:
   return [t for t in candidates if t.uop in reads]
 
 
-def _assigns_into(u: UOp, written: set[int]) -> bool:
-  """Whether u's graph holds an assign into one of the written buffers."""
-  return any(x.op is Ops.STORE and (t := view_base(x.src[0])).op is Ops.BUFFER and id(t.arg) in written for x in u.toposort())
+def _bitcast_of_memory(u: UOp) -> bool:
+  """Whether u is a bitcast (or a chain of them) of memory to types of the same size: a view of that memory."""
+  return u.op is Ops.BITCAST and u.src[0].dtype.itemsize == u.dtype.itemsize and (buffer_view(u.src[0]) or _bitcast_of_memory(u.src[0]))
+
+
+def _assigns_into(u: UOp, written: set[int], own: set[UOp]) -> bool:
+  """Whether u's graph holds an assign into one of the written buffers other than the schedule's own ones (a reader
+  that holds the same assign can share the schedule: its reads of the old contents are ordered before the write)."""
+  return any(x.op is Ops.STORE and x not in own and (t := view_base(x.src[0])).op is Ops.BUFFER and id(t.arg) in written for x in u.toposort())
 
 
 def _reads_buffer_differently(value: UOp, target: UOp) -> bool:

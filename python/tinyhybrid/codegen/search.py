@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -29,7 +28,7 @@ from tinyhybrid.codegen.transcendental import decompose_transcendentals
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import np_storage
-from tinyhybrid.helpers import BEAM, CACHELEVEL, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, NOOPT, TC, TC_SELECT
+from tinyhybrid.helpers import BEAM, CACHELEVEL, CHECK_OOB, DEBUG, IGNORE_BEAM_CACHE, NOOPT, PARALLEL, TC, TC_SELECT
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.device import CompileError
 from tinyhybrid.uop import AxisType, Ops
@@ -206,7 +205,7 @@ def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
         bar.update(len(batch))
     return out
 
-  with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+  with ThreadPoolExecutor(max(1, int(PARALLEL.value))) as pool:
     timer = _Timer(k, dev, pool)
     beam = sorted(measure(timer, [(), tuple(default_optimizations(k, dev.renderer))], float("inf"), f"BEAM {k.name}"), key=lambda x: x[0])[:width]
     for rnd in range(1, 16):

@@ -89,8 +89,8 @@ def _add_input(name: int | str | None, v: Tensor, bufs: list[Buffer], sig: list[
     bufs.extend(contiguous_buffer(x) for x in v.uop.src)  # type: ignore[misc]
     sig.append((name, v.shape, v.dtype, v.device, v.uop.arg[1]))
     return
-  if v.uop.op is Ops.CONST and not v.uop.src:
-    raise JitError(f"TinyJit: input {name!r} is a constant {v.uop.arg!r} ({v.dtype}) with no buffer a replay could replace; "
+  if (v.uop.op is Ops.CONST and not v.uop.src) or v.device is None:
+    raise JitError(f"TinyJit: input {name!r} is a constant ({v.dtype}, on no device) with no buffer a replay could replace; "
                    "pass a tensor with memory (Tensor([x]), or .contiguous())")
   if not buffer_view(v.uop): v.replace(v.contiguous().realize())
   u = v.uop.src[0] if v.uop.op is Ops.AFTER else v.uop  # realized, with its history kept for autograd
@@ -178,6 +178,11 @@ class CapturedKernels:
   src: tuple[ExecItem, ...]
 
 
+def graph_class(dev: Any) -> Any:
+  """The device's graph runner class (tinygrad's name): None on every device here (see Compiled.graph)."""
+  return dev.graph.func if isinstance(dev.graph, functools.partial) else dev.graph
+
+
 class CapturedJit(Generic[ReturnType]):
   """The kernels of one capture over numbered argument slots (buffers, then variables' values); a call patches the
   inputs and the variables and runs them as one batch. jit_cache: one ExecItem per kernel a replay runs, in order."""
@@ -225,6 +230,9 @@ class CapturedJit(Generic[ReturnType]):
     self.ops, self.mem = sum(ei.prg.ops for ei in self.jit_cache), sum(ei.prg.mem for ei in self.jit_cache)
     # a returned realized view of a symbolic shape follows each call's values (in tinygrad it keeps the capture's)
     self.symbolic_outs = [t for t in _returned_tensors(ret) if buffer_view(t.uop) and _chain_binds(_view_chain(t.uop))]
+    # a returned tensor on an input's memory (an assign into an argument) is on that call's input on every replay
+    pos = {id(b): i for i, b in enumerate(inputs)}
+    self.input_outs = [(t, t.uop, base, pos[id(base.arg)]) for t in _returned_tensors(ret) if buffer_view(t.uop) and id((base := base_buffer(t.uop)).arg) in pos]
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> ReturnType:
     args, written = self.args, self.written
@@ -245,6 +253,7 @@ class CapturedJit(Generic[ReturnType]):
       profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))
     engine.count_runs(len(self.jit_cache), self.ops, self.mem)
     if capturing: self._record(inputs, var_vals)
+    for t, u, base, i in self.input_outs: t.uop = u.substitute({base: UOp(Ops.BUFFER, base.dtype, (), inputs[i])})
     # a returned view of a symbolic shape follows this call's values
     for t in self.symbolic_outs: t.uop = map_binds(t.uop, lambda b: b.src[0].bind(var_vals[b.src[0]]) if b.src[0] in var_vals else b)
     return self.ret

@@ -20,6 +20,7 @@ from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
+from tinyhybrid.renderer import Estimates
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
 from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.localize import localize
@@ -354,6 +355,11 @@ def realize_uops(device: str, roots: list[UOp]) -> dict[UOp, UOp]:
   st = bind(prepare(device, roots))
   run_step(st)
   return results(st)
+
+
+def estimate_uop(item: ExecItem) -> Estimates:
+  """A planned kernel's estimated work per run (tinygrad's name; loads and stores are counted as its memory)."""
+  return Estimates(ops=item.prg.ops, lds=item.prg.mem, mem=item.prg.mem)
 
 
 def compile_linear(linear: Linear) -> Linear:

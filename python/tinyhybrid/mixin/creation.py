@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from tinyhybrid.dtype import dtypes, to_dtype
 from tinyhybrid.uop import Ops
+from tinyhybrid.uop.ops import UOp
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
-  from tinyhybrid.uop.ops import UOp
 
 
 class CreationMixin:
@@ -41,8 +41,10 @@ class CreationMixin:
     if step == 0: raise ValueError("arange: step must not be zero")
     if sym := not all(isinstance(v, (int, float)) for v in (start, stop, step)):
       # bound Variables (sints) in start/stop: a symbolic length, an iota of its largest value shrunk to it
-      if not isinstance(step, int): raise TypeError(f"arange: a symbolic range needs an int step, got {step!r}")
-      n = ((stop - start + step - (1 if step > 0 else -1)) // step).ssimplify()  # type: ignore[union-attr]  # a UOp: sym
+      up = step.vmin > 0 if isinstance(step, UOp) else step > 0
+      if isinstance(step, float) or (isinstance(step, UOp) and not (step.dtype._is_int and (up or step.vmax < 0))):
+        raise TypeError(f"arange: a symbolic range needs an int step of known sign, got {step!r}")
+      n = ((stop - start + step - (1 if up else -1)) // step).ssimplify()  # type: ignore[union-attr, operator]  # a UOp: sym
       if not isinstance(n, int) and n.vmin < 0: n = n.maximum(0).ssimplify()
     else: n = max(0, math.ceil((stop - start) / step))
     if unknown := kwargs.keys() - {"dtype", "device", "requires_grad"}: raise TypeError(f"arange: unexpected keyword(s) {sorted(unknown)}")

@@ -182,7 +182,7 @@ class ElementwiseMixin:
       # a deviceless const (Tensor(UOp.const(...))) takes the other operand's device
       if x.device is None or x.uop.device is None: x = Tensor(x.uop, device=y.device)
       elif y.device is None or y.uop.device is None: y = Tensor(y.uop, device=x.device)
-      else: raise ValueError(f"operands are on different devices: {x.device} and {y.device}")
+      else: raise RuntimeError(f"operands are on different devices: {x.device} and {y.device}")
     if match_dtype and x.dtype is not y.dtype:
       out_dt = least_upper_dtype(x.dtype, y.dtype)
       x, y = x.cast(out_dt), y.cast(out_dt)

@@ -90,7 +90,7 @@ class IndexingMixin:
     if isinstance(index, Tensor):
       if is_storage(self.device):
         raise NotImplementedError(f"{self.device} runs no kernels, so it cannot gather or scatter by tensor indices: move the tensor to a device first (.to('CPU'))")
-      if index.device != self.device: raise ValueError(f"index on {index.device}, tensor on {self.device}")
+      if index.device != self.device: raise RuntimeError(f"index on {index.device}, tensor on {self.device}")
       if index.dtype is dtypes.bool: raise IndexError("internal: bool index reached _index_tensor")
       if not index.dtype._is_int: raise IndexError(f"tensors used as indices must be int tensors, got {index.dtype}")
       if index.dtype.itemsize < 4: index = index.cast(dtypes.int32)  # room for index + size
@@ -314,7 +314,7 @@ class IndexingMixin:
     if not isinstance(v, Tensor): v = Tensor(v, device=self.device, dtype=self.dtype)
     if v.dtype in dtypes.weaks: v = v.cast(least_upper_dtype(self.dtype, v.dtype))  # a weak value takes the tensor's type
     if v.device != self.device and v.device is not None and is_storage(self.device): v = v.to(self.device)  # into DISK
-    elif v.device != self.device: raise ValueError(f"setitem: value on {v.device}, tensor on {self.device}")
+    elif v.device != self.device: raise RuntimeError(f"setitem: value on {v.device}, tensor on {self.device}")
     elif v.dtype is not self.dtype:
       raise RuntimeError(f"setitem: dtype mismatch, a {v.dtype} value of shape {v.shape} into a {self.dtype} tensor of shape "
                          f"{self.shape} (cast it first)")
@@ -489,13 +489,11 @@ class IndexingMixin:
     valid = (self.arange(k, device=self.device) < m.cast(dtypes.int32).sum()).unsqueeze(1)
     return valid.where(out, fill_value).cast(dtypes.int32)
 
-  def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-    """A trailing dimension of num_classes with a 1 at each value (-1: one more than the largest value)."""
+  def one_hot(self: Tensor, num_classes: int) -> Tensor:
+    """A trailing dimension of num_classes with a 1 at each value. As in tinygrad (and jax), num_classes is given:
+    torch's -1 (read it back from the data) is a ValueError."""
     if not self.dtype._is_int: raise RuntimeError(f"one_hot: expected an int tensor, got {self.dtype}")
-    if num_classes == -1:  # the count is read back, as torch does
-      if self.numel() == 0: raise RuntimeError(f"one_hot: can't infer num_classes from the empty tensor of shape {self.shape}")
-      num_classes = int(self.max().item()) + 1
-    if num_classes < 0: raise ValueError(f"one_hot: num_classes must be non-negative or -1, got {num_classes}")
+    if num_classes < 0: raise ValueError(f"one_hot: num_classes must be non-negative, got {num_classes}")
     return self.unsqueeze(-1)._one_hot_along_dim(num_classes).where(1, 0)
 
   # ** more views **
@@ -515,12 +513,12 @@ class IndexingMixin:
     return x
 
   def shrink_to(self: Tensor, shape: Sequence[int | None], *args: int | None) -> Tensor:
-    shp: tuple[int | None, ...] = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[arg-type]
+    shp = _dims_or_none(shape, args)
     return self.shrink(tuple(None if s is None else (0, s) for s in shp))
 
   def pad_to(self: Tensor, shape: Sequence[int | None], *args: int | None, value: float = 0.0) -> Tensor:
     """Pads at the end of each dimension up to shape (None keeps a dimension), with value."""
-    shp: tuple[int | None, ...] = tuple(shape) if not args and not isinstance(shape, int) else (shape, *args)  # type: ignore[arg-type]
+    shp = _dims_or_none(shape, args)
     if len(shp) != self.ndim: raise ValueError(f"pad_to: {shp} has {len(shp)} dimensions, the tensor {self.ndim}")
     return self.pad(tuple((0, 0 if n is None else n - s) for s, n in zip(self.shape, shp)), value=value)
 
@@ -588,6 +586,11 @@ class IndexingMixin:
 
   def size(self: Tensor, dim: int | None = None) -> int | tuple[int, ...]:
     return self.shape if dim is None else self.shape[self._resolve_dim(dim)]
+
+
+def _dims_or_none(shape: Any, args: tuple) -> tuple[int | None, ...]:
+  """A shape given as one sequence or as separate dims, each an int or None (keep that dim)."""
+  return tuple(shape) if not args and isinstance(shape, (tuple, list)) else (shape, *args)
 
 
 def _broadcast_value(v: Tensor, shape: tuple[int, ...], op: str) -> Tensor:

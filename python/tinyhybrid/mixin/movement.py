@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
-from tinyhybrid.uop.ops import UOp, bound_value, movement, sint, sint_eq, ssimplify, valid_dim
+from tinyhybrid.uop.ops import UOp, bound_value, check_shape, movement, sint, sint_eq, ssimplify, valid_dim
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -32,8 +32,9 @@ class MovementMixin:
 
   def reshape(self: Tensor, shape: int | Sequence[int | None], *args: int | None) -> Tensor:
     """A view with another shape of the same number of elements; one dimension may be -1 (inferred), None keeps it."""
-    new: tuple[Any, ...] = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, UOp)) else tuple(shape))
+    new: tuple[Any, ...] = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, float, UOp)) else tuple(shape))
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
+    check_shape(tuple(s for s in new if not (type(s) is int and s == -1)), "reshape: ")
     # a sint in either shape makes a product a UOp: then the sizes are compared at the variables' bound values
     numel = self.numel()
     if new.count(-1) > 1: raise RuntimeError(f"reshape: only one dimension can be inferred (-1), got {new} for shape {self.shape}")
@@ -61,7 +62,7 @@ class MovementMixin:
       if bound_value(known) == 0 or bound_value(numel) % bound_value(known): raise ValueError(f"reshape: cannot reshape {self.shape} to {new}")
       new = tuple(ssimplify(numel // known) if type(s) is int and s == -1 else s for s in new)
     new = tuple(ssimplify(s) for s in new)
-    if not all(valid_dim(s) for s in new): raise ValueError(f"reshape: invalid shape {new}")
+    check_shape(new, "reshape: ")
     if (n := bound_value(prod(new))) != (m := bound_value(numel)):
       raise ValueError(f"reshape: cannot reshape tensor of shape {self.shape} ({m} elements at the bound values) to {new} ({n} elements)")
     if new == self.shape: return self
@@ -278,6 +279,7 @@ class MovementMixin:
   def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
     d = self._resolve_dim(dim)
     n = self.shape[d]
+    if not isinstance(n, int): raise AssertionError(f"split: does not support symbolic shape in split dimension {d}: {self.shape}")
     if isinstance(sizes, int):
       if sizes <= 0 and n: raise RuntimeError(f"split: split size must be positive, got {sizes} for dimension {d} of {self.shape}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] if n else [0]
@@ -292,6 +294,7 @@ class MovementMixin:
     if chunks <= 0: raise RuntimeError(f"chunk: chunks must be positive, got {chunks}")
     d = self._resolve_dim(dim)
     n = self.shape[d]
+    if not isinstance(n, int): raise AssertionError(f"chunk: does not support symbolic shape in split dimension {d}: {self.shape}")
     return list(self.split(-(-n // chunks) if n else [0] * chunks, d))
 
 

@@ -76,17 +76,6 @@ def _threefry_host(k0: int, k1: int, c0: int, c1: int) -> tuple[int, int]:
   return x0, x1
 
 
-def _odd_prime_factors(n: int) -> list[int]:
-  out, m, p = [], n, 3
-  while m % 2 == 0: m //= 2
-  while p * p <= m:
-    if m % p == 0:
-      out.append(p)
-      while m % p == 0: m //= p
-    p += 2
-  return out + ([m] if m > 1 else [])
-
-
 class _WordsBuffer(Buffer):
   """A random call's words, copied in when the buffer is first allocated: a call whose result is never realized (a
   lazily initialized weight that load_state_dict replaces) takes no device memory, as in tinygrad."""
@@ -348,32 +337,20 @@ class RandomMixin:
 
   @classmethod
   def randperm(cls, n: int, device: str | None = None, dtype: Any = dtypes.int32, requires_grad: bool | None = None) -> Tensor:
-    """A random permutation of 0..n-1 as tinygrad draws it: the affine map i -> (i * stride + offset) % n, with offset
-    and an odd stride from two randint calls and the stride moved up (by 2s) to the next value coprime to n. O(n) and
-    seeded like tinygrad, but only n * phi(n) / 2 of the n! permutations are reachable: for a uniform shuffle of data,
-    argsort a rand(n) instead."""
+    """A uniformly random permutation of 0..n-1, drawn as tinygrad draws it (the argsort of rand(n)), so a seed gives
+    tinygrad's permutation."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0: raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
-    dt = to_dtype(dtype)
-    if n <= 1: return cls._finish(cls.arange(n, dtype=dt, device=device), requires_grad)  # type: ignore[attr-defined]
-    stride = cls.randint(1, low=0, high=n, device=device, dtype=dtypes.int64) * 2 + 1
-    if primes := _odd_prime_factors(n):
-      # the first coprime one among the next odd candidates (a gap of coprime odd numbers is far below 2 (k+1)^2 steps)
-      cand = stride + 2 * cls.arange(2 * (len(primes) + 1) ** 2, device=device, dtype=dtypes.int64)  # type: ignore[attr-defined]
-      ok = cand % primes[0] != 0
-      for p in primes[1:]: ok = ok & (cand % p != 0)
-      stride = (cand * (ok & (ok.cast(dtypes.int32).cumsum() == 1))).sum().reshape(1)
-    offset = cls.randint(1, low=0, high=n, device=device, dtype=dtypes.int64)
-    perm = (cls.arange(n, device=device, dtype=dtypes.int64) * stride + offset) % n  # type: ignore[attr-defined]
-    return cls._finish(perm.cast(dt).contiguous(), requires_grad)
+    return cls._finish(cls.rand(n, device=device).argsort().cast(to_dtype(dtype)), requires_grad)  # type: ignore[attr-defined]
 
   def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
-    """num_samples indices per row drawn with probability proportional to the (non-negative) weights in self."""
-    if not 1 <= self.ndim <= 2: raise ValueError(f"multinomial: needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
-    if not isinstance(num_samples, int) or num_samples <= 0: raise ValueError(f"multinomial: num_samples must be positive, got {num_samples}")
+    """num_samples indices per row drawn with probability proportional to the (non-negative) weights in self; bad
+    arguments are an AssertionError, as in tinygrad."""
+    if not 1 <= self.ndim <= 2: raise AssertionError(f"multinomial: needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
+    if not isinstance(num_samples, int) or num_samples <= 0: raise AssertionError(f"multinomial: num_samples must be positive, got {num_samples}")
     w = (self.unsqueeze(0) if self.ndim == 1 else self).cast(dtypes.float32)
     rows, n = w.shape
     if not replacement and num_samples > n:
-      raise ValueError(f"multinomial: {num_samples} samples without replacement from {n} categories")
+      raise AssertionError(f"multinomial: {num_samples} samples without replacement from {n} categories")
     # the draws are laid out as tinygrad's, so seeded samples match
     if replacement or num_samples == 1:
       cdf = w.cumsum(1)

@@ -321,6 +321,40 @@ def torch_load(fn: FileLike) -> Any:
     raise ValueError(f"{name}: not a valid torch file: {type(e).__name__}: {e}") from e
 
 
+# ** archives **
+
+class TensorIO(io.RawIOBase):
+  """A 1-D uint8 tensor read as a binary file (seekable, read-only), as tinygrad's: each read copies only the bytes it
+  asks for, so a file on a DISK tensor is read piece by piece."""
+  def __init__(self, t: Tensor):
+    if t.ndim != 1 or t.dtype is not dtypes.uint8: raise ValueError("Tensor must be 1d and of dtype uint8!")
+    self._position, self._tensor = 0, t
+
+  def readable(self) -> bool: return True
+  def seekable(self) -> bool: return True
+
+  def readinto(self, buffer: Any) -> int:
+    n = max(0, min(len(buffer), len(self._tensor) - self._position))
+    if n: buffer[:n] = self._tensor[self._position:self._position + n].data()
+    self._position += n
+    return n
+
+  def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+    self._position = min(len(self._tensor), max(0, (offset, self._position + offset, len(self._tensor) + offset)[whence]))
+    return self._position
+
+  def tell(self) -> int: return self._position
+
+
+def tar_extract(fn: FileLike) -> dict[str, Tensor]:
+  """The regular files of a tar archive (a path, or a 1-D uint8 tensor of its bytes) by name, each a view of the
+  archive's tensor (on a DISK device for a path, so nothing is read until a file is used). Not a tar: tarfile.ReadError."""
+  import tarfile
+  t = fn if isinstance(fn, Tensor) else Tensor(pathlib.Path(fn))
+  with tarfile.open(fileobj=TensorIO(t), mode="r") as tar:
+    return {m.name: t[m.offset_data:m.offset_data + m.size] for m in tar if m.type == tarfile.REGTYPE}
+
+
 # ** gguf **
 
 def __getattr__(name: str) -> Any:

@@ -4,13 +4,22 @@ generator plans for (codegen/opt.py, codegen/gpu.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.uop import Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
+
+
+@dataclass(frozen=True)
+class Estimates:
+  """A kernel's estimated work per run (tinygrad's): operations, bytes loaded and stored, bytes of memory touched."""
+  ops: Any = 0
+  lds: Any = 0
+  mem: Any = 0
+  def __add__(self, o: Estimates) -> Estimates: return Estimates(self.ops + o.ops, self.lds + o.lds, self.mem + o.mem)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import functools
 import math
 import re
 from dataclasses import replace
+from typing import Any
 
 from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
@@ -27,7 +28,7 @@ from tinyhybrid.uop.spec import spec_check_linear
 
 # bfloat16 values are computed as float and stored as their top 16 bits, the OCP fp8s computed as float and stored as
 # their byte
-_CTYPES = {"__bf16": "float", "float8_e4m3": "float", "float8_e5m2": "float", "bool": "bool", "signed char": "signed char",
+_CTYPES = {"__bf16": "float", "float8_e4m3": "float", "float8_e5m2": "float", "float8_e4m3fnuz": "float", "float8_e5m2fnuz": "float", "bool": "bool", "signed char": "signed char",
            "unsigned char": "unsigned char", "short": "short", "unsigned short": "unsigned short", "int": "int", "unsigned int": "unsigned int", "long": "long long",
            "unsigned long": "unsigned long long", "weakint": "long long", "half": "th_half", "float": "float",
            "double": "double", "weakfloat": "double"}
@@ -49,10 +50,13 @@ def floor_div_helpers(qual: str, i64: str, u64: str) -> str:
 """
 
 
-# The OCP fp8 formats (https://www.opencompute.org/documents/ocp-8-bit-floating-point-specification-ofp8-revision-1-0-2023-12-01-pdf-1):
-# dtype -> (name, mantissa bits, exponent bias, whether it has infinities). E4M3FN has none and one NaN per sign (all
-# ones); E5M2 is laid out as IEEE's formats are.
-FP8_FORMATS = {dtypes.fp8e4m3: ("e4m3", 3, 7, False), dtypes.fp8e5m2: ("e5m2", 2, 15, True)}
+# The fp8 formats: the OCP ones (https://www.opencompute.org/documents/ocp-8-bit-floating-point-specification-ofp8-revision-1-0-2023-12-01-pdf-1)
+# and AMD's fnuz ones. dtype -> (name, mantissa bits, exponent bias, kind). Kind FP8_FN (E4M3FN): no infinities, one
+# NaN per sign (all ones); FP8_IEEE (E5M2): laid out as IEEE's formats are; FP8_FNUZ: no infinities, no -0, and 0x80
+# their one NaN.
+FP8_FN, FP8_IEEE, FP8_FNUZ = 0, 1, 2
+FP8_FORMATS = {dtypes.fp8e4m3: ("e4m3", 3, 7, FP8_FN), dtypes.fp8e5m2: ("e5m2", 2, 15, FP8_IEEE),
+               dtypes.fp8e4m3fnuz: ("e4m3fnuz", 3, 8, FP8_FNUZ), dtypes.fp8e5m2fnuz: ("e5m2fnuz", 2, 16, FP8_FNUZ)}
 
 
 @functools.cache
@@ -66,22 +70,24 @@ def _fp8_table(dt: DType) -> str:
 
 def fp8_helpers(qual: str, memcpy: str) -> str:
   """What every fp8 format's conversions share, in a C dialect (function qualifier, memcpy's name), in 32-bit integers:
-  th_fp8_dec(byte, ...) is exact; th_fp8_enc(float, ...) rounds to nearest even. Past the largest finite, E4M3
-  saturates to +-448 (infinities too: a number never becomes its NaN) and E5M2 gives +-inf, as torch's casts
-  (torch.float8_e4m3fn, torch.float8_e5m2) do; a NaN becomes the format's all-ones pattern with its sign. A double
-  reaches th_fp8_enc through th_fp8_d2f, rounded to odd, so that it rounds once."""
-  return f"""{qual}float th_fp8_dec(unsigned int x, int m, int b, int ieee) {{
+  th_fp8_dec(byte, ...) is exact; th_fp8_enc(float, ...) rounds to nearest even. Past the largest finite, E4M3FN
+  saturates to +-448 (infinities too: a number never becomes its NaN), E5M2 gives +-inf and the fnuz formats their
+  NaN (an infinity too), as torch's casts do; a NaN becomes the format's NaN. A double reaches th_fp8_enc through
+  th_fp8_d2f, rounded to odd, so that it rounds once. kind: FP8_FN, FP8_IEEE or FP8_FNUZ."""
+  return f"""{qual}float th_fp8_dec(unsigned int x, int m, int b, int kind) {{
   unsigned int s = (x & 0x80u) << 24, e = (x & 0x7fu) >> m, f = x & ((1u << m) - 1u), u;
-  if (ieee && e == (0x7fu >> m)) u = s | 0x7f800000u | (f ? 0x400000u : 0u);  /* inf, NaN */
-  else if (!ieee && (x & 0x7fu) == 0x7fu) u = s | 0x7fc00000u;                /* NaN */
+  if (kind == {FP8_FNUZ} && x == 0x80u) u = 0x7fc00000u;                                /* NaN */
+  else if (kind == {FP8_IEEE} && e == (0x7fu >> m)) u = s | 0x7f800000u | (f ? 0x400000u : 0u);  /* inf, NaN */
+  else if (kind == {FP8_FN} && (x & 0x7fu) == 0x7fu) u = s | 0x7fc00000u;                /* NaN */
   else if (e == 0) {{ float r = (float)f / (float)(1u << (b + m - 1)); return s ? -r : r; }}  /* zero, subnormal */
   else u = s | ((e + 127u - (unsigned int)b) << 23) | (f << (23 - m));
   float r; {memcpy}(&r, &u, sizeof(r)); return r;
 }}
-{qual}unsigned char th_fp8_enc(float x, int m, int b, int ieee) {{
+{qual}unsigned char th_fp8_enc(float x, int m, int b, int kind) {{
   unsigned int u, a, q, rem, sh; {memcpy}(&u, &x, sizeof(u));
   unsigned int s = (u >> 24) & 0x80u;
   a = u & 0x7fffffffu;
+  if (kind == {FP8_FNUZ} && a >= 0x7f800000u) return 0x80u;  /* NaN, and an infinity, which fnuz lacks */
   if (a > 0x7f800000u) return (unsigned char)(s | 0x7fu);  /* NaN */
   int e = (int)(a >> 23);
   if (e - 127 >= 1 - b) {{  /* a normal number of the format (or past it): keep m bits, rebias the exponent */
@@ -95,7 +101,9 @@ def fp8_helpers(qual: str, memcpy: str) -> str:
   }}
   rem = a & ((1u << sh) - 1u);
   if (rem > (1u << (sh - 1u)) || (rem == (1u << (sh - 1u)) && (q & 1u))) q++;  /* nearest, ties to even */
-  if (ieee ? q > 0x7bu : q > 0x7eu) q = ieee ? 0x7cu : 0x7eu;  /* E5M2: inf; E4M3: its largest, 448 */
+  if (kind == {FP8_IEEE}) {{ if (q > 0x7bu) q = 0x7cu; }}  /* inf */
+  else if (kind == {FP8_FN}) {{ if (q > 0x7eu) q = 0x7eu; }}  /* its largest, 448 */
+  else {{ if (q > 0x7fu) return 0x80u; if (q == 0u) return 0u; }}  /* past its largest: NaN; no -0 */
   return (unsigned char)(s | q);
 }}
 {qual}float th_fp8_d2f(double d) {{  /* rounded to odd: the rounding on to fp8 is then the only one that counts */
@@ -109,11 +117,11 @@ def fp8_format_helpers(dt: DType, qual: str, table: bool = False) -> str:
   """One fp8 format's conversions (after fp8_helpers): th_<fmt>2f(byte) -> float, th_f2<fmt>(float) -> byte, and
   th_round_<fmt>(float), the value rounded to the format. With `table`, th_<fmt>2f looks the byte up in a table of
   the 256 values (the CPU's choice: a kernel may decode hundreds of values, and the compiler inlines each decode)."""
-  name, m, b, ieee = FP8_FORMATS[dt]
+  name, m, b, kind = FP8_FORMATS[dt]
   out = f"static const float th_{name}_values[256] = {_fp8_table(dt)};\n" if table else ""
-  dec = f"th_{name}_values[x]" if table else f"th_fp8_dec(x, {m}, {b}, {int(ieee)})"
+  dec = f"th_{name}_values[x]" if table else f"th_fp8_dec(x, {m}, {b}, {kind})"
   return out + (f"{qual}float th_{name}2f(unsigned char x) {{ return {dec}; }}\n"
-                f"{qual}unsigned char th_f2{name}(float x) {{ return th_fp8_enc(x, {m}, {b}, {int(ieee)}); }}\n"
+                f"{qual}unsigned char th_f2{name}(float x) {{ return th_fp8_enc(x, {m}, {b}, {kind}); }}\n"
                 f"{qual}float th_round_{name}(float x) {{ return th_{name}2f(th_f2{name}(x)); }}")
 
 
@@ -651,7 +659,12 @@ def last_level_cache() -> int:
   return max(cache_sizes().values(), default=32 << 20)
 
 
-class CRenderer(Renderer):
+class CStyleLanguage(Renderer):
+  """The renderers that write C-family source (C, CUDA C, OpenCL C): tinygrad's base class of the same name, which its
+  programs test for."""
+
+
+class CRenderer(CStyleLanguage):
   """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's); `registers`:
   the vector registers of the CPU it is for. The defaults plan for AVX-512 (the NULL device's CPU)."""
   device = "CPU"
@@ -661,7 +674,18 @@ class CRenderer(Renderer):
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes  # see CWriter
     if vec > 1: self.vector_transcendentals = frozenset({dtypes.float32})  # libm's exp2f takes one lane per call
 
-  # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
-
   def render(self, k: LoweredKernel) -> str: return CWriter(k, self.stream_bytes).write()
+
+
+ClangRenderer = CRenderer  # tinygrad's name for it
+
+
+def __getattr__(name: str) -> Any:
+  # tinygrad's module holds its CUDA and OpenCL renderers too; ours build on this one, so they are looked up when asked
+  if name == "CUDARenderer":
+    from tinyhybrid.renderer.cuda import CUDARenderer
+    return CUDARenderer
+  if name == "OpenCLRenderer":
+    from tinyhybrid.renderer.opencl import OpenCLRenderer
+    return OpenCLRenderer
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,8 +16,8 @@ import re
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
-from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.renderer.cstyle import FP8_FORMATS, floor_div_helpers, MATH
+from tinyhybrid.renderer import NV_TENSOR_CORES
+from tinyhybrid.renderer.cstyle import FP8_FORMATS, CStyleLanguage, floor_div_helpers, MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -225,7 +225,7 @@ class CUDAWriter(GPUWriter):
     return "\n".join([*headers, _PRELUDE, *self.helpers.values(), header, *statics, *self.lines, "}\n"])
 
 
-class CUDARenderer(Renderer):
+class CUDARenderer(CStyleLanguage):
   """CUDA C++ for one architecture (sm_XY), planned for its limits (see Renderer)."""
   device = "CUDA"
   has_local = True

@@ -22,17 +22,17 @@ from tinyhybrid.codegen.expand import csize
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
 from tinyhybrid.dtype import DType, dtypes, float_to_bf16
 from tinyhybrid.renderer import Renderer
-from tinyhybrid.renderer.cstyle import CHUNKS, FP8_FORMATS, STATE_MARK, CStyleWriter, last_level_cache, var_name
+from tinyhybrid.renderer.cstyle import CHUNKS, FP8_FN, FP8_FNUZ, FP8_FORMATS, FP8_IEEE, STATE_MARK, CStyleWriter, last_level_cache, var_name
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
 # dtype name -> the LLVM type its values are computed in (bfloat16 in float, as the C renderer)
 _SCALAR = {"bool": "i1", "signed char": "i8", "unsigned char": "i8", "short": "i16", "unsigned short": "i16",
            "int": "i32", "unsigned int": "i32", "long": "i64", "unsigned long": "i64", "weakint": "i64", "half": "half",
-           "__bf16": "float", "float8_e4m3": "float", "float8_e5m2": "float", "float": "float", "double": "double",
+           "__bf16": "float", "float8_e4m3": "float", "float8_e5m2": "float", "float8_e4m3fnuz": "float", "float8_e5m2fnuz": "float", "float": "float", "double": "double",
            "weakfloat": "double"}
 # where memory holds a value otherwise than it is computed in (bfloat16 and the OCP fp8s are computed in float)
-_MEMORY = {"bool": "i8", "__bf16": "i16", "float8_e4m3": "i8", "float8_e5m2": "i8"}
+_MEMORY = {"bool": "i8", "__bf16": "i16", "float8_e4m3": "i8", "float8_e5m2": "i8", "float8_e4m3fnuz": "i8", "float8_e5m2fnuz": "i8"}
 _BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "half": 16, "float": 32, "double": 64}
 _MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 _BITWISE = {Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}
@@ -375,9 +375,9 @@ class LLVMWriter(CStyleWriter):
 
   def fp8_encode(self, x: str, dt: DType, t: str) -> str:
     """The fp8 byte of float x, rounded to nearest even, as the C renderer's th_fp8_enc: past the largest finite E4M3
-    saturates to +-448 and E5M2 gives +-inf; a NaN is the format's all-ones pattern with its sign. Lane-wise, no
+    saturates to +-448, E5M2 gives +-inf and the fnuz formats saturate; a NaN is the format's NaN. Lane-wise, no
     branches: both of a normal's and a subnormal's roundings are computed and one is picked."""
-    _, m, b, ieee = FP8_FORMATS[dt]
+    _, m, b, kind = FP8_FORMATS[dt]
     it, mt, i8 = _like(t, "i32"), _like(t, "i1"), _like(t, "i8")
     c, op2 = self.u32_consts(it), self.binary(it)
     u = self.op(f"bitcast {t} {x} to {it}")
@@ -397,14 +397,18 @@ class LLVMWriter(CStyleWriter):
     tie_odd = op2("and", op2("icmp eq", rem, half), op2("icmp ne", op2("and", q, c(1)), c(0)), mt)
     up = op2("or", op2("icmp ugt", rem, half), tie_odd, mt)
     q = op2("add", q, self.op(f"zext {mt} {up} to {it}"))
-    top = 0x7B if ieee else 0x7E
-    q = self.op(f"select {mt} {op2('icmp ugt', q, c(top))}, {it} {c(0x7C if ieee else 0x7E)}, {it} {q}")
+    if kind == FP8_FNUZ:  # no -0; past the largest, an infinity and a NaN are 0x80
+      byte = self.op(f"select {mt} {op2('icmp eq', q, c(0))}, {it} {c(0)}, {it} {op2('or', sign, q)}")
+      nan = op2("or", op2("icmp uge", a, c(0x7F800000)), op2("icmp ugt", q, c(0x7F)), mt)
+      return self.op(f"trunc {it} {self.op(f'select {mt} {nan}, {it} {c(0x80)}, {it} {byte}')} to {i8}")
+    top, over = (0x7B, 0x7C) if kind == FP8_IEEE else (0x7E, 0x7E)
+    q = self.op(f"select {mt} {op2('icmp ugt', q, c(top))}, {it} {c(over)}, {it} {q}")
     q = self.op(f"select {mt} {op2('icmp ugt', a, c(0x7F800000))}, {it} {c(0x7F)}, {it} {q}")  # NaN
     return self.op(f"trunc {it} {op2('or', sign, q)} to {i8}")
 
   def fp8_decode(self, byte: str, dt: DType, t8: str) -> str:
     """The float value of fp8 byte(s), exactly, as the C renderer's th_fp8_dec."""
-    _, m, b, ieee = FP8_FORMATS[dt]
+    _, m, b, kind = FP8_FORMATS[dt]
     it, mt, ft = _like(t8, "i32"), _like(t8, "i1"), _like(t8, "float")
     c, op2 = self.u32_consts(it), self.binary(it)
     x = self.op(f"zext {t8} {byte} to {it}")
@@ -412,15 +416,18 @@ class LLVMWriter(CStyleWriter):
     mag = op2("and", x, c(0x7F))
     e, f = op2("lshr", mag, c(m)), op2("and", x, c((1 << m) - 1))
     normal = op2("or", sign, op2("or", op2("shl", op2("add", e, c(127 - b)), c(23)), op2("shl", f, c(23 - m))))
-    if ieee: special = (op2("icmp eq", e, c(0x7F >> m)), op2("or", op2("or", sign, c(0x7F800000)),
-                        self.op(f"select {mt} {op2('icmp ne', f, c(0))}, {it} {c(0x400000)}, {it} {c(0)}")))
-    else: special = (op2("icmp eq", mag, c(0x7F)), op2("or", sign, c(0x7FC00000)))
+    if kind == FP8_IEEE: special = (op2("icmp eq", e, c(0x7F >> m)), op2("or", op2("or", sign, c(0x7F800000)),
+                                    self.op(f"select {mt} {op2('icmp ne', f, c(0))}, {it} {c(0x400000)}, {it} {c(0)}")))
+    elif kind == FP8_FN: special = (op2("icmp eq", mag, c(0x7F)), op2("or", sign, c(0x7FC00000)))
+    else: special = (op2("icmp eq", x, c(0x80)), c(0x7FC00000))
     bits = self.op(f"select {mt} {special[0]}, {it} {special[1]}, {it} {normal}")
     value = self.op(f"bitcast {it} {bits} to {ft}")
     # zero and the subnormals: f * 2^(1-b-m), signed
     sub = self.op(f"fmul {ft} {self.op(f'uitofp {it} {f} to {ft}')}, {self.const(2.0 ** (1 - b - m), dtypes.float32, ft)}")
     sub = self.op(f"select {mt} {op2('icmp ne', sign, c(0))}, {ft} {self.op(f'fneg {ft} {sub}')}, {ft} {sub}")
-    return self.op(f"select {mt} {op2('icmp eq', e, c(0))}, {ft} {sub}, {ft} {value}")
+    zero_exp = op2("icmp eq", e, c(0))
+    if kind == FP8_FNUZ: zero_exp = op2("and", zero_exp, op2("icmp ne", x, c(0x80)), mt)  # 0x80 is the NaN, not -0
+    return self.op(f"select {mt} {zero_exp}, {ft} {sub}, {ft} {value}")
 
   def round_bf16(self, x: str, t: str) -> str:
     """x (float) rounded to bfloat16, to nearest even; a NaN stays a NaN."""
@@ -652,8 +659,6 @@ class LLVMRenderer(Renderer):
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes
     if vec > 1: self.vector_transcendentals = frozenset({dtypes.float32})  # libm's exp2f takes one lane per call
 
-  # the OCP fp8s are computed in float and stored as bytes; the fnuz ones are not rendered (as the C renderer)
-  def supported_dtypes(self) -> set[DType]: return super().supported_dtypes() - set(dtypes.fp8_fnuz)
 
   def render(self, k: LoweredKernel) -> str:
     self.check_dtypes(k, "the LLVM renderer")

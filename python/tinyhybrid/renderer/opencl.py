@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.renderer import Renderer
-from tinyhybrid.renderer.cstyle import floor_div_helpers, MATH
+from tinyhybrid.renderer.cstyle import CStyleLanguage, floor_div_helpers, MATH
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
@@ -152,7 +151,7 @@ class OpenCLWriter(GPUWriter):
     return "\n".join([_PRELUDE.format(extensions=ext, half=half), *self.helpers.values(), header, *statics, *self.lines, "}\n"])
 
 
-class OpenCLRenderer(Renderer):
+class OpenCLRenderer(CStyleLanguage):
   """OpenCL C for one device, planned for its limits (see Renderer)."""
   device = "CL"
 

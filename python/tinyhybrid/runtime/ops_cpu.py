@@ -17,7 +17,7 @@ import numpy as np
 
 from tinyhybrid._core import hcq
 from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Runner, Target, profile_events, to_ctypes_words
-from tinyhybrid.helpers import JIT_BATCH_SIZE, PROFILE
+from tinyhybrid.helpers import JIT_BATCH_SIZE, NUM_CPU_THREADS, PARALLEL, PROFILE
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
 from tinyhybrid.runtime.host import core_cache_bytes, host_cpu_flags, host_vector_unit
@@ -57,7 +57,7 @@ class CPUAllocator(Allocator):
 
 
 # one for every CPU device of the process: devices with work at the same time split the cores
-_CORES = hcq.CoreShare()
+_CORES = hcq.CoreShare(int(NUM_CPU_THREADS.value))
 
 
 RENDERERS = ("CLANG", "LLVM", "X86")
@@ -94,7 +94,7 @@ class CPUDevice(Compiled):
       renderer, self.toolchain = LLVMRenderer(unit.lanes, registers=unit.registers), LLVM_TOOLCHAIN
     else: renderer, self.toolchain = CRenderer(unit.lanes if is_clang() else 1, registers=unit.registers), C_TOOLCHAIN
     super().__init__(name, CPUAllocator(self), renderer, self._build_kernels)
-    self.hcq_queue = self.queue = hcq.CPUQueue(name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
+    self.hcq_queue = self.queue = hcq.CPUQueue(int(NUM_CPU_THREADS.value), name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
     register(self.queue)
     self._copy_queue: hcq.CPUQueue | None = None
     self.max_threads = self.queue.num_threads
@@ -106,7 +106,7 @@ class CPUDevice(Compiled):
       from tinyhybrid.runtime import x86
       return [self._program(name, src, obj := x86.load(name, src), obj.symbols[name]) for name, src in kernels]
     # one compiler run per core, each over its share of the kernels (split by source size)
-    groups: list[list[int]] = [[] for _ in range(min(len(kernels), os.cpu_count() or 1))]
+    groups: list[list[int]] = [[] for _ in range(min(len(kernels), max(1, int(PARALLEL.value))))]
     sizes = [0] * len(groups)
     for i in sorted(range(len(kernels)), key=lambda i: -len(kernels[i][1])):
       g = sizes.index(min(sizes))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from tinyhybrid.device import Buffer
+from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, map_binds
@@ -438,7 +439,10 @@ def _unpacking(u: UOp, ends: set[UOp]) -> bool:
 
 def _one_hot(u: UOp) -> bool:
   """x == arange(n): the mask of a gather, which the lowering turns into one indexed load (codegen/lower.py
-  collapse_one_hot) once it is fused into the sum that reads it; in a buffer of its own it would be n times the work."""
+  collapse_one_hot) once it is fused into the sum that reads it; in a buffer of its own it would be n times the work.
+  Several tensor indices (x[:, i, j]) AND their masks."""
+  while u.op in MOVEMENT: u = u.src[0]
+  if u.op is Ops.AND and u.dtype is dtypes.bool: return all(_one_hot(s) for s in u.src)
   if u.op is not Ops.CMPEQ: return False
   for s in u.src:
     while s.op in MOVEMENT or s.op is Ops.CAST: s = s.src[0]
