@@ -95,3 +95,12 @@ def test_pad_to_and_shrink_to_keep_none_dims():
   assert Tensor([1, 2]).pad_to(None, value=5).tolist() == [1, 2]
   assert Tensor([[1, 2]]).pad_to(None, 3).tolist() == [[1, 2, 0]]
   assert Tensor([[1, 2, 3]]).shrink_to(None, 2).tolist() == [[1, 2]]
+
+
+@pytest.mark.parametrize("src,dst", [("float16", "bfloat16"), ("bfloat16", "float16"), ("bfloat16", "int16"), ("int16", "bfloat16")])
+def test_bitcast_between_16_bit_types_keeps_the_bits(src, dst):
+  vals = torch.tensor([-3.2, 1.5, 7.0, -100.0, 0.0, 65504.0]).to(getattr(torch, src) if src != "int16" else torch.float32)
+  if src == "int16": vals = torch.tensor([-3, 1, 7, -100, 0, 32767], dtype=torch.int16)
+  want = vals.view(getattr(torch, dst))
+  ours = Tensor(vals.float().numpy() if src == "bfloat16" else vals.numpy(), dtype=getattr(dtypes, src)).bitcast(getattr(dtypes, dst))
+  np.testing.assert_array_equal(ours.numpy(), want.float().numpy() if dst == "bfloat16" else want.numpy())

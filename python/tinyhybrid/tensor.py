@@ -140,6 +140,7 @@ class Tensor(TensorAPI):
       return u
     if isinstance(data, (bool, int, float)):
       return UOp.const(dt or dtypes.from_py(data), data)
+    if data is None: return UOp.const(dt or dtypes.weakfloat, 0)  # a zero, weakly a float unless a dtype is given (tinygrad's)
     if isinstance(data, bytes):
       # the bytes are the values' memory (as in tinygrad): another dtype reads them as its items
       if dt is not None and dt.itemsize != 1: return Tensor(data, device=device).bitcast(dt).uop
@@ -152,8 +153,6 @@ class Tensor(TensorAPI):
       flat, shape = _flatten_list(data)
       dt = strong_dtype(dt or (dtypes.from_py(flat) if flat else dtypes.default_float))
       arr = _list_array(flat, shape, dt)
-    elif data is None:  # an empty tensor, as in tinygrad
-      arr, dt = np.zeros((0,), np.float32), dt or dtypes.default_float
     else:
       raise TypeError(f"Tensor: can't make a tensor from {type(data).__name__}")
     return Tensor._from_numpy(arr, dt, self.device)
@@ -412,9 +411,9 @@ class Tensor(TensorAPI):
     self.uop = self.uop.substitute({base: owners[0].uop})
 
   def clone(self, device: str | None = None) -> Tensor:
-    """A copy with its own memory (on `device` if given)."""
+    """A copy with its own memory (on `device` if given): lazy, as any op, and gradients flow through it."""
     moves = device is not None and Device.canonicalize(device) != self.device
-    ret = self.to(device) if moves else self._wrap(_new_memory(self.uop)).realize()
+    ret = self.to(device) if moves else self._wrap(_new_memory(self.uop))
     # the gradient comes along (as in tinygrad); requires_grad only as an opt-out: the copy is not a leaf of its own
     if self.grad is not None: ret.grad = self.grad.clone(device)
     ret.requires_grad = False if self.requires_grad is False else None

@@ -335,10 +335,17 @@ class CStyleWriter:
 
   def bitcast(self, u: UOp, t: str, x: str) -> str:
     if u.dtype.count > 1: return f"(({t}){x})"
-    if dtypes.bfloat16 in (u.dtype, u.src[0].dtype):
-      return f"th_bf2f((unsigned short){x})" if u.dtype is dtypes.bfloat16 else f"(({t})th_f2bf({x}))"
+    src = u.src[0].dtype
+    if dtypes.bfloat16 in (u.dtype, src):  # through its 16 bits (a half's bits, not its value)
+      if u.dtype is dtypes.bfloat16: return f"th_bf2f({x if src._is_int else self.reinterpret(self.scalar(src), 'unsigned short', x)})"
+      return f"(({t})th_f2bf({x}))" if u.dtype._is_int else self.reinterpret("unsigned short", t, f"th_f2bf({x})")
     if (f8 := self.fp8_bitcast(u, t, x)) is not None: return f8
-    return f"(__extension__({{ union {{ {self.scalar(u.src[0].dtype)} a; {t} b; }} th_u; th_u.a = {x}; th_u.b; }}))"
+    return self.reinterpret(self.scalar(src), t, x)
+
+  @staticmethod
+  def reinterpret(a: str, b: str, x: str) -> str:
+    """x's bits (C type a) as C type b, of the same size."""
+    return f"(__extension__({{ union {{ {a} a; {b} b; }} th_u; th_u.a = {x}; th_u.b; }}))"
 
   def load_scalar(self, buf: str, idx: str, dt: DType) -> str:
     if dt in FP8_FORMATS: return f"{self.fp8(dt, 'dec')}({buf}[{idx}])"

@@ -181,7 +181,8 @@ class CUDAWriter(GPUWriter):
   def bitcast(self, u: UOp, t: str, x: str) -> str:
     src = u.src[0].dtype
     if (f8 := self.fp8_bitcast(u, t, x)) is not None: return f8
-    if u.dtype is dtypes.bfloat16: return f"__bfloat162float(__ushort_as_bfloat16((unsigned short){x}))"
+    if u.dtype is dtypes.bfloat16:  # through its 16 bits (a half's bits, not its value)
+      return f"__bfloat162float(__ushort_as_bfloat16({f'(unsigned short){x}' if src._is_int else f'th_bitcast<unsigned short>({x})'}))"
     if src is dtypes.bfloat16: return f"th_bitcast<{t}>(__bfloat16_as_ushort(__float2bfloat16_rn({x})))"
     return f"th_bitcast<{t}>({x})"
 

@@ -103,7 +103,11 @@ class OpenCLWriter(GPUWriter):
   def bitcast(self, u: UOp, t: str, x: str) -> str:
     src = u.src[0].dtype
     if u.dtype.count > 1: return f"as_{t}({x})"
-    if dtypes.bfloat16 in (u.dtype, src): return f"th_bf2f((ushort){x})" if u.dtype is dtypes.bfloat16 else f"(({t})th_f2bf({x}))"
+    if dtypes.bfloat16 in (u.dtype, src):  # through its 16 bits (a half's bits, not its value)
+      if u.dtype is dtypes.bfloat16:
+        return f"th_bf2f({x if src._is_int else f'th_f2h({x})' if self.half_emulated else f'as_ushort({x})'})"
+      if u.dtype._is_int: return f"(({t})th_f2bf({x}))"
+      return f"th_h2f(th_f2bf({x}))" if self.half_emulated else f"as_half(th_f2bf({x}))"
     if self.half_emulated and dtypes.half in (u.dtype, src): return f"th_h2f((ushort){x})" if u.dtype is dtypes.half else f"(({t})th_f2h({x}))"
     return f"as_{t}({x})"
 
