@@ -21,13 +21,13 @@ from onnx import TensorProto, helper
 from onnx.backend.base import Backend, BackendRep
 
 from tinyhybrid import Tensor, dtypes
-from tinyhybrid.nn.onnx import OnnxRunner
+from tinyhybrid.nn.onnx import OnnxRunner, np_of
 
 
 def _to_numpy(v):
   if v is None or isinstance(v, np.ndarray): return v
   if isinstance(v, list): return [_to_numpy(x) for x in v]
-  return v.numpy().astype(ml_dtypes.bfloat16) if v.dtype is dtypes.bfloat16 else v.numpy()
+  return v.numpy().astype(np_of(v.dtype))  # (bfloat16 and the float8s as ml_dtypes has them)
 
 
 class TinyhybridRep(BackendRep):
@@ -51,10 +51,9 @@ class TinyhybridBackend(Backend):
 
 # Every exclusion, by reason. A pattern is a regex searched in the test name.
 EXCLUDE: dict[str, list[str]] = {
-  # the ONNX runner reads no float8 tensors and has no Cast saturate or FNUZ types (the renderers do have fp8e4m3 and
-  # fp8e5m2 now); no float4, 2-bit or 4-bit types; tinyhybrid has no strings
-  "unsupported dtype: float8, float4, int4/uint4, int2/uint2": [r"FLOAT8E", r"FLOAT4E2M1", r"U?INT[24]_",
-                                                                r"quantizelinear_(e4m3fn|e5m2|float4e2m1|u?int[24])_"],
+  # no float4, 2-bit or 4-bit types; tinyhybrid has no strings
+  "unsupported dtype: float8e8m0, float4, int4/uint4, int2/uint2": [r"FLOAT8E8M0", r"FLOAT4E2M1", r"U?INT[24]_",
+                                                                     r"quantizelinear_(float4e2m1|u?int[24])_"],
   "unsupported dtype: string": [r"_string", r"strnorm", r"regex_full_match", r"label_encoder"],
   # image files need codecs (JPEG, PNG, WebP, ...)
   "unsupported op: ImageDecoder": [r"image_decoder"],
@@ -306,3 +305,36 @@ def test_old_onnx_bfloat16_arrays():
                [onnx.numpy_helper.from_array(np.array(v, dt), k) for k, v, dt in
                 (("b", 4, np.int64), ("n", 16, np.int64), ("r", 8000, np.int64), ("lo", 0.0, np.float32), ("hi", 4000.0, np.float32))])
   assert OnnxRunner(mel)({})["y"].dtype is dtypes.bfloat16
+
+
+_FP8 = [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ]
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("to", _FP8)
+def test_cast_to_float8_saturates_as_the_reference(to, saturate):
+  from onnx.reference import ReferenceEvaluator
+  vals = np.array([0.0, -0.0, 1.5, -3.3, 240.0, 247.9, 248.0, 250.0, 448.0, 460.0, 464.0, 470.0, 500.0, 57344.0, 61439.0,
+                   61440.0, 70000.0, 1e9, np.inf, -np.inf, np.nan, -1e-9, 1e-3], np.float32)
+  node = helper.make_node("Cast", ["x"], ["y"], to=to, saturate=saturate)
+  g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(vals)])],
+                        [helper.make_tensor_value_info("y", to, [len(vals)])])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+  want = np.asarray(ReferenceEvaluator(m).run(None, {"x": vals})[0]).astype(np.float32)
+  np.testing.assert_array_equal(OnnxRunner(m)({"x": vals})["y"].numpy(), want)
+
+
+@pytest.mark.parametrize("to", _FP8)
+def test_float8_initializers_and_inputs(to):
+  from onnx.reference import ReferenceEvaluator
+  ml = {TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+        TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2, TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz}[to]
+  w = np.array([0.5, -2.0, 3.0, 96.0], np.float32).astype(ml)
+  init = onnx.numpy_helper.from_array(w, "w")
+  nodes = [helper.make_node("Cast", ["w"], ["wf"], to=TensorProto.FLOAT), helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+           helper.make_node("Mul", ["wf", "xf"], ["y"])]
+  g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", to, [4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [init])
+  m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+  x = np.array([1.0, 0.25, -1.5, 2.0], np.float32).astype(ml)
+  want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+  np.testing.assert_array_equal(OnnxRunner(m)({"x": x})["y"].numpy(), want)

@@ -33,11 +33,18 @@ _DTYPES: dict[int, DType] = {
   TensorProto.FLOAT: dtypes.float32, TensorProto.UINT8: dtypes.uint8, TensorProto.INT8: dtypes.int8, TensorProto.UINT16: dtypes.uint16,
   TensorProto.INT16: dtypes.int16, TensorProto.INT32: dtypes.int32, TensorProto.INT64: dtypes.int64, TensorProto.BOOL: dtypes.bool,
   TensorProto.FLOAT16: dtypes.float16, TensorProto.DOUBLE: dtypes.float64, TensorProto.UINT32: dtypes.uint32,
-  TensorProto.UINT64: dtypes.uint64, TensorProto.BFLOAT16: dtypes.bfloat16}
+  TensorProto.UINT64: dtypes.uint64, TensorProto.BFLOAT16: dtypes.bfloat16, TensorProto.FLOAT8E4M3FN: dtypes.fp8e4m3,
+  TensorProto.FLOAT8E4M3FNUZ: dtypes.fp8e4m3fnuz, TensorProto.FLOAT8E5M2: dtypes.fp8e5m2, TensorProto.FLOAT8E5M2FNUZ: dtypes.fp8e5m2fnuz}
+
+# the types numpy lacks, as ml_dtypes has them (host values of these dtypes are ml_dtypes arrays)
+_ML_TYPES = {dtypes.bfloat16: ml_dtypes.bfloat16, dtypes.fp8e4m3: ml_dtypes.float8_e4m3fn, dtypes.fp8e5m2: ml_dtypes.float8_e5m2,
+             dtypes.fp8e4m3fnuz: ml_dtypes.float8_e4m3fnuz, dtypes.fp8e5m2fnuz: ml_dtypes.float8_e5m2fnuz}
 
 # onnx < 1.19 gives bfloat16, float8 and int4 values as structured arrays of its own (the bits in one named field)
 _ML_FIELDS = {"bfloat16": ml_dtypes.bfloat16, "e4m3fn": ml_dtypes.float8_e4m3fn, "e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
               "e5m2": ml_dtypes.float8_e5m2, "e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4}
+
+_ML_NP = {np.dtype(m) for m in _ML_TYPES.values()}
 
 # host values with at most this many elements take part in host evaluation (shape arithmetic, not data)
 HOST_MAX = 1024
@@ -53,8 +60,8 @@ def onnx_dtype(elem_type: int) -> DType:
 
 
 def np_of(dt: DType) -> np.dtype:
-  """The numpy dtype of host values of `dt` (ml_dtypes' bfloat16, not its raw bits)."""
-  return np.dtype(ml_dtypes.bfloat16) if dt is dtypes.bfloat16 else np_storage(dt)
+  """The numpy dtype of host values of `dt` (ml_dtypes' bfloat16 and float8s, not their raw bits)."""
+  return np.dtype(_ML_TYPES[dt]) if dt in _ML_TYPES else np_storage(dt)
 
 
 def _ml(arr: np.ndarray) -> np.ndarray:
@@ -79,19 +86,19 @@ def _array(t: TensorProto) -> np.ndarray:
 
 
 def np_dtype(arr: np.ndarray) -> DType:
-  if arr.dtype.name == "bfloat16": return dtypes.bfloat16
+  if (ml := next((d for d, m in _ML_TYPES.items() if arr.dtype == np.dtype(m)), None)) is not None: return ml
   try: return {np.dtype(np.bool_): dtypes.bool, **{np.dtype(n): getattr(dtypes, n) for n in
           ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64")}}[arr.dtype]
   except KeyError: raise NotImplementedError(f"ONNX: arrays of numpy dtype {arr.dtype} are not supported") from None
 
 
 def to_tensor(x: Any, dtype: DType | None = None) -> Tensor:
-  """A Tensor from a numpy array (ml_dtypes bfloat16 included), a Python number or list, or a Tensor."""
+  """A Tensor from a numpy array (ml_dtypes bfloat16 and float8s included), a Python number or list, or a Tensor."""
   if isinstance(x, Tensor): return x if dtype is None else x.cast(dtype)
   arr = np.asarray(x)
   dt = dtype or np_dtype(arr)
-  # numpy has no bfloat16 of its own: go through float32, which Tensor rounds to bfloat16
-  return Tensor(arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr, dtype=dt)
+  # numpy has no bfloat16 or float8 of its own: their values go through float32 (exactly), which Tensor rounds back
+  return Tensor(arr.astype(np.float32) if arr.dtype in _ML_NP else arr, dtype=dt)
 
 
 def _attr(a: AttributeProto, opsets: dict[str, int]) -> Any:
@@ -163,7 +170,7 @@ class Scope:
     if (h := self.host_of(name)) is not None: return h
     v = self.get(name)
     if v is None or isinstance(v, list): return v
-    return v.numpy().astype(ml_dtypes.bfloat16) if v.dtype is dtypes.bfloat16 else v.numpy()
+    return v.numpy().astype(_ML_TYPES[v.dtype]) if v.dtype in _ML_TYPES else v.numpy()
 
 
 class Graph:
@@ -359,7 +366,7 @@ def _input_value(x: Any, tp: onnx.TypeProto, name: str, dims: dict[str, int]) ->
   # host data is converted to the declared type; a Tensor must already have it
   if isinstance(x, Tensor): t = x
   # _ml: an old onnx's structured bfloat16 array holds the bits, which astype would read as integers
-  else: t = to_tensor(_ml(np.asarray(x)).astype(np.float32) if want is dtypes.bfloat16 else np.asarray(x, np_storage(want)), want)
+  else: t = to_tensor(_ml(np.asarray(x)).astype(np.float32) if want in _ML_TYPES else np.asarray(x, np_storage(want)), want)
   if t.dtype is not want: raise TypeError(f"OnnxRunner: input {name!r} must be {want}, got {t.dtype}")
   if tp.tensor_type.HasField("shape"):
     if (n := len(tp.tensor_type.shape.dim)) != t.ndim: raise ValueError(f"OnnxRunner: input {name!r} must have {n} dimensions, got shape {t.shape}")

@@ -12,7 +12,7 @@ import numpy as np
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.nn.onnx import onnx_dtype
-from tinyhybrid.nn.onnx_ops import Ctx, ints, op, run_graph, scalar
+from tinyhybrid.nn.onnx_ops import Ctx, cast, ints, op, run_graph, scalar
 from tinyhybrid.tensor import Tensor
 
 Pads = list[tuple[int, int]]
@@ -187,7 +187,9 @@ def _saturate(x: Tensor, dt: DType) -> Tensor: return x.clip(dt.min, dt.max).cas
 def QuantizeLinear(x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = None, axis: int = 1, block_size: int = 0, output_dtype: int = 0,
                    saturate: int = 1, precision: int = 0) -> Tensor:
   dt = y_zero_point.dtype if y_zero_point is not None else onnx_dtype(output_dtype) if output_dtype else dtypes.uint8
-  y = _fdiv(x, _qparam(y_scale, x, axis, block_size)).round()
+  y = _fdiv(x, _qparam(y_scale, x, axis, block_size))
+  if dt in dtypes.fp8s: return cast(y, dt, saturate)  # a float8 takes the value itself, rounded as its cast rounds
+  y = y.round()
   if y_zero_point is not None: y = y + _qparam(y_zero_point, x, axis, block_size).cast(dtypes.float32)
   return _saturate(y, dt)
 

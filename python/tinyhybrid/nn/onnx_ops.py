@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 
-from tinyhybrid.dtype import dtypes
+from tinyhybrid.dtype import DType, dtypes, fp8_decode
 from tinyhybrid.helpers import prod
 from tinyhybrid.nn.onnx import HOST_MAX, Node, Scope, np_dtype, onnx_dtype, to_tensor
 from tinyhybrid.tensor import Tensor
@@ -221,8 +221,28 @@ op("Min")(lambda *xs: functools.reduce(Tensor.minimum, xs))
 op("Sum")(lambda *xs: functools.reduce(Tensor.add, xs))
 op("Mean")(lambda *xs: functools.reduce(Tensor.add, xs) / len(xs))
 op("IsInf")(lambda x, detect_negative=1, detect_positive=1: x.isinf(bool(detect_positive), bool(detect_negative)))
-op("Cast")(lambda x, to, saturate=1, round_mode="up": x.cast(onnx_dtype(to)))
-op("CastLike")(lambda x, like, saturate=1, round_mode="up": x.cast(like.dtype))
+@functools.cache
+def _fp8_limits(dt: DType) -> tuple[float, float, bool]:
+  """The largest finite value of an fp8 type, the value past which a number rounds beyond it, and whether that value
+  itself does (a tie rounds to the even significand)."""
+  vals = fp8_decode(np.arange(256, dtype=np.uint8), dt).astype(np.float64)
+  codes = [int(c) for c in np.argsort(vals) if np.isfinite(vals[c]) and vals[c] > 0]
+  top, below = codes[-1], codes[-2]
+  return float(vals[top]), float(vals[top] + (vals[top] - vals[below]) / 2), bool(top & 1)
+
+
+def cast(x: Tensor, dt: DType, saturate: int = 1) -> Tensor:
+  """ONNX's Cast. To a float8 type, `saturate` (the default) makes a value past the largest finite, an infinity too,
+  that largest value; without it such a value is the type's infinity (E5M2) or its NaN (the others)."""
+  if dt not in dtypes.fp8s or not x.dtype._is_float: return x.cast(dt)
+  big, edge, tie_over = _fp8_limits(dt)
+  if saturate: return (x.abs() > big).where(x.sign() * big, x).cast(dt)
+  over = (x.abs() >= edge) if tie_over else (x.abs() > edge)
+  return over.where(x.sign() * math.inf if dt is dtypes.fp8e5m2 else math.nan, x).cast(dt)
+
+
+op("Cast")(lambda x, to, saturate=1, round_mode="up": cast(x, onnx_dtype(to), saturate))
+op("CastLike")(lambda x, like, saturate=1, round_mode="up": cast(x, like.dtype, saturate))
 op("Elu")(lambda x, alpha=1.0: x.elu(alpha))
 op("Celu")(lambda x, alpha=1.0: x.celu(alpha))
 op("Selu")(lambda x, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875: x.selu(alpha, gamma))
