@@ -20,7 +20,7 @@ from tinyhybrid import Variable
 e = Variable("x", 0, 10)
 for i in range(20000): e = e + (i % 7)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-s = e.render()
+s = e.render(simplify=False)
 print(len(s), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True).stdout.split()

@@ -636,6 +636,6 @@ def test_fixed_point_mark_belongs_to_the_native_rule_set():
   assert s.simplify() is s
   # a rule set of its own, or the native one extended, still rewrites under a node simplify() marked
   to_two = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda v: UOp.const(v.dtype, 2))])
-  assert graph_rewrite(s, to_two).render() == "((2*3)+1)"
+  assert graph_rewrite(s, to_two).render(simplify=False) == "((2*3)+1)"
   assert graph_rewrite(s, sym + to_two).op is Ops.CONST and graph_rewrite(s, sym + to_two).arg == 7
   assert graph_rewrite(s, to_two + sym).arg == 7

@@ -474,14 +474,14 @@ def test_repr_of_deep_chain_does_not_crash():
 ])
 def test_render(build, expected):
   a, b = UOp.variable("a", 0, 10), UOp.variable("b", 0, 5)
-  assert build(a, b).render() == expected
+  assert build(a, b).render(simplify=False) == expected
 
 
 def test_render_deep_chain_does_not_recurse():
   x = UOp.variable("a", 0, 10)
   for _ in range(20000): x = x + 1
-  r = x.render()
-  assert r.startswith("(" * 20000 + "a+1)")
+  r = x.render(simplify=False)
+  assert r.startswith("(" * 20000 + "a+1)") and x.render() == "(a+20000)"
 
 
 # ---------------------------------------------------------------- toposort
@@ -624,7 +624,7 @@ def test_substitute():
   a, b = UOp.variable("a", 0, 10), UOp.variable("b", 0, 5)
   e = (a * b + a) // 2
   two = UOp.const(dtypes.int, 2)
-  assert e.substitute({a: two}).render() == "(((2*b)+2)//2)"
+  assert e.substitute({a: two}).render(simplify=False) == "(((2*b)+2)//2)"
   assert e.substitute({}) is e
   assert e.substitute({UOp.variable("unused", 0, 1): a}) is e
   assert e.substitute({e: a}) is a

@@ -284,7 +284,11 @@ def postorder(root: Any, children: Callable[[Any], Iterable[Any]], done: Any = (
   return out
 
 
-def ceildiv(num: int, amt: int) -> int: return -(-num // amt)
+def ceildiv(num: Any, amt: Any) -> Any:
+  """num / amt rounded up. A symbolic num that is never negative (a UOp) is (num + amt - 1) // amt, which simplifies
+  where -(-num // amt) would not."""
+  if hasattr(num, "vmin") and num.vmin >= 0 and (amt > 0 if isinstance(amt, int) else amt.vmin > 0): return (num + amt - 1) // amt
+  return int(r) if isinstance(r := -(-num // amt), float) else r
 def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
 def round_down(num: int, amt: int) -> int: return num // amt * amt
 def next_power2(x: int) -> int: return 1 if x <= 1 else 1 << (x - 1).bit_length()

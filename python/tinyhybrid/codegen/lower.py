@@ -431,7 +431,7 @@ def collapse_one_hot(v: UOp, ranges: list[UOp]) -> tuple[UOp, list[UOp]]:
 
 def _kernel_name(out: UOp, shape: tuple[sint, ...], reduces: bool) -> str:
   kind = "r" if reduces else "E"
-  dims = [str(s) if type(s) is int else "".join(c for c in s.render() if c.isalnum()) for s in shape]  # type: ignore[union-attr]
+  dims = [str(s) if type(s) is int else "".join(c for c in s.render(simplify=False) if c.isalnum()) for s in shape]  # type: ignore[union-attr]
   return f"{kind}_{'_'.join(dims) if shape else 'scalar'}"[:60]
 
 

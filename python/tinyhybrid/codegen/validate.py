@@ -227,8 +227,8 @@ def _describe(t: _Z3, model, access: UOp, index: UOp, size: int | UOp, gate: UOp
   idx = t.of(index.src[1])
   lanes = ", ".join(str(model.eval(x, model_completion=True)) for x in idx) if idx[0] is not None else "unknown"
   n = size if isinstance(size, int) else model.eval(t.of(size)[0], model_completion=True).as_long()
-  elements = f"{size} element{'s' if size != 1 else ''}" if isinstance(size, int) else f"{size.render()} elements, {n} there"
-  msg = (f"{what} data{buf.arg}[{index.src[1].render()}] ({buf.dtype.base.name}, {elements}) may be out of bounds: "
+  elements = f"{size} element{'s' if size != 1 else ''}" if isinstance(size, int) else f"{size.render(simplify=False)} elements, {n} there"
+  msg = (f"{what} data{buf.arg}[{index.src[1].render(simplify=False)}] ({buf.dtype.base.name}, {elements}) may be out of bounds: "
          f"at {at} the index is {lanes}")
   if width > 1 and len(idx) == 1 and idx[0] is not None:
     # a vector access: name the first lane that is read and lies outside
@@ -236,7 +236,7 @@ def _describe(t: _Z3, model, access: UOp, index: UOp, size: int | UOp, gate: UOp
     live = [model.eval(x, model_completion=True) for x in _lanes_live(t, mask, width)]
     if bad := [i for i in range(width) if t.z3.is_true(live[i]) and not 0 <= first + i < n]:
       msg += f" and lane {bad[0]} reads element {first + bad[0]}"
-  if gate is not None: msg += f" (under the gate {gate.render()})"
+  if gate is not None: msg += f" (under the gate {gate.render(simplify=False)})"
   return msg
 
 
@@ -283,8 +283,8 @@ def prove(name: str, ast: UOp, sizes: dict[int, tuple[UOp, ...]] | None = None) 
     if res == z3.sat:
       raise OutOfBoundsError(f"CHECK_OOB: kernel {name}: {_describe(t, t.solver.model(), access, index, size, gate, mask, width)}")
     if res != z3.unsat:
-      raise OutOfBoundsError(f"CHECK_OOB: kernel {name}: {access.op.name} data{index.src[0].arg}[{index.src[1].render()}] "
-                             f"({size if isinstance(size, int) else size.render()} elements) could not be proven in bounds: z3 says {t.solver.reason_unknown()}")
+      raise OutOfBoundsError(f"CHECK_OOB: kernel {name}: {access.op.name} data{index.src[0].arg}[{index.src[1].render(simplify=False)}] "
+                             f"({size if isinstance(size, int) else size.render(simplify=False)} elements) could not be proven in bounds: z3 says {t.solver.reason_unknown()}")
     t.solver.pop()
 
 
@@ -292,7 +292,7 @@ def _key(k: LoweredKernel, src: str) -> str:
   """What a proof depends on: the source (every index, gate and loop bound), the sizes of the buffers and the ranges of
   the variables (neither is in the source: both arrive as arguments)."""
   parts = [_FORMAT, src, *(f"{b.size}:{b.dtype.name}" for b in k.buffers), *(repr(v.arg) for v in k.vars),
-           *(f"{i}={e.render()}:{sorted(repr(v.arg) for v in e.toposort() if v.op is Ops.DEFINE_VAR)}" for i, es in sorted(k.sizes.items()) for e in es)]
+           *(f"{i}={e.render(simplify=False)}:{sorted(repr(v.arg) for v in e.toposort() if v.op is Ops.DEFINE_VAR)}" for i, es in sorted(k.sizes.items()) for e in es)]
   return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 

@@ -44,7 +44,7 @@ that is negative for every value) counts from the end, checked at the bound valu
     if x is None: return default
     if isinstance(x, UOp):
       if x.vmax < 0: return ssimplify(size + x)
-      if x.vmin < 0: raise ValueError(f"slice {it}: the bound {x.render()} may be negative or not, depending on its variables")
+      if x.vmin < 0: raise ValueError(f"slice {it}: the bound {x.render(simplify=False)} may be negative or not, depending on its variables")
       return x.ssimplify()
     try: i = operator.index(x)
     except TypeError: raise TypeError(f"slice indices must be ints, bound Variables or None, got {it}") from None
@@ -163,9 +163,9 @@ class IndexingMixin:
         if not (it.dtype._is_int or it.dtype is dtypes.weakint):
           raise IndexError(f"a UOp index must be an int expression, got {it.dtype}")
         if it.vmin >= size or it.vmax < -size:
-          raise IndexError(f"index {it.render()} is out of bounds for dimension {dim} with size {size} (tensor of shape {self.shape})")
+          raise IndexError(f"index {it.render(simplify=False)} is out of bounds for dimension {dim} with size {size} (tensor of shape {self.shape})")
         if it.vmax < 0: it = ssimplify(it + size)
-        elif it.vmin < 0: raise IndexError(f"index {it.render()} may be negative or not, depending on its variables")
+        elif it.vmin < 0: raise IndexError(f"index {it.render(simplify=False)} may be negative or not, depending on its variables")
         parts.append(("int", it))
       else:
         try: i = operator.index(it)

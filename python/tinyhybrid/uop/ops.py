@@ -94,16 +94,16 @@ class UOp(_core.UOp):
       if vals.setdefault(var, v) != v: raise ValueError(f"unbind_all: Variable {var.arg[0]!r} is bound to both {vals[var]} and {v}")
     return unbind_all(self), vals  # type: ignore[return-value]  # a UOp's is a UOp
 
-  def render(self, simplify: bool = False, pm: Any = None) -> str:  # type: ignore[override]
-    """The expression as a string; simplify=True simplifies it first (tinygrad's default; ours prints the graph as built,
-    so a message shows the expression the user wrote)."""
+  def render(self, simplify: bool = True, pm: Any = None) -> str:  # type: ignore[override]
+    """The expression as a string, simplified first (tinygrad's default); simplify=False prints the graph as built, as
+    the errors here do, so that a message shows the expression the user wrote."""
     return super(UOp, self.simplify() if simplify and self.dtype is not dtypes.void else self).render()
 
   def _eval(self, kind: type) -> Any:
     # a value the expression takes for every value of its variables; a bound variable still ranges over [min, max]
     s = self.simplify()
     lo, hi = s.vmin, s.vmax
-    if lo != hi: raise NotANumber(f"{kind.__name__}(): {s.render()} is not a single number, it ranges over [{lo}, {hi}]")
+    if lo != hi: raise NotANumber(f"{kind.__name__}(): {s.render(simplify=False)} is not a single number, it ranges over [{lo}, {hi}]")
     return kind(lo)
 
   def __bool__(self) -> bool:
@@ -293,7 +293,7 @@ def smin(*lst: Any) -> sint:
   return ssimplify(functools.reduce(lambda a, b: (b if isinstance(b, UOp) else a).minimum(a if isinstance(b, UOp) else b), xs))
 
 
-def srender(x: sint) -> str: return x.render() if isinstance(x, UOp) else str(x)
+def srender(x: sint) -> str: return x.render(simplify=False) if isinstance(x, UOp) else str(x)
 
 
 # ** bound variables in tensor graphs **
@@ -304,7 +304,7 @@ def bound_value(x: sint) -> int:
   """The value of x with every variable at its bound value; an unbound variable is an error."""
   if not isinstance(x, UOp): return x
   try: return _core.sym_infer(x, {})
-  except ValueError as e: raise ValueError(f"{x.render()} has no value: every Variable in it must be bound ({e})") from None
+  except ValueError as e: raise ValueError(f"{x.render(simplify=False)} has no value: every Variable in it must be bound ({e})") from None
 
 
 def sint_eq(a: sint, b: sint) -> bool:
@@ -350,7 +350,7 @@ def arg_binds(op: Ops, arg: Any, strict: bool = False) -> tuple[UOp, ...]:
     if not isinstance(v, UOp): continue
     for b in binds_of(v): found[b] = None
     if strict and v.op is not Ops.BIND and any(u.op is Ops.DEFINE_VAR for u in v.toposort(gate=lambda n: n.op is not Ops.BIND)):
-      raise ValueError(f"{op.name}: {v.render()} has an unbound Variable; bind it to a value first (var.bind(n))")
+      raise ValueError(f"{op.name}: {v.render(simplify=False)} has an unbound Variable; bind it to a value first (var.bind(n))")
   return tuple(found)
 
 
