@@ -413,9 +413,11 @@ class Tensor(TensorAPI):
   def clone(self, device: str | None = None) -> Tensor:
     """A copy with its own memory (on `device` if given): lazy, as any op, and gradients flow through it."""
     moves = device is not None and Device.canonicalize(device) != self.device
-    if moves: ret = self.to(device)
-    elif self.device is None: ret = Tensor(_new_memory(self.uop), device=Device.canonicalize(device))  # memory needs a device
-    else: ret = self._wrap(_new_memory(self.uop))
+    # memory has a type of its own: a weak value (Tensor(3.5)) commits to its strong type
+    src = self if self.dtype not in dtypes.weaks else self.cast(strong_dtype(self.dtype))
+    if moves: ret = src.to(device)
+    elif self.device is None: ret = Tensor(_new_memory(src.uop), device=Device.canonicalize(device))  # memory needs a device
+    else: ret = src._wrap(_new_memory(src.uop))
     # the gradient comes along (as in tinygrad); requires_grad only as an opt-out: the copy is not a leaf of its own
     if self.grad is not None: ret.grad = self.grad.clone(device)
     ret.requires_grad = False if self.requires_grad is False else None
