@@ -156,6 +156,9 @@ def test_tinygrads_small_helpers():
   assert gc.isenabled()
   assert h.system("echo hi") == "hi"
   with pytest.raises(RuntimeError): h.system("false")
+  assert h.get_child({"a": [1, {"b": 5}]}, "a.1.b") == 5 and h.get_child(h, "GlobalCounters.kernel_count") == h.GlobalCounters.kernel_count
+  assert h.strides_for_shape((2, 3, 4)) == (12, 4, 1) and h.strides_for_shape((3, 1, 2)) == (2, 0, 1) and h.strides_for_shape(()) == ()
+  assert h.to_function_name("r_3-4\x1b[31m") == "r_32D4" and h.ansipad(h.colored("ab", "red"), 4).endswith("  ")
 
 
 def test_host_profile_events():

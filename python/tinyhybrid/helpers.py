@@ -357,6 +357,35 @@ def resolve_pool_pads(padding: int | Sequence[int], dims: int) -> Sequence[int]:
   return [p for p in padding for _ in range(2)][::-1]
 
 
+def get_child(obj: Any, key: str) -> Any:
+  """obj's member at a dotted path ("layers.0.attn.wq"): numbers index, names look up a dict key or an attribute."""
+  for k in key.split("."):
+    obj = obj[int(k)] if k.isnumeric() else obj[k] if isinstance(obj, dict) else getattr(obj, k)
+  return obj
+
+
+def canonicalize_strides(shape: Sequence[Any], strides: Sequence[Any]) -> tuple[Any, ...]:
+  return tuple(0 if s == 1 else st for s, st in zip(shape, strides))  # a dimension of size 1 moves nowhere
+
+
+@functools.cache
+def strides_for_shape(shape: tuple[Any, ...]) -> tuple[Any, ...]:
+  """The row-major strides of shape, 0 for its dimensions of size 1 (tinygrad's)."""
+  if not shape: return ()
+  strides = [1]
+  for d in reversed(shape[1:]): strides.append(strides[-1] * d)
+  return canonicalize_strides(shape, strides[::-1])
+
+
+def to_function_name(s: str) -> str:
+  """s as a C identifier: letters, digits and _ kept, any other character as its two hex digits."""
+  return "".join(c if c.isascii() and (c.isalnum() or c == "_") else f"{ord(c):02X}" for c in ansistrip(s))
+
+
+def ansilen(s: str) -> int: return len(ansistrip(s))
+def ansipad(s: str, w: int) -> str: return s + " " * max(w - ansilen(s), 0)
+
+
 def fromimport(mod: str, frm: str) -> Any: return getattr(__import__(mod, fromlist=[frm]), frm)
 def size_to_str(n: int) -> str:
   return next((f"{n / d:.2f} {unit}" for d, unit in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")) if n >= d), f"{n} B")

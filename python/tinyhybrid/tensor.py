@@ -9,7 +9,7 @@ import itertools
 import math
 import pathlib
 import weakref
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, cast  # noqa: F401 (cast: tinygrad programs import it from here)
 
 import numpy as np
 
