@@ -333,3 +333,16 @@ def test_default_float_context_takes_a_dtype():
   with Context(DEFAULT_FLOAT=dtypes.half):
     assert dtypes.default_float is dtypes.half and Tensor.rand(2).dtype is dtypes.half and Tensor.ones(2).dtype is dtypes.half
   assert dtypes.default_float is dtypes.float32
+
+
+def test_image_conv2d_and_image_dot_are_conv2d_and_dot_in_float32():
+  rng = np.random.default_rng(0)
+  x, w, b = rng.standard_normal((2, 6, 9, 9), np.float32), rng.standard_normal((8, 3, 3, 3), np.float32), rng.standard_normal(8, np.float32)
+  ours = Tensor(x).image_conv2d(Tensor(w), Tensor(b), groups=2, stride=2, padding=1)
+  want = F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), groups=2, stride=2, padding=1).numpy()
+  np.testing.assert_allclose(ours.numpy(), want, rtol=1e-5, atol=1e-5)
+  a, c = rng.standard_normal((3, 5)).astype(np.float16), rng.standard_normal((5, 4)).astype(np.float16)
+  d = Tensor(a).image_dot(Tensor(c))
+  assert d.dtype is dtypes.float32 and Tensor(a).image_dot(Tensor(c), dtype=dtypes.float16).dtype is dtypes.float16
+  np.testing.assert_allclose(d.numpy(), a.astype(np.float32) @ c.astype(np.float32), rtol=1e-6)
+  with pytest.raises(RuntimeError): Tensor(a).image_dot(Tensor(a))

@@ -237,6 +237,22 @@ class NNMixin:
     if self.uop is not weight.uop: ret = with_gradient(ret, (self, weight), _conv_grad, groups, s_, d_, pads)
     return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
 
+  # ** tinygrad's IMAGE=1 forms **
+  def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dtype: Any = None) -> Tensor:
+    """tinygrad's convolution for IMAGE=1 devices, which lays its operands out in 4-channel image textures: the same
+    values as conv2d, accumulated in float32 (the result is float32 unless dtype says otherwise). No device here has
+    image textures, so nothing is laid out differently."""
+    if self.ndim != 4 or weight.ndim != 4: raise RuntimeError(f"image_conv2d: needs a 4-D input and weight, got {self.shape} and {weight.shape}")
+    out = self.conv2d(weight, None, groups, stride, dilation, padding, dtype=dtype if dtype is not None else dtypes.float32)
+    return out if bias is None else out.add(bias.reshape(1, -1, 1, 1))
+
+  def image_dot(self: Tensor, w: Tensor, dtype: Any = None) -> Tensor:
+    """tinygrad's matrix product for IMAGE=1 devices (a 1x1 image_conv2d): dot's values, accumulated in float32."""
+    if not (self.ndim > 0 and w.ndim > 0): raise RuntimeError(f"both tensors need to be at least 1D, got {self.ndim=}, {w.ndim=}")
+    if self.shape[-1] != w.shape[-min(w.ndim, 2)]: raise RuntimeError(f"cannot image_dot {self.shape} and {w.shape}")
+    return self.dot(w, dtype=dtype if dtype is not None else dtypes.float32)
+
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
                        dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
                        output_padding: int | Sequence[int] = 0) -> Tensor:
