@@ -669,3 +669,14 @@ def test_linear_with_vars_of_sharded_tensors_runs_when_the_plan_runs():
   np.testing.assert_equal(part.numpy(), x_np[2:4])
   np.testing.assert_equal(whole.numpy(), (x_np * 2).sum(0))
   np.testing.assert_equal(moved.numpy(), x_np[0] + 1)
+
+
+def test_assigning_a_constant_to_a_sharded_tensor():
+  out = Tensor.ones(4).shard(D2, 0).contiguous().realize()
+  assert out.assign(0).realize().tolist() == [0.0] * 4
+  c = out.const_like(7)
+  assert c.uop.axis == 0 and c.device == out.device
+  assert out.assign(c).realize().tolist() == [7.0] * 4
+  t = Tensor.ones(8, 4).shard(D2, axis=0)
+  s = t + t.const_like(5)
+  assert s.uop.axis == 0 and s.tolist() == [[6.0] * 4] * 8

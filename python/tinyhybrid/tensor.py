@@ -354,7 +354,7 @@ class Tensor(TensorAPI):
   def assign(self, x: Any) -> Tensor:
     """Writes x into this tensor's memory (broadcast to its shape; a tensor x must have its dtype, device and, when
     sharded, axis: RuntimeError otherwise, as in tinygrad); lazy like any op."""
-    if isinstance(x, (bool, int, float)): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+    if isinstance(x, (bool, int, float)): x = self.const_like(x)
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
     if x.dtype in dtypes.weaks: x = x.cast(least_upper_dtype(self.dtype, x.dtype))  # a weak value takes the tensor's type
     if x.uop.device is None and type(self.device) is str: x = Tensor(x.uop, device=self.device)  # constants only: any device

@@ -200,8 +200,11 @@ class ElementwiseMixin:
     if op not in GroupOp.ALU: raise ValueError(f"{op} is not an ALU op")
     return self._alu(op, *src)
   def const_like(self: Tensor, b: Any, dtype: DType | None = None) -> Tensor:
+    """b in self's shape and dtype (or dtype), on self's device; on sharded devices, sharded as self is."""
     from tinyhybrid.tensor import Tensor
-    return Tensor.full(self.shape, b, dtype=dtype if dtype is not None else self.dtype, device=self.device)
+    dt = dtype if dtype is not None else self.dtype
+    if type(self.device) is tuple and self.uop.axis is not None: return Tensor.full(self.shape, b, dtype=dt).shard(self.device, self.uop.axis)
+    return Tensor.full(self.shape, b, dtype=dt, device=self.device)
   def ufix(self: Tensor, x: Operand) -> Tensor:
     """`x` as a tensor that combines with self: a Tensor stays as it is, a constant takes self's shape and dtype."""
     from tinyhybrid.tensor import Tensor
