@@ -62,8 +62,9 @@ def test_device_mismatch_is_a_runtime_error():
   with pytest.raises(RuntimeError, match="different devices"): Tensor([1.0], device="CPU") + Tensor([1.0], device="CPU:1")
   with pytest.raises(RuntimeError): Tensor.zeros(3, 4)[Tensor([0, 1], device="CPU:1")]
   # a tuple of one device is that device
-  t = Tensor([1.0], device=("CPU",))
-  assert t.device == "CPU" and (t + Tensor([2.0])).tolist() == [3.0]
+  from tinyhybrid import Device
+  t = Tensor([1.0], device=(Device.DEFAULT,))
+  assert t.device == Device.DEFAULT and (t + Tensor([2.0])).tolist() == [3.0]
 
 
 def test_bytes_are_the_values_memory():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Final, TypeAlias
+import struct
+from typing import Any, Callable, Final, TypeAlias
 
 import numpy as np
 
@@ -280,8 +281,8 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
   """Float values (any shape; taken as float64, so a float32 or float64 rounds once) as bit patterns (uint8) of an OCP
   fp8 dtype, rounded to nearest even. Past the largest finite, fp8e4m3 saturates to +-448 (infinities too) and
   fp8e5m2 gives +-inf, as torch's casts to float8_e4m3fn and float8_e5m2 do; a NaN is the all-ones pattern with its
-  sign. In the fnuz formats (no infinities, no -0, 0x80 their NaN) a value that rounds past the largest finite, an
-  infinity and a NaN are 0x80, as torch's float8_e4m3fnuz and float8_e5m2fnuz casts do."""
+  sign. The fnuz formats (no infinities, no -0, 0x80 their NaN) saturate too, as tinygrad's casts do (torch's give
+  NaN past the largest finite); an infinity or a NaN is 0x80."""
   if dtype not in _FP8: raise TypeError(f"fp8_encode: {dtype} is not an fp8 dtype")
   _, m, b = _FP8[dtype]
   ieee = dtype is dtypes.fp8e5m2
@@ -298,8 +299,9 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
   with np.errstate(over="ignore"): q = np.where(normal, q - np.uint64((1023 - b) << m), q)  # (a subnormal's wraps, unused)
   q = q + ((rem > half) | ((rem == half) & ((q & one) == one)))  # nearest, ties to even
   if dtype in (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz):
+    q = np.minimum(q, np.uint64(0x7F))
     out = np.where(q == 0, np.uint64(0), ((u >> np.uint64(56)) & np.uint64(0x80)) | q)
-    return np.where((a >= np.uint64(0x7FF0000000000000)) | (q > 0x7F), np.uint64(0x80), out).astype(np.uint8)
+    return np.where(a >= np.uint64(0x7FF0000000000000), np.uint64(0x80), out).astype(np.uint8)
   q = np.where(q > (0x7B if ieee else 0x7E), np.uint64(0x7C if ieee else 0x7E), q)
   q = np.where(a > np.uint64(0x7FF0000000000000), np.uint64(0x7F), q)
   return (((u >> np.uint64(56)) & np.uint64(0x80)) | q).astype(np.uint8)
@@ -308,6 +310,34 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
 def float_to_fp8(x: float, dtype: DType) -> int:
   """One float as the bit pattern (an int 0..255) of an fp8 dtype (tinygrad's name; see fp8_encode)."""
   return int(fp8_encode(x, dtype))
+
+
+# ** one value as the bits memory holds (tinygrad's helpers for the PYTHON device and its tests) **
+def storage_fmt_for_dtype(dtype: DType) -> str:
+  """The struct format of dtype's storage: bfloat16 as its 16 bits, an fp8 as its byte, the others their own."""
+  return "H" if dtype is dtypes.bfloat16 else "B" if dtype in dtypes.fp8s else dtype.fmt  # type: ignore[return-value]
+
+
+def to_storage_scalar(x: Any, dtype: DType) -> Any:
+  """A value as dtype's storage holds it (half rounded; bfloat16's bits as an int; an fp8's byte)."""
+  if dtype is dtypes.half: return float_to_fp16(x)
+  if dtype is dtypes.bfloat16: return int(np.array(float_to_bf16(float(x)), np.float32).view(np.uint32)) >> 16
+  if dtype in dtypes.fp8s: return float_to_fp8(float(x), dtype)
+  return x
+
+
+def from_storage_scalar(x: Any, dtype: DType) -> Any:
+  """The value of dtype's storage x (the inverse of to_storage_scalar)."""
+  if dtype is dtypes.bfloat16: return float(np.array((int(x) & 0xFFFF) << 16, np.uint32).view(np.float32))
+  if dtype in dtypes.fp8s: return fp8_to_float(int(x), dtype)
+  return x
+
+
+def bitcast(x: Any, in_dtype: DType, out_dtype: DType) -> Any:
+  """One value's bits read as another dtype of the same size."""
+  if in_dtype.itemsize != out_dtype.itemsize: raise ValueError(f"bitcast: {in_dtype} and {out_dtype} differ in size")
+  packed = struct.pack(storage_fmt_for_dtype(in_dtype), to_storage_scalar(x, in_dtype))
+  return from_storage_scalar(struct.unpack(storage_fmt_for_dtype(out_dtype), packed)[0], out_dtype)
 
 
 # numpy has no bfloat16 or fp8: those are stored as raw bits of the same width

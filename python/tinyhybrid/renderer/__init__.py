@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tinyhybrid.dtype import DType, dtypes
-from tinyhybrid.uop import Ops
+from tinyhybrid.uop import GroupOp, Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
@@ -84,6 +84,12 @@ class Renderer:
   def supported_dtypes(self) -> set[DType]:
     """The dtypes this renderer's kernels can read, write and compute in (tinygrad's Renderer.supported_dtypes)."""
     return set(dtypes.all)
+
+  @property
+  def code_for_op(self) -> dict[Ops, None]:
+    """The ALU ops a kernel may hold when it reaches this renderer (tinygrad's name, read for membership): all of them
+    here, as the transcendental ones a device lacks are decomposed before rendering (codegen/transcendental.py)."""
+    return dict.fromkeys(GroupOp.ALU)
 
   def lacking_dtypes(self, k: LoweredKernel) -> list[DType]:
     """The dtypes kernel k holds or computes in that this renderer has not (weak ones are rendered as strong ones)."""

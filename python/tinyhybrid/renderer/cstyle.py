@@ -71,8 +71,8 @@ def _fp8_table(dt: DType) -> str:
 def fp8_helpers(qual: str, memcpy: str) -> str:
   """What every fp8 format's conversions share, in a C dialect (function qualifier, memcpy's name), in 32-bit integers:
   th_fp8_dec(byte, ...) is exact; th_fp8_enc(float, ...) rounds to nearest even. Past the largest finite, E4M3FN
-  saturates to +-448 (infinities too: a number never becomes its NaN), E5M2 gives +-inf and the fnuz formats their
-  NaN (an infinity too), as torch's casts do; a NaN becomes the format's NaN. A double reaches th_fp8_enc through
+  saturates to +-448 (infinities too: a number never becomes its NaN) and E5M2 gives +-inf, as torch's casts do, and
+  the fnuz formats saturate as tinygrad's do (an infinity is their NaN); a NaN becomes the format's NaN. A double reaches th_fp8_enc through
   th_fp8_d2f, rounded to odd, so that it rounds once. kind: FP8_FN, FP8_IEEE or FP8_FNUZ."""
   return f"""{qual}float th_fp8_dec(unsigned int x, int m, int b, int kind) {{
   unsigned int s = (x & 0x80u) << 24, e = (x & 0x7fu) >> m, f = x & ((1u << m) - 1u), u;
@@ -103,7 +103,7 @@ def fp8_helpers(qual: str, memcpy: str) -> str:
   if (rem > (1u << (sh - 1u)) || (rem == (1u << (sh - 1u)) && (q & 1u))) q++;  /* nearest, ties to even */
   if (kind == {FP8_IEEE}) {{ if (q > 0x7bu) q = 0x7cu; }}  /* inf */
   else if (kind == {FP8_FN}) {{ if (q > 0x7eu) q = 0x7eu; }}  /* its largest, 448 */
-  else {{ if (q > 0x7fu) return 0x80u; if (q == 0u) return 0u; }}  /* past its largest: NaN; no -0 */
+  else {{ if (q > 0x7fu) q = 0x7fu; if (q == 0u) return 0u; }}  /* its largest; no -0 */
   return (unsigned char)(s | q);
 }}
 {qual}float th_fp8_d2f(double d) {{  /* rounded to odd: the rounding on to fp8 is then the only one that counts */

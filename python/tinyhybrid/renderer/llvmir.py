@@ -397,9 +397,10 @@ class LLVMWriter(CStyleWriter):
     tie_odd = op2("and", op2("icmp eq", rem, half), op2("icmp ne", op2("and", q, c(1)), c(0)), mt)
     up = op2("or", op2("icmp ugt", rem, half), tie_odd, mt)
     q = op2("add", q, self.op(f"zext {mt} {up} to {it}"))
-    if kind == FP8_FNUZ:  # no -0; past the largest, an infinity and a NaN are 0x80
+    if kind == FP8_FNUZ:  # saturates; no -0; an infinity and a NaN are 0x80
+      q = self.op(f"select {mt} {op2('icmp ugt', q, c(0x7F))}, {it} {c(0x7F)}, {it} {q}")
       byte = self.op(f"select {mt} {op2('icmp eq', q, c(0))}, {it} {c(0)}, {it} {op2('or', sign, q)}")
-      nan = op2("or", op2("icmp uge", a, c(0x7F800000)), op2("icmp ugt", q, c(0x7F)), mt)
+      nan = op2("icmp uge", a, c(0x7F800000))
       return self.op(f"trunc {it} {self.op(f'select {mt} {nan}, {it} {c(0x80)}, {it} {byte}')} to {i8}")
     top, over = (0x7B, 0x7C) if kind == FP8_IEEE else (0x7E, 0x7E)
     q = self.op(f"select {mt} {op2('icmp ugt', q, c(top))}, {it} {c(over)}, {it} {q}")
@@ -663,3 +664,6 @@ class LLVMRenderer(Renderer):
   def render(self, k: LoweredKernel) -> str:
     self.check_dtypes(k, "the LLVM renderer")
     return LLVMWriter(k, self.stream_bytes).write()
+
+
+CPULLVMRenderer = LLVMRenderer  # tinygrad's name for it

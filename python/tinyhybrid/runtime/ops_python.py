@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent, Target, profile_events
+from tinyhybrid.dtype import from_storage_scalar, to_storage_scalar  # noqa: F401 (tinygrad's tests import them from here)
 from tinyhybrid.helpers import PROFILE, prod
 from tinyhybrid.renderer.python import PythonRenderer
 from tinyhybrid.runtime import lanes
