@@ -157,3 +157,32 @@ def test_a_constant_input_on_no_device_is_refused():
   def f(x: Tensor) -> Tensor: return (x + 1).realize()
   with pytest.raises(JitError): f(Tensor(UOp.const(2.0).cast(dtypes.float))).item()
   with pytest.raises(JitError): f(Tensor(UOp.const(2.0).cast(dtypes.float) + UOp.const(1.0).cast(dtypes.float))).item()
+
+
+def test_free_intermediates_frees_what_a_replay_fills_and_keeps_state():
+  from tinyhybrid import GlobalCounters, dtypes
+  ext = Tensor([1, 24, 23, 45, 1])
+  @TinyJit
+  def f(x: Tensor) -> Tensor:
+    t1 = (x * 2).contiguous().realize()
+    t2 = (t1 + ext).contiguous().realize()
+    return t2.sum().contiguous().realize()
+  for i in range(4): assert f(Tensor([i, 1, 2, 3, 4])).item() == 114 + 2 * i
+  before = GlobalCounters.mem_used
+  f.captured.free_intermediates()
+  assert before - GlobalCounters.mem_used >= 2 * 5 * dtypes.int32.itemsize + 4  # t1, t2 and the result
+  assert f(Tensor([11, 1, 2, 3, 4])).item() == 136
+  f.captured.free_intermediates()
+  f.captured.free_intermediates()  # twice is fine
+  assert f(Tensor([11, 1, 2, 3, 4])).item() == 136
+  x = Tensor([1]).realize()
+  @TinyJit
+  def g(y: Tensor) -> Tensor:
+    x.assign(x + y)  # state: read before it is written, never freed
+    return x
+  for _ in range(5): g(Tensor([1]))
+  before = GlobalCounters.mem_used
+  g.captured.free_intermediates()
+  assert GlobalCounters.mem_used == before and x.item() == 6
+  g(Tensor([2]))
+  assert x.item() == 8

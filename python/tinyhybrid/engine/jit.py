@@ -216,6 +216,7 @@ class CapturedJit(Generic[ReturnType]):
       return slot_of[key]
 
     self.input_slots = [slot(b) for b in inputs]
+    self.freed: list[int] = []  # the slots whose buffers free_intermediates freed
     self.jit_cache = [ExecItem(prg, [slot(a) for a in args], threads) for _, prg, args, threads in runs]
     self.devices = [d for d, _, _, _ in runs]
     self.var_slots = {k: s for k, s in slot_of.items() if isinstance(k, UOp)}
@@ -234,8 +235,33 @@ class CapturedJit(Generic[ReturnType]):
     pos = {id(b): i for i, b in enumerate(inputs)}
     self.input_outs = [(t, t.uop, base, pos[id(base.arg)]) for t in _returned_tensors(ret) if buffer_view(t.uop) and id((base := base_buffer(t.uop)).arg) in pos]
 
+  def free_intermediates(self) -> None:
+    """Frees the memory of the buffers a replay fills before it reads them: its intermediates, and those of what it
+    returns (tinygrad's). The next call allocates them again. Inputs, state a replay reads before it writes (a buffer
+    updated in place, a model's weights) and buffers a live tensor outside holds keep theirs."""
+    from tinyhybrid.tensor import _all_tensors
+    returned = {id(t) for t in _returned_tensors(self.ret)}
+    held = {id(base_buffer(t.uop).arg) for t in list(_all_tensors) if id(t) not in returned and buffer_view(t.uop)}
+    filled: set[int] = set()
+    state: set[int] = set(self.input_slots)
+    for ei in self.jit_cache:
+      nbufs = ei.prg.bufs if ei.prg.bufs >= 0 else len(ei.slots)
+      # the PARAMs a kernel loads from (a program without a kernel, a copy, reads all but its outputs)
+      reads = {p.arg for u in ei.prg.ast.toposort() if u.op is Ops.LOAD for p in u.toposort() if p.op is Ops.PARAM} \
+        if ei.prg.ast is not None else set(range(ei.prg.outs, nbufs))
+      state |= {sl for i, sl in enumerate(ei.slots[:nbufs]) if i in reads and sl not in filled}
+      filled |= set(ei.slots[:ei.prg.outs])
+    for slot in sorted(filled - state):
+      b = self.objs[slot]
+      if isinstance(b, Buffer) and id(b) not in held and b._base is None and b.is_allocated():
+        b.deallocate()
+        self.freed.append(slot)
+
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> ReturnType:
     args, written = self.args, self.written
+    for slot in self.freed:  # memory again for the buffers free_intermediates let go of
+      args[slot] = self.objs[slot].ensure_allocated().address  # type: ignore[union-attr]
+    self.freed.clear()
     for slot, b in zip(self.input_slots, inputs):
       if b in written:  # the copy takes its place in inputs (our own list), which keeps it alive through the run
         inputs[inputs.index(b)] = b = Buffer(b.device, b.size, b.dtype, initial=b.numpy())
