@@ -73,6 +73,7 @@ def test_bytes_are_the_values_memory():
   assert t.shape == (2,) and t.tolist() == list(np.array([0.234, 0.8585], np.float32))
   assert Tensor(bytes([1, 2, 3, 4]), dtype=dtypes.int16).tolist() == [513, 1027]
   assert Tensor(bytes([1, 255])).dtype is dtypes.uint8 and Tensor(bytes([1, 255]), dtype=dtypes.int8).tolist() == [1, -1]
+  assert Tensor([b"abc", b"def"], dtype=dtypes.uint8).tolist() == [[97, 98, 99], [100, 101, 102]]  # rows of bytes
 
 
 def test_data_memoryview_shapes():

@@ -38,6 +38,7 @@ def is_numpy_ndarray(x: Any) -> bool: return isinstance(x, np.ndarray)  # tinygr
 def _flatten_list(x: Any) -> tuple[list, tuple[int, ...]]:
   """A nested list's items in row-major order and its shape; ragged lists are an error."""
   if isinstance(x, (np.ndarray, np.generic)): x = x.tolist()  # numpy items inside a list read as the Python values
+  if isinstance(x, (bytes, bytearray)): x = list(x)  # bytes inside a list: a row of their values, as in tinygrad
   if not isinstance(x, (list, tuple)): return [x], ()
   if len(x) == 0: return [], (0,)
   parts = [_flatten_list(e) for e in x]
