@@ -106,3 +106,12 @@ def test_bitcast_between_16_bit_types_keeps_the_bits(src, dst):
   want = vals.view(getattr(torch, dst))
   ours = Tensor(vals.float().numpy() if src == "bfloat16" else vals.numpy(), dtype=getattr(dtypes, src)).bitcast(getattr(dtypes, dst))
   np.testing.assert_array_equal(ours.numpy(), want.float().numpy() if dst == "bfloat16" else want.numpy())
+
+
+def test_full_takes_tinygrads_buffer_flag():
+  a = Tensor.empty(2)
+  a.assign(Tensor.ones(2, buffer=False))
+  assert a.tolist() == [1.0, 1.0] and Tensor.full((2,), 3, buffer=True).tolist() == [3, 3]
+  t = Tensor.ones(4, dtype=dtypes.int32, buffer=False)
+  t[1] = 5
+  assert t.tolist() == [1, 5, 1, 1]

@@ -256,7 +256,11 @@ class Tensor(TensorAPI):
 
   # ** creation **
   @staticmethod
-  def full(shape: sint | Sequence[sint], fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None, **kwargs) -> Tensor:
+  def full(shape: sint | Sequence[sint], fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
+           buffer: bool = True, **kwargs) -> Tensor:
+    """shape filled with fill_value (a number, or a bound Variable's value). A full tensor is a broadcast constant
+    until it is realized, when it gets memory of its own; tinygrad's `buffer` (False: keep it a constant) changes
+    nothing here."""
     shape = (shape,) if isinstance(shape, (int, UOp)) else tuple(shape)
     check_shape(shape, "full: ")
     requires_grad = kwargs.pop("requires_grad", None)
