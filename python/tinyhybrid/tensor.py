@@ -353,7 +353,8 @@ class Tensor(TensorAPI):
     for t, g in zip(targets, self.gradient(*targets, gradient=gradient)):
       g = g.cast(t.dtype) if g.dtype is not t.dtype else g
       if t.grad is None: t.grad = g
-      else: t.grad.assign(t.grad + g)
+      elif buffer_view(t.grad.uop): t.grad.assign(t.grad + g)  # in its memory, lazily
+      else: t.grad.uop = (t.grad + g).uop  # still lazy: the same tensor, its graph extended (no realize here)
     return self
 
   def assign(self, x: Any) -> Tensor:
