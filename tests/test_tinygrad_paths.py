@@ -145,3 +145,16 @@ def test_invalid_and_half_conversions():
   assert float_to_fp16(65520.0) == math.inf and float_to_fp16(-1e6) == -math.inf and math.isnan(float_to_fp16(math.nan))
   for v in (1.1, -2.5e-3, 1e38, 3.4e38, -math.inf):
     assert float_to_bf16(v) == torch.tensor(v, dtype=torch.float32).bfloat16().item(), v
+
+
+def test_schedule_cache_at_tinygrads_path():
+  from tinyhybrid import Tensor, Variable
+  from tinyhybrid.engine import realize
+  from tinyhybrid.schedule import schedule_cache
+  assert realize.schedule_cache is schedule_cache
+  schedule_cache.clear()
+  v = Variable("v", 1, 100)
+  x = Tensor.ones(10).contiguous().realize()
+  assert (x + Tensor(v.bind(5))).sum().item() == 60.0
+  n = len(schedule_cache)
+  assert n > 0 and (x + Tensor(v.bind(10))).sum().item() == 110.0 and len(schedule_cache) == n  # one plan for every value

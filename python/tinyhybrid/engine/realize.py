@@ -21,6 +21,7 @@ from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
 from tinyhybrid.renderer import Estimates
+from tinyhybrid.schedule import schedule_cache  # (normalized sink, device, planning switches) -> CompiledSchedule
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
 from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.localize import localize
@@ -70,10 +71,6 @@ def count_runs(kernels: int, ops: int, mem: int) -> None:
   GlobalCounters.global_mem += mem
 
 
-# (normalized sink, device, the planning switches' values) -> compiled schedule; the key keeps its graph alive, and so
-# its identity. Least recently used plans are dropped past the limit, so programs that build ever-new graphs do not
-# grow without bound.
-schedule_cache: OrderedDict[tuple[UOp, str, tuple], CompiledSchedule] = OrderedDict()
 PLANNING = (TC, TC_SELECT, BEAM, NOOPT, SPLIT_REDUCEOP, NOLOCALS, TRANSCENDENTAL)  # a plan made under other values is not reused
 
 
