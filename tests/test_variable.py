@@ -217,3 +217,12 @@ def test_variables_in_full_arange_and_split():
   t = Tensor.ones(10, 8).contiguous()[:vi(4), :]
   with pytest.raises(AssertionError): t.chunk(2, dim=0)  # tinygrad's type: a symbolic dimension is not split
   with pytest.raises(AssertionError): t.split(2, dim=0)
+
+
+def test_an_empty_tensor_may_have_an_unbound_variable_in_its_shape():
+  v = Variable("v", 1, 32)
+  t = Tensor.empty(2, v, 4)  # a placeholder's shape (tinygrad allows it): bound before it is realized
+  assert t.max_shape == (2, 32, 4) and t.max_numel() == 256
+  with pytest.raises(ValueError, match="unbound"): t.realize()
+  with pytest.raises(ValueError, match="unbound"): Tensor.ones(3, v)
+

@@ -262,7 +262,7 @@ class Tensor(TensorAPI):
     until it is realized, when it gets memory of its own; tinygrad's `buffer` (False: keep it a constant) changes
     nothing here."""
     shape = (shape,) if isinstance(shape, (int, UOp)) else tuple(shape)
-    check_shape(shape, "full: ")
+    check_shape(shape, "full: ", unbound=True)
     requires_grad = kwargs.pop("requires_grad", None)
     if isinstance(fill_value, UOp):  # a bound Variable (or an expression of them): its value, read when the kernel runs
       t = Tensor(fill_value, device=device, dtype=dtype, **kwargs)
@@ -310,7 +310,7 @@ class Tensor(TensorAPI):
   @staticmethod
   def _shape_arg(shape: tuple) -> tuple[sint, ...]:
     s = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-    return check_shape(s)
+    return check_shape(s, unbound=True)
 
   # ** realize and read **
   def realize(self, *lst: Tensor) -> Tensor:

@@ -317,12 +317,14 @@ def sint_eq(a: sint, b: sint) -> bool:
 def shape_eq(a: tuple, b: tuple) -> bool: return a == b or (len(a) == len(b) and all(sint_eq(x, y) for x, y in zip(a, b)))
 
 
-def check_shape(shape: tuple[Any, ...], what: str = "") -> tuple[Any, ...]:
-  """shape, if every dim is valid (valid_dim). As in tinygrad, a float dim (2.0) is a RuntimeError; a negative one, or
+def check_shape(shape: tuple[Any, ...], what: str = "", unbound: bool = False) -> tuple[Any, ...]:
+  """shape, if every dim is valid (valid_dim; with `unbound`, a Variable may be unbound yet, as a new tensor's may:
+  it is bound before the tensor is realized). As in tinygrad, a float dim (2.0) is a RuntimeError; a negative one, or
   one that is no number (a nested tuple), is a ValueError."""
   for d in shape:
     if isinstance(d, float): raise RuntimeError(f"shape must be int, got {dtypes.from_py(d)} in {shape}")
-    if not isinstance(d, (int, UOp)) or isinstance(d, bool) or not valid_dim(d): raise ValueError(f"{what}invalid shape {shape}")
+    if not isinstance(d, (int, UOp)) or isinstance(d, bool): raise ValueError(f"{what}invalid shape {shape}")
+    if not (valid_dim(d) if not unbound or not isinstance(d, UOp) else d.dtype._is_int and d.vmin >= 0): raise ValueError(f"{what}invalid shape {shape}")
   return shape
 
 
