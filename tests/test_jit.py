@@ -186,3 +186,16 @@ def test_free_intermediates_frees_what_a_replay_fills_and_keeps_state():
   assert GlobalCounters.mem_used == before and x.item() == 6
   g(Tensor([2]))
   assert x.item() == 8
+
+
+def test_work_under_capturing_0_is_not_replayed():
+  from tinyhybrid import GlobalCounters
+  @TinyJit
+  def add(a: Tensor, b: Tensor) -> Tensor:
+    with Context(CAPTURING=0): Tensor.zeros(4, 4).contiguous().realize()  # runs at the capture, not in replays
+    return (a + b).realize()
+  for i in range(4): assert add(Tensor([i]), Tensor([i])).item() == 2 * i
+  assert len(add.captured.jit_cache) == 1
+  GlobalCounters.reset()
+  add(Tensor([5]), Tensor([5]))
+  assert GlobalCounters.kernel_count == 1

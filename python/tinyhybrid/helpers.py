@@ -115,6 +115,7 @@ JIT = ContextVar("JIT", 1)
 # a long submit (a TinyJit replay) reaches a device in batches of this many commands, then twice as many, ... (tinygrad's
 # name; 0: in one piece), so the device starts on it while the host still hands it over
 JIT_BATCH_SIZE = ContextVar("JIT_BATCH_SIZE", 32)
+CAPTURING = ContextVar("CAPTURING", 1)  # 0: what runs now inside a TinyJit capture is not replayed
 NOOPT = ContextVar("NOOPT", 0)
 # tensor cores (codegen/tc.py), tinygrad's names: TC=0 never uses them; TC_SELECT picks one of the renderer's (-1: the
 # first that fits); TC_OPT is how hard to try (0: only shapes that fit exactly, the only level implemented here)
@@ -160,7 +161,7 @@ PARALLEL = ContextVar("PARALLEL", NUM_CPU_THREADS.value // max(1, getenv("PYTEST
 # WINO: convolutions stay direct (no Winograd rewrite); FLOAT16, ALLOW_TF32: no implicit precision change is made;
 # NO_MEMORY_PLANNER, PCONTIG, USE_ATOMICS, FUSE_OPTIM, DISABLE_FAST_IDIV, MAX_KERNEL_BUFFERS, MAX_BUFFER_SIZE,
 # TUPLE_ORDER: scheduling details of tinygrad's; SCACHE, CCACHE, LRU: caches this project keeps always;
-# VALIDATE_WITH_CPU, CAPTURING, CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY, TRACEMETA, NO_COLOR, NULL_ALLOW_COPYOUT,
+# VALIDATE_WITH_CPU, CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY, TRACEMETA, NO_COLOR, NULL_ALLOW_COPYOUT,
 # ALLOW_DEVICE_USAGE, DISALLOW_BROADCAST, ALLREDUCE_CAST, OPENPILOT_HACKS, EMULATED_DTYPES: debugging and special builds
 WINO, FLOAT16, ALLOW_TF32 = ContextVar("WINO", 0), ContextVar("FLOAT16", 0), ContextVar("ALLOW_TF32", 0)
 NO_MEMORY_PLANNER = ContextVar("NO_MEMORY_PLANNER", 0)
@@ -169,7 +170,6 @@ DISABLE_FAST_IDIV = ContextVar("DISABLE_FAST_IDIV", 1)
 MAX_KERNEL_BUFFERS, MAX_BUFFER_SIZE, TUPLE_ORDER = ContextVar("MAX_KERNEL_BUFFERS", 0), ContextVar("MAX_BUFFER_SIZE", 0), ContextVar("TUPLE_ORDER", 1)
 SCACHE = ContextVar("SCACHE", 1)
 CCACHE, LRU, VALIDATE_WITH_CPU = ContextVar("CCACHE", 1), ContextVar("LRU", 1), ContextVar("VALIDATE_WITH_CPU", 0)
-CAPTURING = ContextVar("CAPTURING", 1)
 CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY = ContextVar("CAPTURE_PROCESS_REPLAY", 0), ContextVar("DEBUG_RANGEIFY", 0)
 TRACEMETA, NO_COLOR = ContextVar("TRACEMETA", 1), ContextVar("NO_COLOR", 0)
 NULL_ALLOW_COPYOUT, ALLOW_DEVICE_USAGE = ContextVar("NULL_ALLOW_COPYOUT", 0), ContextVar("ALLOW_DEVICE_USAGE", 1)

@@ -23,7 +23,7 @@ from tinyhybrid._core import hcq
 from tinyhybrid.device import Buffer, CompiledProgram, CopySpec, Device, Runner
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.runtime import hcq as hcq_runtime
-from tinyhybrid.helpers import PROFILE, ContextVar, prod
+from tinyhybrid.helpers import CAPTURING, PROFILE, ContextVar, prod
 from tinyhybrid.schedule.kernelize import without_history
 from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, byte_range
 from tinyhybrid.schedule.multi import Sharded, lower_multi, lower_selects
@@ -83,7 +83,7 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
       continue
     _submit_copy(dst.device, dst.address, src.address, spec)
     engine.count_runs(0, 0, 2 * spec.nbytes)
-    if engine.capturing: engine.capturing[-1].record(dst.device, _copy_program(dst.device, spec), [dst, src], 1)
+    if engine.capturing and CAPTURING: engine.capturing[-1].record(dst.device, _copy_program(dst.device, spec), [dst, src], 1)
 
 
 # ZEROCOPY=0: every COPY between devices is a copy, even where the kernel could read the source in place (the graph's

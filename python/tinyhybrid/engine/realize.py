@@ -19,7 +19,7 @@ from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
-from tinyhybrid.helpers import BEAM, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
+from tinyhybrid.helpers import BEAM, CAPTURING, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
 from tinyhybrid.renderer import Estimates
 from tinyhybrid.schedule import schedule_cache  # (normalized sink, device, planning switches) -> CompiledSchedule
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
@@ -321,7 +321,7 @@ def run_step(st: Step) -> None:
   elif cs.items:
     cs.runner(args)
   count_runs(len(cs.items), cs.ops, cs.mem)
-  if capturing:
+  if capturing and CAPTURING:  # (Context(CAPTURING=0): work a TinyJit function does that its replays skip)
     bound: list[Buffer | UOp] = [*bufs, *(v.bind(st.var_vals[v]) for v in cs.vars)]
     for ei in cs.items: capturing[-1].record(st.device, ei.prg, [bound[s] for s in ei.slots], ei.threads)
   if not st.done:
