@@ -190,7 +190,7 @@ class Buffer:
     """A view's memory: its range of the base's current memory (allocated first if need be)."""
     base = self._base
     assert base is not None
-    mem = base.ensure_allocated()._memory()
+    mem = base._memory()
     self._mem, self._mapped, self._allocator, self._freed = mem[self.offset:self.offset + self.nbytes], mem, base._allocator, False
     self._address = base._address + self.offset
 
@@ -216,7 +216,9 @@ class Buffer:
       if PROFILE: profile_mem.append(ProfileMemEvent(self.device, time.monotonic_ns(), -self.nbytes))
 
   @property
-  def address(self) -> int: return self._address or self.ensure_allocated()._address
+  def address(self) -> int:
+    if self._base is not None: return self.ensure_allocated()._address  # a view follows its base's current memory
+    return self._address or self.ensure_allocated()._address
 
   def copyin(self, data: bytes | memoryview | np.ndarray, offset: int | None = None) -> Buffer:
     """The buffer's bytes from data: all of them, or (at a byte offset) the range data covers."""

@@ -242,6 +242,7 @@ class CapturedJit(Generic[ReturnType]):
     from tinyhybrid.tensor import _all_tensors
     returned = {id(t) for t in _returned_tensors(self.ret)}
     held = {id(base_buffer(t.uop).arg) for t in list(_all_tensors) if id(t) not in returned and buffer_view(t.uop)}
+    held |= {id(b._base) for b in self.objs if isinstance(b, Buffer) and b._base is not None}  # a view's base stays
     filled: set[int] = set()
     state: set[int] = set(self.input_slots)
     for ei in self.jit_cache:
