@@ -174,7 +174,8 @@ def test_batchnorm_statistics_follow_the_weights_before_each_step(training, with
 
 def test_batchnorm_backward_is_torchs_formula_in_few_passes(training):
   # relu(bn(x)) in training: the forward's statistics (mean, variance, 1/std), the output, then the backward's sums
-  # of g and of g * xhat and the input's gradient, with the relu's mask computed into g once
+  # of g and of g * xhat and the input's gradient, with the relu's mask computed into g once (a per-channel product of
+  # two of those sums is computed where the elementwise gradient uses it)
   from tinyhybrid.schedule import kernelize
   ours, ref = nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
   params = _load_from_torch(ours, ref)
@@ -183,7 +184,7 @@ def test_batchnorm_backward_is_torchs_formula_in_few_passes(training):
   (ours(xt).relu() * Tensor(gw)).sum().backward()
   (ref(tt).relu() * torch.tensor(gw)).sum().backward()
   key, inputs, _ = kernelize.normalize([xt.grad.uop])
-  assert len(kernelize.create_schedule(key, len(inputs)).items) == 8
+  assert len(kernelize.create_schedule(key, len(inputs)).items) == 7
   np.testing.assert_allclose(xt.grad.numpy(), tt.grad.numpy(), atol=1e-5, rtol=1e-4)
   for k, t in params.items(): np.testing.assert_allclose(t.grad.numpy(), getattr(ref, k).grad.numpy(), atol=1e-4, rtol=1e-4, err_msg=k)
 

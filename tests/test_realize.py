@@ -275,3 +275,16 @@ def test_assigning_a_graph_of_constants_onto_another_device():
   assert c.device is None  # constants only: deviceless, as in tinygrad
   s.assign(c)
   assert s.tolist() == [2.0] * 4
+
+
+def test_a_cheap_expanded_value_fuses_into_elementwise_work_but_not_into_a_reduce():
+  a, b = Tensor.empty(1, 16).realize(), Tensor.empty(1, 16).realize()
+  d = Tensor.empty(8192, 16).realize()
+  GlobalCounters.reset()
+  (a * b * d).realize()  # a*b is done once per output either way: one kernel
+  assert GlobalCounters.kernel_count == 1
+  x, y = Tensor.empty(64, 1).realize(), Tensor.empty(64, 1).realize()
+  w = Tensor.empty(64, 256).realize()
+  GlobalCounters.reset()
+  ((x * y).expand(64, 256) * w).sum(0).realize()  # read once per step of the reduce: computed apart (two kernels)
+  assert GlobalCounters.kernel_count == 2

@@ -409,14 +409,40 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   loop) that take more than one operation each, or read more than one buffer: they get a buffer. Fused into the
   reader they would be recomputed, and their inputs loaded, on every read: a batch norm before a convolution, once per
   output channel; a lazily initialized weight, once per image position; a product of two activations in a weight's
-  gradient, once per row of it. A decode of packed data stays fused (_unpacking)."""
+  gradient, once per row of it. A decode of packed data stays fused (_unpacking). One operation over two buffers read
+  by elementwise work only (`(a * b)` of two rows, times a matrix) is done once per output anyway: it stays fused."""
   out: set[UOp] = set()
+  users: dict[UOp, list[UOp]] | None = None
   for u in nodes:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
-    if s.op in GroupOp.ALU and s not in ends and not _one_hot(s) and (_ops_in(s, ends) >= 2 or _reads(s, ends) >= 2) and not _unpacking(s, ends): out.add(s)
+    if s.op not in GroupOp.ALU or s in ends or _one_hot(s) or _unpacking(s, ends): continue
+    if _ops_in(s, ends) >= 2: out.add(s)
+    elif _reads(s, ends) >= 2:
+      if users is None: users = _users(nodes)
+      if _feeds_a_reduce(u, users, ends): out.add(s)
   return out
+
+
+def _users(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
+  users: dict[UOp, list[UOp]] = {}
+  for n in nodes:
+    for x in n.src: users.setdefault(x, []).append(n)
+  return users
+
+
+def _feeds_a_reduce(u: UOp, users: dict[UOp, list[UOp]], ends: set[UOp]) -> bool:
+  """Whether a REDUCE reads u within the kernel u is computed in (not looking past kernel ends): then each value of u
+  is read once per step of its loop, not once per output."""
+  seen, stack = {u}, [u]
+  while stack:
+    for c in users.get(stack.pop(), ()):
+      if c.op is Ops.REDUCE: return True
+      if c not in seen and c not in ends:
+        seen.add(c)
+        stack.append(c)
+  return False
 
 
 def _unpacking(u: UOp, ends: set[UOp]) -> bool:
