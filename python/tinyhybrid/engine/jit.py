@@ -22,7 +22,7 @@ from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.multi import batch_runners
 from tinyhybrid.engine.realize import Capture, ExecItem, JitError, Transient, capturing, scalar_buffers
 from tinyhybrid.helpers import JIT, PROFILE
-from tinyhybrid.tensor import Tensor
+from tinyhybrid.tensor import Tensor, _all_tensors
 from tinyhybrid.uop.buffers import base_buffer, buffer_view, contiguous_buffer
 from tinyhybrid.schedule.multi import is_realized_multi
 from tinyhybrid.uop import Ops
@@ -239,7 +239,6 @@ class CapturedJit(Generic[ReturnType]):
     """Frees the memory of the buffers a replay fills before it reads them: its intermediates, and those of what it
     returns (tinygrad's). The next call allocates them again. Inputs, state a replay reads before it writes (a buffer
     updated in place, a model's weights) and buffers a live tensor outside holds keep theirs."""
-    from tinyhybrid.tensor import _all_tensors
     returned = {id(t) for t in _returned_tensors(self.ret)}
     held = {id(base_buffer(t.uop).arg) for t in list(_all_tensors) if id(t) not in returned and buffer_view(t.uop)}
     held |= {id(b._base) for b in self.objs if isinstance(b, Buffer) and b._base is not None}  # a view's base stays
