@@ -288,3 +288,14 @@ def test_a_cheap_expanded_value_fuses_into_elementwise_work_but_not_into_a_reduc
   GlobalCounters.reset()
   ((x * y).expand(64, 256) * w).sum(0).realize()  # read once per step of the reduce: computed apart (two kernels)
   assert GlobalCounters.kernel_count == 2
+
+
+def test_cheap_index_arithmetic_is_recomputed_where_it_is_read():
+  x = Tensor(np.random.default_rng(0).random((4, 32), dtype=np.float32)).realize()
+  GlobalCounters.reset()
+  out = x.argmax(-1).realize()  # the max, then the first position holding it: n - arange(n) is not a kernel of its own
+  assert GlobalCounters.kernel_count == 2 and out.tolist() == x.numpy().argmax(-1).tolist()
+  w = Tensor.rand(64, 64)  # a lazily initialized weight (threefry: dozens of operations a value) still gets a buffer
+  GlobalCounters.reset()
+  (Tensor.ones(8, 64) @ w).realize()
+  assert GlobalCounters.kernel_count >= 2

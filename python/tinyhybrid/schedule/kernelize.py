@@ -418,11 +418,19 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
     if s.op not in GroupOp.ALU or s in ends or _one_hot(s) or _unpacking(s, ends): continue
-    if _ops_in(s, ends) >= 2: out.add(s)
+    if not _reads(s, ends):  # from indices and constants only (an arange's arithmetic, a lazily initialized weight)
+      if _ops_in(s, ends, CHEAP_INDEX_OPS) >= CHEAP_INDEX_OPS: out.add(s)
+    elif _ops_in(s, ends) >= 2: out.add(s)
     elif _reads(s, ends) >= 2:
       if users is None: users = _users(nodes)
       if _feeds_a_reduce(u, users, ends): out.add(s)
   return out
+
+
+# A value computed from indices and constants alone in fewer operations than this (`n - arange(n)`, an argmax's
+# positions) is recomputed where it is read: cheaper than a kernel and a buffer of its own. A lazily initialized
+# weight (threefry's dozens of operations per value) is not.
+CHEAP_INDEX_OPS = 4
 
 
 def _users(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
