@@ -298,7 +298,7 @@ def fp8_encode(x: object, dtype: DType) -> np.ndarray:
   q, rem, half = sig >> sh, sig & ((one << sh) - one), one << (sh - one)
   with np.errstate(over="ignore"): q = np.where(normal, q - np.uint64((1023 - b) << m), q)  # (a subnormal's wraps, unused)
   q = q + ((rem > half) | ((rem == half) & ((q & one) == one)))  # nearest, ties to even
-  if dtype in (dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz):
+  if dtype in dtypes.fp8_fnuz:
     q = np.minimum(q, np.uint64(0x7F))
     out = np.where(q == 0, np.uint64(0), ((u >> np.uint64(56)) & np.uint64(0x80)) | q)
     return np.where(a >= np.uint64(0x7FF0000000000000), np.uint64(0x80), out).astype(np.uint8)

@@ -153,7 +153,8 @@ SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 # renderers do for a type they have no instruction for (PTX's float64)
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 NOLOCALS = ContextVar("NOLOCALS", 0)
-# the CPU device's worker threads, and the threads that compile kernels and time BEAM's candidates (0: one)
+# the CPU device's worker threads (0: the CPUs this process may use), and the threads that compile kernels and time
+# BEAM's candidates (PARALLEL; 0: one)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", _core.hcq.usable_cpu_count())
 PARALLEL = ContextVar("PARALLEL", NUM_CPU_THREADS.value // max(1, getenv("PYTEST_XDIST_WORKER_COUNT", 1)))
 # tinygrad's other switches, importable and accepted by Context(...) so that its scripts run unchanged; none changes a
@@ -412,7 +413,6 @@ class disable_gc(contextlib.ContextDecorator):  # noqa: N801 (tinygrad's name)
     if self.was_enabled: gc.enable()
 
 
-
 # host-side spans and markers for a profile, as tinygrad records them (PROFILE=1); devices keep their own events
 def perf_counter_us() -> decimal.Decimal: return decimal.Decimal(time.perf_counter_ns()) / 1000
 
@@ -462,6 +462,7 @@ def cpu_profile(name: str | TracingKey, device: str = "TINY", display: bool = Tr
 
 def profile_marker(name: str, color: str = "gray") -> None:
   cpu_events.append(ProfilePointEvent("TINY", "marker", None, {"name": name, "color": color}))
+
 
 def system(cmd: str, **kwargs: Any) -> str:
   """A command's stdout and stderr, stripped; a nonzero exit is a RuntimeError with its output."""

@@ -17,15 +17,12 @@ import numpy as np
 
 from tinyhybrid.device import is_storage
 from tinyhybrid.dtype import dtypes, least_upper_dtype
-from tinyhybrid.helpers import prod
+from tinyhybrid.helpers import ceildiv, prod
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, bound_value, sint, ssimplify
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
-
-
-def _ceildiv(a: int, b: int) -> int: return -(-a // b)
 
 
 def _tuple(x: int | Sequence[int]) -> tuple[int, ...]: return (x,) if isinstance(x, int) else tuple(x)
@@ -220,7 +217,7 @@ class IndexingMixin:
       else:
         # without padding: repeat the row m times, flatten, and read it with a row length of n + step; element j then
         # sits at row j, column j * step (< n)
-        m = _ceildiv(count * (n + step), n)
+        m = ceildiv(count * (n + step), n)
         x = x.reshape(pre + (1, n) + post).expand(pre + (m, n) + post).reshape(pre + (m * n,) + post)
         x = x.shrink(at((0, count * (n + step)), x.ndim)).reshape(pre + (count, n + step) + post)
         return x.shrink(tuple((0, 1) if i == d + 1 else None for i in range(x.ndim))).reshape(pre + (count,) + post)
@@ -565,7 +562,7 @@ class IndexingMixin:
     else:
       # movement only: repeat the row m times and read the flat result with a row length of n + step; window w then
       # starts at row w, column w * step, and its size elements follow without wrapping
-      m = _ceildiv(nw * (n + step), n)
+      m = ceildiv(nw * (n + step), n)
       x = x.unsqueeze(-2).expand(*pre, m, n).reshape(*pre, m * n)
       x = x.shrink(tuple(None for _ in pre) + ((0, nw * (n + step)),)).reshape(*pre, nw, n + step)
       out = x.shrink(tuple(None for _ in pre) + (None, (0, size)))

@@ -17,7 +17,7 @@ import numpy as np
 
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.gradient import grad_rule, with_gradient
-from tinyhybrid.helpers import prod
+from tinyhybrid.helpers import ceildiv, prod
 from tinyhybrid.uop.ops import bound_value
 
 if TYPE_CHECKING:
@@ -31,9 +31,6 @@ def _tuple(v: int | Sequence[int], n: int, what: str, op: str) -> tuple[int, ...
   t = tuple(v)  # type: ignore[arg-type]  # a bool is no int here: tuple() raises its TypeError
   if len(t) != n or any(not isinstance(x, int) for x in t): raise ValueError(f"{op}: {what} must be an int or {n} ints, got {v!r}")
   return t
-
-
-def _ceildiv(a: int, b: int) -> int: return -(-a // b)
 
 
 def _grouped_pads(padding: int | Sequence[int] | str, nd: int, op: str, kernel: Sequence[int] = (), dilation: Sequence[int] = (),
@@ -75,13 +72,13 @@ def _conv_input_grad(g: Tensor, weight: Tensor, groups: int, s_: tuple[int, ...]
   nd, (cout, cin), k_, o_ = len(s_), weight.shape[:2], weight.shape[2:], g.shape[2:]
   rcout = cout // groups
   wt = weight.reshape(groups, rcout, cin, *k_).transpose(1, 2).reshape(groups * cin, rcout, *k_).cast(g.dtype)
-  m_ = [_ceildiv(i, s) for i, s in zip(i_, s_)]
+  m_ = [ceildiv(i, s) for i, s in zip(i_, s_)]
   pieces = []
   for phase in itertools.product(*[range(s) for s in s_]):
     taps, conv_pads, dil, sizes = [], [], [], []
     for r, s, d, k, (b, _), i, o in zip(phase, s_, d_, k_, pads, i_, o_):
       first = [t for t in range(k) if (r + b - t * d) % s == 0]
-      sizes.append(_ceildiv(i - r, s))
+      sizes.append(ceildiv(i - r, s))
       if not first or sizes[-1] <= 0: break
       step, dd = s // math.gcd(s, d), d // math.gcd(s, d)
       n = len(range(first[0], k, step))
@@ -183,15 +180,15 @@ class NNMixin:
     pre, i_ = self.shape[:-nd], self.shape[-nd:]
     if any(d * (k - 1) + 1 > bound_value(i) for k, d, i in zip(k_, d_, i_)):  # a symbolic size: its bound value decides
       raise RuntimeError(f"pool: kernel {tuple(k_)} with dilation {d_} is larger than the input's spatial shape {i_}")
-    o_ = [_ceildiv(i - d * (k - 1), s) for i, k, d, s in zip(i_, k_, d_, s_)]
+    o_ = [ceildiv(i - d * (k - 1), s) for i, k, d, s in zip(i_, k_, d_, s_)]
     np_ = len(pre)
     if all(s == k and d == 1 for k, s, d in zip(k_, s_, d_)):
       x = self.shrink(tuple([None] * np_ + [(0, o * k) for o, k in zip(o_, k_)]))
       x = x.reshape(pre + tuple(v for o, k in zip(o_, k_) for v in (o, k)))
     else:
-      f_ = [max(1, _ceildiv(o * s - d, i)) for o, s, d, i in zip(o_, s_, d_, i_)]
+      f_ = [max(1, ceildiv(o * s - d, i)) for o, s, d, i in zip(o_, s_, d_, i_)]
       L_ = [i * f + d for i, f, d in zip(i_, f_, d_)]
-      x = self.repeat([1] * np_ + [_ceildiv(k * L, i) for k, L, i in zip(k_, L_, i_)])
+      x = self.repeat([1] * np_ + [ceildiv(k * L, i) for k, L, i in zip(k_, L_, i_)])
       x = x.shrink(tuple([None] * np_ + [(0, k * L) for k, L in zip(k_, L_)]))
       x = x.reshape(pre + tuple(v for k, L in zip(k_, L_) for v in (k, L)))
       x = x.shrink(tuple([None] * np_ + [r for k, o, s in zip(k_, o_, s_) for r in ((0, k), (0, o * s))]))
@@ -295,7 +292,7 @@ class NNMixin:
     out = []
     for i, k, s, d, (b, a) in zip(i_, k_, s_, d_, pads):
       span = i + b + a - d * (k - 1) - 1
-      o = _ceildiv(span, s) + 1
+      o = ceildiv(span, s) + 1
       if (o - 1) * s >= i + b: o -= 1
       need = (o - 1) * s + d * (k - 1) + 1 - (i + b + a)
       out.append((b, a + max(0, need)))
@@ -483,7 +480,7 @@ def _diagonal(x: Tensor, j: int, j2: int) -> Tensor:
 
 def _np_pool_sum(a: np.ndarray, k_, s_, d_) -> np.ndarray:
   """Window sums of a small numpy array (the divisor of avg_pool2d)."""
-  o_ = [_ceildiv(i - d * (k - 1), s) for i, k, d, s in zip(a.shape, k_, d_, s_)]
+  o_ = [ceildiv(i - d * (k - 1), s) for i, k, d, s in zip(a.shape, k_, d_, s_)]
   out = np.zeros(o_, dtype=np.float64)
   for off in np.ndindex(*k_):
     sl = tuple(slice(j * d, j * d + (o - 1) * s + 1, s) for j, d, o, s in zip(off, d_, o_, s_))

@@ -310,9 +310,7 @@ def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   kernel: that kernel computes the reduce itself and applies the rest to it (`relu(x @ w + b)`, `x.sum(1) * 2` are
   one kernel), so the reduce's result never goes through memory. One reduce per kernel; an assign's kernel keeps its
   reduce apart, since the reduce could read what the assign overwrites."""
-  consumers: dict[UOp, set[UOp]] = {}
-  for u in nodes:
-    for s in u.src: consumers.setdefault(s, set()).add(u)
+  consumers = _users(nodes)
   # per node: the kernels (by their end) that read it, whether every path to them is epilogue work, and whether it
   # is read at one index only (one path, or paths of index-keeping ops): else the kernel would compute it twice
   kernels: dict[UOp, set[UOp]] = {}
@@ -412,7 +410,7 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   gradient, once per row of it. A decode of packed data stays fused (_unpacking). One operation over two buffers read
   by elementwise work only (`(a * b)` of two rows, times a matrix) is done once per output anyway: it stays fused."""
   out: set[UOp] = set()
-  users: dict[UOp, list[UOp]] | None = None
+  users: dict[UOp, set[UOp]] | None = None
   for u in nodes:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
@@ -433,14 +431,15 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
 CHEAP_INDEX_OPS = 4
 
 
-def _users(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
-  users: dict[UOp, list[UOp]] = {}
+def _users(nodes: list[UOp]) -> dict[UOp, set[UOp]]:
+  """Each node's consumers among nodes (a consumer that reads it twice, x * x, once)."""
+  users: dict[UOp, set[UOp]] = {}
   for n in nodes:
-    for x in n.src: users.setdefault(x, []).append(n)
+    for x in n.src: users.setdefault(x, set()).add(n)
   return users
 
 
-def _feeds_a_reduce(u: UOp, users: dict[UOp, list[UOp]], ends: set[UOp]) -> bool:
+def _feeds_a_reduce(u: UOp, users: dict[UOp, set[UOp]], ends: set[UOp]) -> bool:
   """Whether a REDUCE reads u within the kernel u is computed in (not looking past kernel ends): then each value of u
   is read once per step of its loop, not once per output."""
   seen, stack = {u}, [u]
