@@ -5,11 +5,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import pickle
 import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, TypeGuard
+from typing import Any, Callable, SupportsIndex, TypeGuard
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class Buffer:
   (BufferSpec), initial_value (bytes), base and offset (a view of base's memory) and preallocate."""
 
   def __init__(self, device: str, size: int, dtype: DType, opaque: Any = None, options: BufferSpec | None = None,
-               initial_value: bytes | None = None, uop_refcount: int = 0, base: Buffer | None = None, offset: int = 0,
+               initial_value: bytes | pickle.PickleBuffer | None = None, uop_refcount: int = 0, base: Buffer | None = None, offset: int = 0,
                preallocate: bool = False, initial: bytes | np.ndarray | None = None):
     if size < 0: raise ValueError(f"Buffer: negative size {size}")
     self.device, self.size, self.dtype, self.options = device, size, dtype, options
@@ -109,7 +110,10 @@ class Buffer:
     elif opaque is not None or (options is not None and options.external_ptr is not None) or preallocate: self.allocate(opaque)
     # made from host data (Tensor([1, 2])): what tinygrad holds as a copy still to run, not as state a function reads
     self.from_host = initial is not None or initial_value is not None
-    if self.from_host: self.copyin(initial if initial is not None else initial_value)  # type: ignore[arg-type]
+    if self.from_host:
+      data = initial if initial is not None else initial_value
+      self.copyin(data.raw() if isinstance(data, pickle.PickleBuffer) else data)  # type: ignore[arg-type]
+      if isinstance(data, pickle.PickleBuffer): data.release()
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
@@ -193,6 +197,15 @@ class Buffer:
     mem = base._memory()
     self._mem, self._mapped, self._allocator, self._freed = mem[self.offset:self.offset + self.nbytes], mem, base._allocator, False
     self._address = base._address + self.offset
+
+  def __reduce_ex__(self, protocol: SupportsIndex) -> tuple:
+    """Pickled with its contents (out of band with protocol 5, so pickle.dumps(..., buffer_callback=) copies nothing);
+    a view as its base and offset. The device's state (allocator, programs) is the receiving process's own."""
+    if self._base is not None: return Buffer, (self.device, self.size, self.dtype, None, None, None, 0, self._base, self.offset)
+    data: bytearray | pickle.PickleBuffer | None = None
+    if self.is_allocated():
+      data = pickle.PickleBuffer(self.as_buffer()) if int(protocol) >= 5 else bytearray(self.as_buffer())
+    return Buffer, (self.device, self.size, self.dtype, None, self.options, data)
 
   def host_memory(self, write: bool = False) -> Any:
     """The allocator's memory itself (a numpy array on the host), once the host may read it (write: also write it)."""
@@ -433,6 +446,11 @@ class _DeviceRegistry:
   @DEFAULT.setter
   def DEFAULT(self, _: str) -> None:  # noqa: N802
     raise AttributeError("setting Device.DEFAULT is deprecated: set DEV=... in the environment, or use Context(DEV=...)")
+
+  @property
+  def default(self) -> Compiled:
+    """The default device's object (tinygrad's Device.default)."""
+    return self[self.DEFAULT]
 
   def canonicalize(self, device: str | tuple[str, ...] | list[str] | None) -> Any:
     """The device's canonical name ("cpu:1" -> "CPU:1", "CPU:0" -> "CPU"), or for a tuple of devices the tuple of theirs."""

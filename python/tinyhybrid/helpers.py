@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import ctypes
 import decimal
 import functools
 import gc
 import gzip
 import hashlib
+import importlib
+import marshal
 import os
 import pathlib
 import pickle
@@ -16,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
@@ -401,6 +405,14 @@ class count:  # noqa: N801 (tinygrad's name)
   def __next__(self) -> int:
     self.n += self.step
     return self.n - self.step
+
+
+# code objects and modules pickle (tinygrad's helpers make them so): a rule's lambda travels as its code and the
+# globals it names (uop.ops.deconstruct_function), and a module among those globals as its name. Code is marshalled,
+# so it loads only into the Python version that wrote it, which is what pickling to a worker process needs.
+def _load_code(raw: bytes) -> types.CodeType: return marshal.loads(raw)
+copyreg.pickle(types.CodeType, lambda code: (_load_code, (marshal.dumps(code),)))
+copyreg.pickle(types.ModuleType, lambda module: (importlib.import_module, (module.__name__,)))
 
 
 class disable_gc(contextlib.ContextDecorator):  # noqa: N801 (tinygrad's name)

@@ -32,6 +32,7 @@ from tinyhybrid.helpers import BEAM, CACHELEVEL, CHECK_OOB, DEBUG, IGNORE_BEAM_C
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.device import CompileError
 from tinyhybrid.uop import AxisType, Ops
+from tinyhybrid.uop.ops import KernelInfo
 
 if TYPE_CHECKING:
   from tinyhybrid.device import Compiled
@@ -79,7 +80,8 @@ def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None
     viz.stage("merge loops", k.ast, merged)
     k = replace(k, ast=merged)
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
-  elif BEAM >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, int(BEAM.value))  # it runs kernels
+  elif (width := int(BEAM.value) or (k.ast.arg.beam if isinstance(k.ast.arg, KernelInfo) else 0)) >= 1 and not symbolic and dev is not None \
+      and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, width)  # it runs kernels
   elif gpu: opts = gpu_optimizations(k, ren)  # type: ignore[arg-type]  # gpu: there is a renderer
   else: opts = hand_coded_optimizations(k, ren)
   if DEBUG >= 3: print(f"{k.name}: {opts}")

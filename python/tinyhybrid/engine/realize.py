@@ -7,6 +7,7 @@ the live tensors at those buffers, and decides what else a realize must see to f
 buffer about to be overwritten, live CONTIGUOUS tensors inside the graph)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from collections import OrderedDict
@@ -27,7 +28,8 @@ from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguo
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
 from tinyhybrid.uop import Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import KernelInfo, UOp
+from tinyhybrid.uop.upat import PatternMatcher, UPat
 from tinyhybrid.uop.shape import shape_of
 from tinyhybrid.uop.spec import spec_check
 
@@ -357,6 +359,12 @@ def realize_uops(device: str, roots: list[UOp]) -> dict[UOp, UOp]:
 def estimate_uop(item: ExecItem) -> Estimates:
   """A planned kernel's estimated work per run (tinygrad's name; loads and stores are counted as its memory)."""
   return Estimates(ops=item.prg.ops, lds=item.prg.mem, mem=item.prg.mem)
+
+
+# tinygrad's rule set that has a beam search of width ctx choose each kernel's optimizations (KernelInfo.beam), for the
+# kernels whose SINK carries a KernelInfo; BEAM=N does the same for every kernel
+pm_beam = PatternMatcher([(UPat(Ops.SINK, name="sink"), lambda ctx, sink: sink.replace(arg=dataclasses.replace(sink.arg, beam=ctx))
+                           if isinstance(sink.arg, KernelInfo) and sink.arg.beam == 0 else None)])
 
 
 def compile_linear(linear: Linear) -> Linear:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import operator
+import types
 from typing import Any, Callable
 
 from tinyhybrid import _core
@@ -67,6 +69,15 @@ class UOp(_core.UOp):
     return self.src[0], self.src[1].arg
 
   # ** tinygrad's Python face: what programs and tests read off a Variable or off Tensor.uop **
+  @property
+  def key(self) -> bytes:
+    """A digest of the graph (each node's op, dtype, arg and its sources' digests): equal graphs, in this process or
+    in one that unpickled them, have equal keys (tinygrad's)."""
+    digest: dict[UOp, bytes] = {}
+    for u in self.toposort():
+      digest[u] = hashlib.sha256(f"{u.op}|{u.dtype}|{u.arg!r}|{u.tag!r}".encode() + b"".join(digest[s] for s in u.src)).digest()
+    return digest[self]
+
   @property
   def val(self) -> Any:
     """A CONST's value, or a bound Variable's (BIND) value."""
@@ -226,6 +237,7 @@ class KernelInfo:
   applied_opts: tuple = ()
   opts_to_apply: tuple | None = None
   estimates: Any = None
+  beam: int = 0  # a beam search of this width chooses its optimizations (engine.realize.pm_beam sets it); 0: BEAM's
   @property
   def function_name(self) -> str: return self.name
 
@@ -389,6 +401,17 @@ def unbind_arg(arg: Any) -> Any:
 def unbind_all(x: sint) -> sint:
   """x with its BINDs replaced by their variables."""
   return map_binds(x, lambda b: b.src[0]) if isinstance(x, UOp) else x
+
+
+def deconstruct_function(fn: Callable) -> tuple:
+  """fn as the arguments of types.FunctionType that rebuild it: its code, the globals its code names (nested code,
+  such as a comprehension's, included), its name and its defaults. What a PatternMatcher's lambdas pickle as; a
+  closure has cells that do not travel, and is refused."""
+  if fn.__closure__: raise ValueError(f"deconstruct_function: {fn.__qualname__} is a closure (it reads {fn.__code__.co_freevars})")
+  def names(code: types.CodeType) -> set[str]:
+    return set(code.co_names).union(*(names(c) for c in code.co_consts if isinstance(c, types.CodeType)))
+  used = names(fn.__code__)
+  return fn.__code__, {k: v for k, v in fn.__globals__.items() if k in used}, fn.__name__, fn.__defaults__
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,7 @@ callback runs only after its pattern matched."""
 from __future__ import annotations
 
 import inspect
+import pickle
 import sys
 import types
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -11,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from tinyhybrid import _core
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, deconstruct_function
 
 # how a UPat's src constrains the node's sources (values shared with the C++ Pattern::Src)
 _SRC_ANY, _SRC_ORDERED, _SRC_PERMUTE, _SRC_REPEAT = 0, 1, 2, 3
@@ -174,14 +175,23 @@ class PatternMatcher:
   and returns a UOp or None. Rule sets combine with +, native C++ sets and Python ones alike."""
 
   def __init__(self, patterns: Sequence[tuple[UPat, Callable]] | None = None, native: _core.PatternMatcher | None = None):
-    self.patterns: list[tuple[UPat, Callable]] = list(patterns or [])
+    # a rule's function may come as deconstruct_function's tuple (how an unpickled lambda arrives)
+    self.patterns: list[tuple[UPat, Callable]] = [(r[0], types.FunctionType(*r[1])) if isinstance(r, (tuple, list)) and len(r) == 2 and
+                                                  isinstance(r[1], tuple) else r for r in patterns or []]
+    self._native_rules = native is not None  # rules compiled in C++ that self.patterns does not hold
     for i, rule in enumerate(self.patterns):
       if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], UPat) and callable(rule[1])):
         raise TypeError(f"PatternMatcher: rule {i} is {rule!r}, not a (UPat, function) pair")
     self.native = native if native is not None else _core.PatternMatcher([_compile_rule(p, fn) for p, fn in self.patterns])
 
   def __add__(self, other: PatternMatcher) -> PatternMatcher:
-    return PatternMatcher(self.patterns + other.patterns, native=self.native + other.native)
+    out = PatternMatcher(self.patterns + other.patterns, native=self.native + other.native)
+    out._native_rules = self._native_rules or other._native_rules
+    return out
+
+  def __reduce__(self) -> tuple:
+    if self._native_rules: raise pickle.PicklingError("a PatternMatcher holding C++ rules (such as symbolic's) is not picklable: import it by name")
+    return PatternMatcher, ([(p, deconstruct_function(fn) if fn.__name__ == "<lambda>" else fn) for p, fn in self.patterns],)
   def __len__(self) -> int: return len(self.native)
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     """The first matching rule's replacement for this one node, or None."""
