@@ -142,7 +142,7 @@ def case_ttft_256() -> None:
     def ours() -> float:
       model.cached.clear()
       st = time.perf_counter()
-      next(model.generate(PROMPT))
+      next(model.generate(list(PROMPT)))
       return time.perf_counter() - st
     def transformers() -> float:
       with torch.no_grad():

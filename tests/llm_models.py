@@ -286,3 +286,147 @@ def spm_tokenizer_kv(tok, template: str | None = None) -> dict:
         "bos_token_id": vocab["<s>"], "eos_token_id": vocab["</s>"], "unknown_token_id": vocab["<unk>"], "add_bos_token": True}
   if template is not None: kv["chat_template"] = template
   return kv
+
+
+# ** the other families: mixture of experts and multi-head latent attention **
+
+FAMILIES = ("qwen3moe", "deepseek2", "qwen35")
+
+
+def hf_family_model(family: str, seed: int = 0):
+  """A tiny transformers model of a non-dense family with random weights widened as hf_model's are: qwen3moe (q/k
+  norms, 4 experts, 2 per token, renormalized), deepseek2 (multi-head latent attention; a dense first block, then
+  4 routed experts and a shared one) or qwen35 (three gated delta net layers, then a gated attention)."""
+  import torch
+  import transformers as tf
+  common = dict(vocab_size=100, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_attention_heads=4,
+                max_position_embeddings=64, tie_word_embeddings=False, num_experts_per_tok=2, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+  if family == "qwen3moe":
+    cfg = tf.Qwen3MoeConfig(**common, num_hidden_layers=2, num_key_value_heads=2, head_dim=8, num_experts=4, norm_topk_prob=True,
+                            decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-5)
+    cls = tf.Qwen3MoeForCausalLM
+  elif family == "qwen35":
+    cfg = tf.Qwen3_5TextConfig(**{k: v for k, v in common.items() if k not in ("moe_intermediate_size", "num_experts_per_tok")},
+                               num_hidden_layers=4, num_key_value_heads=2, head_dim=8, linear_conv_kernel_dim=4, linear_key_head_dim=8,
+                               linear_value_head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4, rms_norm_eps=1e-6)
+    cls = tf.Qwen3_5ForCausalLM
+  else:
+    cfg = tf.DeepseekV2Config(**common, num_hidden_layers=2, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
+                              first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8,
+                              v_head_dim=8, rms_norm_eps=1e-6)
+    cls = tf.DeepseekV2ForCausalLM
+  torch.manual_seed(seed)
+  model = cls(cfg).eval()
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if "norm" in name: p.copy_((0 if family == "qwen35" and "linear_attn" not in name else 1) + 0.1 * torch.randn_like(p))  # qwen35: 1 + w
+      elif name.endswith("A_log"): p.uniform_(-1, 1)
+      elif p.ndim >= 2: p.normal_(0, 1.0 if "embed" in name else 1 / math.sqrt(p.shape[-1]))
+      else: p.normal_(0, 0.1)
+  return model
+
+
+def write_family_gguf(path: str | pathlib.Path, family: str, seed: int = 0):
+  """hf_family_model(family) written as llama.cpp's converter writes it (float32): experts stacked per projection,
+  DeepSeek's kv_b split into per-head k_b (transposed) and v_b, its metadata as the MLA-absorbing converter writes
+  it. Returns the transformers model."""
+  import gguf
+  model = hf_family_model(family, seed)
+  c = model.config
+  w = gguf.GGUFWriter(str(path), family)
+  w.add_name(f"tiny-{family}")
+  w.add_context_length(c.max_position_embeddings)
+  w.add_embedding_length(c.hidden_size)
+  w.add_block_count(c.num_hidden_layers)
+  w.add_feed_forward_length(c.intermediate_size)
+  w.add_head_count(c.num_attention_heads)
+  w.add_layer_norm_rms_eps(c.rms_norm_eps)
+  w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+  w.add_file_type(0)
+  if family != "qwen35":
+    w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    w.add_expert_used_count(c.num_experts_per_tok)
+  if family == "qwen35":
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_dimension_count(int(c.head_dim * c.rope_parameters["partial_rotary_factor"]))
+    w.add_uint32("qwen35.full_attention_interval", c.layer_types.index("full_attention") + 1)
+    for key, v in (("conv_kernel", c.linear_conv_kernel_dim), ("state_size", c.linear_key_head_dim), ("group_count", c.linear_num_key_heads),
+                   ("time_step_rank", c.linear_num_value_heads), ("inner_size", c.linear_value_head_dim * c.linear_num_value_heads)):
+      w.add_uint32(f"qwen35.ssm.{key}", v)
+  elif family == "qwen3moe":
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.head_dim)
+    w.add_rope_dimension_count(c.head_dim)
+    w.add_expert_count(c.num_experts)
+  else:
+    nope, rope, rank = c.qk_nope_head_dim, c.qk_rope_head_dim, c.kv_lora_rank
+    w.add_head_count_kv(1)  # the latent is one shared "head"
+    w.add_key_length(rank + rope)
+    w.add_value_length(rank)
+    w.add_uint32("deepseek2.attention.key_length_mla", nope + rope)
+    w.add_uint32("deepseek2.attention.value_length_mla", c.v_head_dim)
+    w.add_kv_lora_rank(rank)
+    w.add_rope_dimension_count(rope)
+    w.add_expert_count(c.n_routed_experts)
+    w.add_expert_shared_count(c.n_shared_experts)
+    w.add_leading_dense_block_count(c.first_k_dense_replace)
+    w.add_expert_weights_scale(c.routed_scaling_factor)
+  w.add_token_list([f"t{i}" for i in range(c.vocab_size)])
+  w.add_tokenizer_model("gpt2")
+  names = {**{k: v for k, v in _HF_NAMES.items()}, "self_attn.kv_a_proj_with_mqa": "attn_kv_a_mqa", "self_attn.kv_a_layernorm": "attn_kv_a_norm",
+           "mlp.gate": "ffn_gate_inp", "mlp.shared_experts.gate_proj": "ffn_gate_shexp", "mlp.shared_experts.up_proj": "ffn_up_shexp",
+           "mlp.shared_experts.down_proj": "ffn_down_shexp"}
+  names.update({"linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate", "linear_attn.in_proj_b": "ssm_beta",
+                "linear_attn.in_proj_a": "ssm_alpha", "linear_attn.conv1d": "ssm_conv1d", "linear_attn.norm": "ssm_norm",
+                "linear_attn.out_proj": "ssm_out", "post_attention_layernorm": "post_attention_norm" if family == "qwen35" else "ffn_norm"})
+  for hf, t in model.state_dict().items():
+    arr = t.float().numpy().copy()
+    if family == "qwen35":
+      arr = _qwen35_layout(hf, arr, c)
+      if hf.endswith("A_log"): hf, arr = hf.replace("A_log", "ssm_a"), -np.exp(arr)
+      if hf.endswith("dt_bias"): hf = hf.replace("dt_bias", "dt.bias")
+    if hf.endswith(("linear_attn.ssm_a", "linear_attn.dt.bias")):
+      i = hf.split(".")[2]
+      w.add_tensor(f"blk.{i}.ssm_a" if hf.endswith("ssm_a") else f"blk.{i}.ssm_dt.bias", arr)
+      continue
+    if not hf.startswith("model.layers."):
+      w.add_tensor(gguf_name(hf), arr)
+      continue
+    _, _, i, rest = hf.split(".", 3)
+    mod, _, kind = rest.rpartition(".")
+    if rest == "mlp.experts.gate_up_proj":
+      gate, up = np.split(arr, 2, axis=1)
+      w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", gate.copy())
+      w.add_tensor(f"blk.{i}.ffn_up_exps.weight", up.copy())
+    elif rest == "mlp.experts.down_proj": w.add_tensor(f"blk.{i}.ffn_down_exps.weight", arr)
+    elif mod == "self_attn.kv_b_proj":
+      kvb = arr.reshape(c.num_attention_heads, c.qk_nope_head_dim + c.v_head_dim, c.kv_lora_rank)
+      w.add_tensor(f"blk.{i}.attn_k_b.weight", kvb[:, :c.qk_nope_head_dim].transpose(0, 2, 1).copy())
+      w.add_tensor(f"blk.{i}.attn_v_b.weight", kvb[:, c.qk_nope_head_dim:].copy())
+    else: w.add_tensor(f"blk.{i}.{names[mod]}.{kind}", arr)
+  finish_gguf(w)
+  return model
+
+
+def _qwen35_layout(hf: str, arr: np.ndarray, c) -> np.ndarray:
+  """A Qwen3.5 tensor as llama.cpp's converter stores it: its (1 + w) norms as the weight itself, the convolution
+  without its middle axis, and the value heads moved from transformers' grouped order (key head g serves value heads
+  g*r..g*r+r-1) to the tiled order that repeating the key heads gives (value head p reads key head p % key heads)."""
+  if hf.endswith("norm.weight") and "linear_attn" not in hf: return arr + 1
+  if hf.endswith("conv1d.weight"): arr = arr[:, 0, :]
+  hk, hv, dv = c.linear_num_key_heads, c.linear_num_value_heads, c.linear_value_head_dim
+  r = hv // hk
+  tiled = [(p % hk) * r + p // hk for p in range(hv)]  # the grouped head at each tiled position
+  def heads(x: np.ndarray, axis: int, size: int) -> np.ndarray:
+    parts = np.split(x, hv, axis=axis)
+    assert parts[0].shape[axis] == size
+    return np.concatenate([parts[j] for j in tiled], axis=axis)
+  kd = c.linear_key_head_dim * hk
+  if hf.endswith(("in_proj_qkv.weight", "conv1d.weight")): return np.concatenate([arr[:2 * kd], heads(arr[2 * kd:], 0, dv)])
+  if hf.endswith("in_proj_z.weight"): return heads(arr, 0, dv)
+  if hf.endswith(("in_proj_b.weight", "in_proj_a.weight", "dt_bias", "A_log")): return heads(arr, 0, 1)
+  if hf.endswith("out_proj.weight"): return heads(arr, 1, dv)
+  return arr

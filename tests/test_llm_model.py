@@ -98,7 +98,7 @@ def test_kv_cache_types(files, kind, dim, layer_bytes, tol):
   assert not np.allclose(got, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())  # it is the rounded cache that was read
   with torch.no_grad():  # and decode steps (the JIT's) over it
     ref_ids = hf.generate(torch.tensor([PROMPT]), max_new_tokens=3, do_sample=False, min_new_tokens=3)[0, len(PROMPT):].tolist()
-  assert list(model.generate(PROMPT, max_new=3)) == ref_ids
+  assert list(model.generate(list(PROMPT), max_new=3)) == ref_ids
 
 
 def test_kv_cache_type_errors(files):
@@ -121,7 +121,7 @@ def test_mixed_type_files_match_transformers(files, mix):
   np.testing.assert_allclose(model.logits(PROMPT, 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
   with torch.no_grad():
     ref_ids = hf.generate(torch.tensor([PROMPT]), max_new_tokens=4, do_sample=False, min_new_tokens=4)[0, len(PROMPT):].tolist()
-  assert list(model.generate(PROMPT, max_new=4)) == ref_ids
+  assert list(model.generate(list(PROMPT), max_new=4)) == ref_ids
 
 
 def test_long_prompt_chunks(files):
@@ -156,7 +156,7 @@ def test_rope_scaling(files, rope):
 def test_greedy_generation_matches_transformers(files, name):
   path, hf = files(name, *CASES[name])
   model, _ = Transformer.from_gguf(path)
-  ours = list(model.generate(PROMPT, max_new=24))
+  ours = list(model.generate(list(PROMPT), max_new=24))
   with torch.no_grad():
     ref = hf.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False, min_new_tokens=24)[0, len(PROMPT):].tolist()
   assert ours == ref
@@ -168,7 +168,7 @@ def caches() -> tuple[int, int, int]: return len(realize.schedule_cache), len(re
 def test_decode_step_is_one_replay_that_allocates_nothing(files):
   path, _ = files("llama_q8_0", *CASES["llama_q8_0"])
   model, _ = Transformer.from_gguf(path, max_context=64)
-  gen = model.generate(PROMPT)
+  gen = model.generate(list(PROMPT))
   for _ in range(3): next(gen)  # the decode JIT runs, captures, replays
   assert model.decode_jit.cnt >= 2 and model.decode_jit.captured is not None
   before, mem, runs = caches(), GlobalCounters.mem_used, GlobalCounters.kernel_count
@@ -200,7 +200,7 @@ def test_weights_stay_quantized(files, name):
   gc.collect()  # the models of earlier tests are gone before counting
   mem = GlobalCounters.mem_used
   model, _ = Transformer.from_gguf(path, max_context=64)
-  list(model.generate(PROMPT, max_new=4))
+  list(model.generate(list(PROMPT), max_new=4))
   used = GlobalCounters.mem_used - mem
   # (Q4_K_M keeps attn_v, ffn_down and the output in Q6_K: 6.6 bits a weight)
   assert model.weight_bytes < f32_bytes * (0.3 if quant == "Q8_0" else 0.2 if quant == "Q4_K_M" else 0.16)
@@ -212,7 +212,7 @@ def test_generate_stops_at_the_context(files):
   path, _ = files("llama_f32", *CASES["llama_f32"])
   model, _ = Transformer.from_gguf(path, max_context=16)
   assert model.max_context == 16
-  assert len(list(model.generate(PROMPT))) == 16 - len(PROMPT)
+  assert len(list(model.generate(list(PROMPT)))) == 16 - len(PROMPT)
 
 
 # ** bad input **

@@ -159,7 +159,7 @@ def slow_model(server, monkeypatch):
   llm, made = server[0].llm, []
   generate, other = llm.model.generate, next(i for i in range(llm.model.cfg.vocab_size) if not llm.tok.is_end(i))
   def slow(tokens, sample=None, max_new=None):
-    for t in generate(tokens, sample, max_new):
+    for t in generate(tokens, sample=sample, max_new=max_new):
       time.sleep(0.05)
       made.append(t)
       yield other if llm.tok.is_end(t) else t

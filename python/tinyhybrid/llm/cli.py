@@ -7,7 +7,7 @@ import sys
 import time
 
 from tinyhybrid.helpers import GlobalCounters
-from tinyhybrid.llm.model import KV_DTYPES
+from tinyhybrid.llm.dense import KV_DTYPES
 from tinyhybrid.llm.runner import LLM, ContextError
 from tinyhybrid.llm.sampling import SamplingParams
 
@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def benchmark(llm: LLM, steps: int) -> None:
   model = llm.model
   n_prompt = max(1, min(128, model.max_context // 4))
-  ids = [i % model.cfg.vocab_size for i in range(1, n_prompt + 1)]
+  ids = [i % model.vocab_size for i in range(1, n_prompt + 1)]
   model.warmup()  # compile and capture the kernels first
   st = time.perf_counter()
   gen = model.generate(ids)
@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 1
   m = llm.model
-  print(f"using model \"{llm.name}\" ({m.cfg.arch}, {m.cfg.n_layers} layers, dim {m.cfg.dim}, {m.cfg.vocab_size} tokens) "
-        f"with {m.weight_bytes / 1e6:,.1f} MB of weights, max context {m.max_context}", file=sys.stderr)
+  print(f"using model \"{llm.name}\" ({m.summary()}), max context {m.max_context}", file=sys.stderr)
   if args.warmup or args.serve is not None: m.warmup()
   if args.serve is not None:
     from tinyhybrid.llm.serve import serve

@@ -1,316 +1,533 @@
-"""The llama family of decoder-only transformers, built from a .gguf file's metadata and tensors (llama.cpp's names):
-llama, mistral, qwen2 (q/k/v biases), qwen3 (q/k norms) and gemma (scaled embeddings, GELU). Grouped-query
-attention, RoPE with the file's scaling (linear, YaRN, or llama3's per-frequency factors in rope_freqs.weight),
-RMSNorm, a gated FFN, tied embeddings.
+"""tinygrad.llm's model in its names and shapes: a TransformerConfig, blocks that pair an attention (grouped-query,
+multi-head latent, or a gated delta net) with a feed-forward (dense, or a mixture of experts with shared experts),
+and a Transformer over (batch, tokens) that samples on the device and generates with two TinyJits, one for prompt
+chunks and one for single tokens. Built from a config (zero weights: load a state dict into it) or from a gguf file.
 
-Weights stay as the file stores them (llm/quantized.py): each matmul unpacks them in its own kernel. The KV cache is
-one realized buffer per layer, written with assign at a position that is a bound Variable, so every position runs
-the same kernels: a decode step is one TinyJit replay, patched with the new token and position. The prompt is run
-in chunks of a few fixed sizes (each its own TinyJit), so a prompt of any length reuses compiled kernels."""
+Transformer.from_gguf hands the dense llama family (llama, mistral, qwen2, qwen3, gemma) to llm/dense.py, which keeps
+the weights quantized, fuses the projections and captures each step whole. The other families run here, with their
+weights dequantized once at load:
+- mixture of experts (qwen3moe, qwen2moe, olmoe, glm4moe, a llama file with experts such as Mixtral): a router picks
+  num_experts_per_tok experts per token (pairwise_topk), with softmax, sigmoid, softmax-after-selection or
+  sqrt-softplus gating, an optional selection bias, normalized and scaled weights, and shared experts;
+- multi-head latent attention (deepseek2): keys and values cached as one compressed vector per token, queries
+  absorbed into its space;
+- the gated delta net (qwen35): a causal convolution and a decaying associative memory updated by the delta rule,
+  every full_attention_interval-th layer a gated attention."""
 from __future__ import annotations
 
-import dataclasses
-import math
+import enum
+import functools
+import itertools
 import pathlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from tinyhybrid import nn
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine.jit import TinyJit
-from tinyhybrid.llm.gguf import GGUFTensor, gguf_read
-from tinyhybrid.llm.quantized import QuantizedWeight, joined
+from tinyhybrid.helpers import getenv
+from tinyhybrid.llm import dense
+from tinyhybrid.llm.gguf import gguf_read
+from tinyhybrid.nn import Linear
 from tinyhybrid.tensor import Tensor
-from tinyhybrid.uop.ops import UOp, Variable
+from tinyhybrid.uop.ops import UOp, resolve
 
-ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma")
-KV_DTYPES = {"f32": dtypes.float32, "f16": dtypes.float16, "q8_0": dtypes.int8}  # --kv_dtype
-# llama.cpp's "normal" RoPE rotates adjacent pairs (its converter interleaves llama's q/k rows to match); these
-# architectures use the NeoX form, which rotates the two halves of each head
-NEOX_ROPE = ("qwen2", "qwen3", "gemma")
+# the families this module runs (dense llama-family files go to llm/dense.py)
+ARCHS = ("llama", "mistral", "qwen2moe", "qwen3moe", "olmoe", "glm4moe", "deepseek2", "qwen35", "qwen35moe")
+
+
+class ExpertGating(enum.IntEnum):
+  """How router logits become expert scores (llama.cpp's expert_gating_func values)."""
+  SOFTMAX = 1
+  SIGMOID = 2
+  SOFTMAX_WEIGHT = 3  # select on the logits, then softmax over the selected ones
+  SQRT_SOFTPLUS = 4
+
+
+@functools.cache
+def precompute_freqs_cis(dim: int, end: int | UOp, theta: float = 10000.0, device: str | None = None) -> Tensor:
+  """(end, dim): the cosines of every position's rotation angles, then their sines, for apply_rope (the half-split
+  form). end may be a bound Variable."""
+  inv_freq = 1.0 / (theta ** (Tensor.arange(0, dim, 2)[:dim // 2] / dim))
+  angles = Tensor.arange(end).unsqueeze(1) * inv_freq.unsqueeze(0)
+  return angles.cos().cat(angles.sin(), dim=-1).clone(device)
+
+
+def apply_rope(x: Tensor, freqs_cis: Tensor) -> Tensor:
+  """x (batch, heads, T, d) rotated by the (T, d) table of precompute_freqs_cis: the first half of each head pairs
+  with the second (NeoX's form; llama-form files are permuted to it at load)."""
+  assert x.shape[-1] % 2 == 0, f"apply_rope: the rotated dimension {x.shape[-1]} is odd"
+  cos, sin = freqs_cis.reshape(1, 1, x.shape[2], -1).chunk(2, dim=-1)
+  a, b = x.chunk(2, dim=-1)
+  return (a * cos - b * sin).cat(b * cos + a * sin, dim=-1)
+
+
+def pairwise_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+  """The k largest along the last axis and their indices, smallest of them first, by counting for each element how
+  many it beats (an equal one beats those after it): no sort, one kernel. Ties keep the earlier index first."""
+  n = x.shape[-1]
+  idx = Tensor.arange(n)
+  mine, other = x.unsqueeze(-1), x.unsqueeze(-2)
+  rank = ((mine > other) | ((mine == other) & (idx.reshape(n, 1) < idx.reshape(1, n)))).sum(-1)  # 0: the smallest
+  sel = ((rank.unsqueeze(-1) == Tensor.arange(n - k, n)) * idx.reshape(n, 1)).sum(-2).cast(dtypes.int32)
+  return x.gather(-1, sel), sel
+
+
+class ExpertWeights:
+  """A Linear per expert: weight (num_experts, out_features, in_features), applied to each token's selected ones."""
+
+  def __init__(self, num_experts: int, in_features: int, out_features: int):
+    self.weight = Tensor.zeros(num_experts, out_features, in_features)
+
+  def __call__(self, sel: Tensor, x: Tensor) -> Tensor:
+    """sel (B, T, k) expert ids, x (B, T, 1 or k, in) -> (B, T, k, out)."""
+    return (x.unsqueeze(-2) @ self.weight[sel].transpose(-1, -2)).contiguous().squeeze(-2)
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-  arch: str
-  n_layers: int
+class SSMConfig:
+  """A gated delta net's sizes (llama.cpp's ssm.* keys); kda: Kimi's variant, with a decay per channel."""
+  conv_kernel: int
+  state_size: int
+  group_count: int
+  time_step_rank: int
+  inner_size: int
+  kda: bool = False
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+  num_blocks: int
   dim: int
   hidden_dim: int
   n_heads: int
   n_kv_heads: int
-  head_dim: int
-  vocab_size: int
   norm_eps: float
-  max_context: int
-  rope_theta: float = 10000.0
-  rope_dim: int = 0           # dimensions of each head that rotate (the first ones); 0: all
-  rope_scaling: str = "none"  # none | linear | yarn
-  rope_factor: float = 1.0
-  rope_orig_context: int = 0  # yarn: the context the model was trained with
-  kv_dtype: str = "f32"       # the KV cache's element type: f32 | f16 (llama.cpp's default) | q8_0 (KVCache)
-
-  @staticmethod
-  def from_gguf(kv: dict[str, Any], tensors: dict[str, GGUFTensor], max_context: int | None = None, name: str = "model") -> ModelConfig:
-    arch = kv.get("general.architecture")
-    if arch not in ARCHS: raise ValueError(f"{name}: architecture {arch!r} is not supported (supported: {', '.join(ARCHS)})")
-    def get(key: str, default: Any = None) -> Any:
-      if (v := kv.get(f"{arch}.{key}", default)) is None: raise ValueError(f"{name}: metadata {arch}.{key} is missing")
-      return v
-    heads = get("attention.head_count")
-    head_dim = get("attention.key_length", get("embedding_length") // heads)
-    ctx = get("context_length")
-    scaling = kv.get(f"{arch}.rope.scaling.type", "none")
-    if scaling not in ("none", "linear", "yarn"): raise ValueError(f"{name}: RoPE scaling {scaling!r} is not supported (none, linear, yarn)")
-    vocab = tensors["token_embd.weight"].shape[0] if "token_embd.weight" in tensors else len(kv["tokenizer.ggml.tokens"])
-    return ModelConfig(arch, get("block_count"), get("embedding_length"), get("feed_forward_length"), heads,
-                       get("attention.head_count_kv", heads), head_dim, vocab, get("attention.layer_norm_rms_epsilon"),
-                       min(max_context, ctx) if max_context else ctx, get("rope.freq_base", 10000.0), get("rope.dimension_count", head_dim),
-                       scaling, get("rope.scaling.factor", 1.0), get("rope.scaling.original_context_length", ctx))
+  vocab_size: int
+  head_dim: int
+  rope_theta: float
+  rope_dim: int
+  v_head_dim: int
+  max_context: int = 0
+  qk_norm: int = 0              # the q/k norms' size: head_dim (per head) or the projection's (over all heads); 0: none
+  num_experts: int = 0
+  num_experts_per_tok: int = 0
+  norm_topk_prob: bool = False
+  expert_gating_func: ExpertGating = ExpertGating.SOFTMAX
+  q_lora_rank: int = 0
+  kv_lora_rank: int = 0         # > 0: multi-head latent attention
+  shared_expert_dim: int = 0
+  ssm_layers: tuple[bool, ...] = ()  # which blocks are gated delta nets
+  attn_output_gate: bool = False
+  ssm: SSMConfig | None = None
+  shared_expert_gate: bool = True
+  leading_dense_blocks: int = 0
+  dense_hidden_dim: int = 0
+  routed_scaling_factor: float = 1.0
+  qkv_bias: bool = False
+  expert_bias: bool = False
 
 
-def rope_tables(cfg: ModelConfig, freq_factors: np.ndarray | None = None) -> tuple[Tensor, Tensor]:
-  """cos and sin of every position's angles, (max_context, rope_dim/2) float32, computed once on the host in float64.
-  Linear scaling divides the positions; llama3's factors divide each frequency; YaRN blends interpolated and
-  original frequencies by wavelength and scales both tables (as transformers and llama.cpp do)."""
-  d = cfg.rope_dim or cfg.head_dim
-  freqs = 1.0 / (cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
-  if freq_factors is not None: freqs = freqs / freq_factors.astype(np.float64)
-  mscale = 1.0
-  if cfg.rope_scaling == "linear": freqs = freqs / cfg.rope_factor
-  elif cfg.rope_scaling == "yarn":
-    def corr_dim(rot: float) -> float: return d * math.log(cfg.rope_orig_context / (rot * 2 * math.pi)) / (2 * math.log(cfg.rope_theta))
-    lo, hi = max(math.floor(corr_dim(32)), 0), min(math.ceil(corr_dim(1)), d - 1)  # beta_fast 32, beta_slow 1
-    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - lo) / max(hi - lo, 0.001), 0, 1)
-    freqs = freqs / cfg.rope_factor * ramp + freqs * (1 - ramp)
-    mscale = 0.1 * math.log(cfg.rope_factor) + 1.0
-  ang = np.arange(cfg.max_context, dtype=np.float64)[:, None] * freqs[None, :]
-  return Tensor((np.cos(ang) * mscale).astype(np.float32)).realize(), Tensor((np.sin(ang) * mscale).astype(np.float32)).realize()
+def _gated(gate: Tensor, up: Tensor) -> Tensor: return gate.silu().contiguous() * up
 
 
-def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor: return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * w
+class FFNBlock:
+  """What every block shares: the two RMSNorms, the feed-forward, and the residual wiring around the attention a
+  subclass supplies (_attention, with its state made on first use by _init_state)."""
 
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, neox: bool, rope_dim: int) -> Tensor:
-  """x (T, heads, head_dim) rotated by the (T, rope_dim/2) angles; dimensions past rope_dim pass through."""
-  T, H, hd = x.shape
-  rot, rest = (x, None) if rope_dim == hd else (x[..., :rope_dim], x[..., rope_dim:])
-  c, s = cos.reshape(T, 1, rope_dim // 2), sin.reshape(T, 1, rope_dim // 2)
-  if neox:
-    a, b = rot[..., :rope_dim // 2], rot[..., rope_dim // 2:]
-    out = (a * c - b * s).cat(b * c + a * s, dim=-1)
-  else:
-    p = rot.reshape(T, H, rope_dim // 2, 2)
-    a, b = p[..., 0], p[..., 1]
-    out = (a * c - b * s).stack(a * s + b * c, dim=-1).reshape(T, H, rope_dim)
-  return out if rest is None else out.cat(rest, dim=-1)
-
-
-def _vec(t: GGUFTensor) -> Tensor: return t.dequantize().cast(dtypes.float32).contiguous()
-
-
-class KVCache:
-  """One layer's keys (or values), (kv heads, context, head dim), kept as --kv_dtype says: f32, f16, or q8_0
-  (llama.cpp's block: 32 values as int8 codes and one half scale, absmax / 127). Written at a position, read back as
-  float32 up to an end; the bounds may be bound Variables."""
-
-  def __init__(self, heads: int, context: int, head_dim: int, kind: str):
-    if kind == "q8_0" and head_dim % 32: raise ValueError(f"kv_dtype q8_0 needs a head dimension that is a multiple of 32, not {head_dim}")
-    blocks = head_dim // 32 if kind == "q8_0" else 1
-    self.shape = (heads, context, blocks, head_dim // blocks)
-    self.data = Tensor.zeros(*self.shape, dtype=KV_DTYPES[kind]).contiguous().realize()
-    self.scales = Tensor.zeros(heads, context, blocks, 1, dtype=dtypes.float16).contiguous().realize() if kind == "q8_0" else None
-
-  def nbytes(self) -> int: return self.data.nbytes() + (self.scales.nbytes() if self.scales is not None else 0)
-
-  def write(self, pos: UOp | int, x: Tensor) -> None:
-    """x (kv heads, T, head dim) into positions pos..pos+T-1."""
-    H, T, _ = x.shape
-    x = x.reshape(H, T, *self.shape[2:])
-    if self.scales is None:
-      self.data[:, pos:pos + T].assign(x.cast(self.data.dtype))
-      return
-    d = x.abs().max(-1, keepdim=True) / 127.0
-    self.data[:, pos:pos + T].assign((x / (d == 0).where(1.0, d)).round().cast(dtypes.int8))
-    self.scales[:, pos:pos + T].assign(d.cast(dtypes.float16))
-
-  def read(self, end: UOp | int) -> Tensor:
-    """Positions 0..end-1 as float32, (kv heads, end, head dim)."""
-    x = self.data[:, 0:end].cast(dtypes.float32)
-    if self.scales is not None: x = x * self.scales[:, 0:end].cast(dtypes.float32)
-    return x.reshape(self.shape[0], x.shape[1], self.shape[2] * self.shape[3])
-
-
-class Block:
-  """One transformer layer: attention with its KV cache, then the gated FFN, each behind an RMSNorm and a residual."""
-
-  def __init__(self, cfg: ModelConfig, w: dict[str, GGUFTensor], i: int):
-    self.cfg = cfg
-    p = f"blk.{i}."
-    def need(n: str) -> GGUFTensor:
-      if (t := w.get(p + n)) is None: raise ValueError(f"tensor {p + n} is missing")
-      return t
-    self.attn_norm, self.ffn_norm = _vec(need("attn_norm.weight")), _vec(need("ffn_norm.weight"))
-    # q, k and v are one matmul, and so are the FFN's gate and up: fewer, larger kernels
-    self.qkv = joined(need("attn_q.weight"), need("attn_k.weight"), need("attn_v.weight"))
-    self.qkv_bias = _vec(need("attn_q.bias")).cat(_vec(need("attn_k.bias")), _vec(need("attn_v.bias"))).contiguous() \
-      if p + "attn_q.bias" in w else None
-    self.q_norm = _vec(w[p + "attn_q_norm.weight"]) if p + "attn_q_norm.weight" in w else None
-    self.k_norm = _vec(w[p + "attn_k_norm.weight"]) if p + "attn_k_norm.weight" in w else None
-    self.attn_out = QuantizedWeight(need("attn_output.weight"))
-    self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"))
-    self.down = QuantizedWeight(need("ffn_down.weight"))
-    self.cache_k, self.cache_v = (KVCache(cfg.n_kv_heads, cfg.max_context, cfg.head_dim, cfg.kv_dtype) for _ in range(2))
-
-  def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
-    cfg = self.cfg
-    T, H, KV, hd = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    h = rms_norm(x, self.attn_norm, cfg.norm_eps)
-    qkv = self.qkv.matmul(h)
-    if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
-    # computed once here: the cache writes below run as schedules of their own (view writes run before the
-    # realize that reads their buffer) and the attention is another, and each would otherwise recompute it. The
-    # residual stream is realized with it: left lazy, every later layer's realize would recompute all the layers
-    # before it (a decode step of n layers ran n(n+1)/2 FFNs)
-    qkv = qkv.realize(x)
-    q, k, v = qkv[:, :H * hd].reshape(T, H, hd), qkv[:, H * hd:(H + KV) * hd].reshape(T, KV, hd), qkv[:, (H + KV) * hd:].reshape(T, KV, hd)
-    if self.q_norm is not None: q = rms_norm(q, self.q_norm, cfg.norm_eps)
-    if self.k_norm is not None: k = rms_norm(k, self.k_norm, cfg.norm_eps)
-    neox, rd = cfg.arch in NEOX_ROPE, cfg.rope_dim or hd
-    q, k = apply_rope(q, cos, sin, neox, rd), apply_rope(k, cos, sin, neox, rd)
-    self.cache_k.write(pos, k.transpose(0, 1))
-    self.cache_v.write(pos, v.transpose(0, 1))
-    keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)  # (KV, L, hd)
-    # grouped-query attention without repeating the cache: the G = H/KV query heads of a kv head are one batch row
-    G = H // KV
-    if mask is None:  # one query: scores (KV, G, L), each a dot product along the head (vectors along hd)
-      s = q.reshape(KV, G, hd).matmul(keys.transpose(1, 2)) * (1.0 / math.sqrt(hd))
-      o = s.softmax(-1).matmul(vals).reshape(1, H * hd)
+  def __init__(self, config: TransformerConfig):
+    self.config = config
+    self.attn_norm = nn.RMSNorm(config.dim, config.norm_eps)
+    self.ffn_norm = nn.RMSNorm(config.dim, config.norm_eps)
+    if config.num_experts > 0:
+      self.ffn_gate_inp = Linear(config.dim, config.num_experts, bias=False)  # the router
+      if config.expert_bias: self.exp_probs_b = {"bias": Tensor.zeros(config.num_experts)}
+      self.ffn_gate_exps = ExpertWeights(config.num_experts, config.dim, config.hidden_dim)
+      self.ffn_up_exps = ExpertWeights(config.num_experts, config.dim, config.hidden_dim)
+      self.ffn_down_exps = ExpertWeights(config.num_experts, config.hidden_dim, config.dim)
+      if config.shared_expert_dim > 0:
+        self.ffn_gate_shexp = Linear(config.dim, config.shared_expert_dim, bias=False)
+        self.ffn_up_shexp = Linear(config.dim, config.shared_expert_dim, bias=False)
+        self.ffn_down_shexp = Linear(config.shared_expert_dim, config.dim, bias=False)
+        if config.shared_expert_gate: self.ffn_gate_inp_shexp = {"weight": Tensor.zeros(config.dim)}
     else:
-      # a chunk of queries: the cache's length L is a variable, and a loop of a variable's length gets no vectors,
-      # so it is kept the outer loop: scores transposed (KV, L, G*T), vectors along the queries
-      qt = q.reshape(T, KV, G, hd).permute(1, 3, 2, 0).reshape(KV, hd, G * T)
-      s = keys.matmul(qt) * (1.0 / math.sqrt(hd))  # (KV, L, G*T)
-      L = s.shape[1]
-      s = mask.where(s.reshape(KV, L, G, T), float("-inf")).reshape(KV, L, G * T)
-      o = vals.transpose(1, 2).matmul(s.softmax(1))  # (KV, hd, G*T)
-      o = o.reshape(KV, hd, G, T).permute(3, 0, 2, 1).reshape(T, H * hd).contiguous()
-    x = x + self.attn_out.matmul(o)
-    h = rms_norm(x, self.ffn_norm, cfg.norm_eps)
-    gu = self.gate_up.matmul(h)
-    g, u = gu[:, :cfg.hidden_dim], gu[:, cfg.hidden_dim:]
-    return x + self.down.matmul((g.gelu() if cfg.arch == "gemma" else g.silu()) * u)
+      self.ffn_gate = Linear(config.dim, config.hidden_dim, bias=False)
+      self.ffn_up = Linear(config.dim, config.hidden_dim, bias=False)
+      self.ffn_down = Linear(config.hidden_dim, config.dim, bias=False)
+
+  def _route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Each token's selected experts (B, T, k) and their weights (B, T, k)."""
+    cfg = self.config
+    logits = self.ffn_gate_inp(x)
+    bias = self.exp_probs_b["bias"] if hasattr(self, "exp_probs_b") else None
+    gating, normalize = cfg.expert_gating_func, cfg.norm_topk_prob
+    # a softmax renormalized over the selected experts is the softmax of their logits, and skips the full softmax
+    if gating == ExpertGating.SOFTMAX and bias is None and normalize: gating, normalize = ExpertGating.SOFTMAX_WEIGHT, False
+    scores = {ExpertGating.SOFTMAX_WEIGHT: lambda: logits, ExpertGating.SOFTMAX: lambda: logits.softmax(-1),
+              ExpertGating.SIGMOID: lambda: logits.sigmoid(), ExpertGating.SQRT_SOFTPLUS: lambda: logits.softplus().sqrt()}[gating]()
+    _, sel = pairwise_topk(scores if bias is None else scores + bias, cfg.num_experts_per_tok)
+    weights = scores.gather(-1, sel)
+    if gating == ExpertGating.SOFTMAX_WEIGHT: weights = weights.softmax(-1)
+    if normalize: weights = weights / weights.sum(-1, keepdim=True)
+    return sel, weights * cfg.routed_scaling_factor
+
+  def _feed_forward(self, x: Tensor) -> Tensor:
+    if not hasattr(self, "ffn_gate_exps"): return self.ffn_down(_gated(self.ffn_gate(x), self.ffn_up(x)))
+    sel, weights = self._route(x)
+    h = x.unsqueeze(2)  # (B, T, 1, D): every selected expert reads the same token
+    out = (self.ffn_down_exps(sel, _gated(self.ffn_gate_exps(sel, h), self.ffn_up_exps(sel, h))) * weights.unsqueeze(-1)).sum(2)
+    if hasattr(self, "ffn_gate_shexp"):
+      shared = self.ffn_down_shexp(_gated(self.ffn_gate_shexp(x), self.ffn_up_shexp(x)))
+      if hasattr(self, "ffn_gate_inp_shexp"): shared = shared * (x * self.ffn_gate_inp_shexp["weight"]).sum(-1, keepdim=True).sigmoid()
+      out = out + shared
+    return out
+
+  def _reusable_prefix_len(self, prefix_len: int, cached_len: int) -> int: return prefix_len
+  def _init_state(self, x: Tensor) -> None: raise NotImplementedError
+  def _attention(self, x: Tensor, start_pos: int | UOp) -> Tensor: raise NotImplementedError
+
+  def __call__(self, x: Tensor, start_pos: int | UOp) -> Tensor:
+    self._init_state(x)
+    h = x + self._attention(self.attn_norm(x), start_pos)
+    return (h + self._feed_forward(self.ffn_norm(h))).contiguous()
+
+
+def _causal_mask(T: int | UOp, start_pos: int | UOp, dtype: Any) -> Tensor | None:
+  """Query start_pos+t sees keys 0..start_pos+t: -inf above that diagonal (None for one query, which sees all)."""
+  if not resolve(T != 1): return None
+  return Tensor.full((1, 1, T, start_pos + T), float("-inf"), dtype=dtype, buffer=False).triu(start_pos + 1)
+
+
+class TransformerBlock(FFNBlock):
+  """Grouped-query attention with a KV cache (2, B, kv heads, context, head_dim), RoPE on the first rope_dim
+  dimensions of each head, optional q/k norms, q/k/v biases and a sigmoid gate on the output (qwen35)."""
+
+  def __init__(self, config: TransformerConfig):
+    super().__init__(config)
+    assert config.v_head_dim == config.head_dim, "TransformerBlock requires v_head_dim == head_dim"
+    q_out = config.head_dim * config.n_heads * (2 if config.attn_output_gate else 1)
+    kv_out = config.head_dim * config.n_kv_heads
+    self.attn_q = Linear(config.dim, q_out, bias=config.qkv_bias)
+    self.attn_k = Linear(config.dim, kv_out, bias=config.qkv_bias)
+    self.attn_v = Linear(config.dim, kv_out, bias=config.qkv_bias)
+    self.attn_output = Linear(config.head_dim * config.n_heads, config.dim, bias=False)
+    if config.qk_norm:
+      self.attn_q_norm, self.attn_k_norm = nn.RMSNorm(config.qk_norm, config.norm_eps), nn.RMSNorm(config.qk_norm, config.norm_eps)
+
+  def _rope(self, x: Tensor, start_pos: int | UOp, T: int | UOp) -> Tensor:
+    rd = self.config.rope_dim
+    return apply_rope(x[..., :rd], self.freqs_cis[start_pos:start_pos + T]).cat(x[..., rd:], dim=-1)
+
+  def _attention(self, x: Tensor, start_pos: int | UOp) -> Tensor:
+    cfg = self.config
+    B, T, _ = x.shape
+    q, k, v = self.attn_q(x), self.attn_k(x), self.attn_v(x)
+    if cfg.qk_norm and cfg.qk_norm != cfg.head_dim: q, k = self.attn_q_norm(q), self.attn_k_norm(k)
+    gate = None
+    if cfg.attn_output_gate:  # each head's query is followed by its gate
+      qg = q.reshape(B, T, cfg.n_heads, 2, cfg.head_dim)
+      q, gate = qg[:, :, :, 0, :], qg[:, :, :, 1, :].reshape(B, T, cfg.n_heads * cfg.head_dim)
+    q = q.reshape(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+    k = k.reshape(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+    v = v.reshape(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+    if cfg.qk_norm == cfg.head_dim: q, k = self.attn_q_norm(q), self.attn_k_norm(k)
+    q, k = self._rope(q, start_pos, T), self._rope(k, start_pos, T)
+    # the cache write runs first, so the read below sees this chunk's keys and values
+    self.cache_kv[:, :, :, start_pos:start_pos + T, :].assign(Tensor.stack(k, v).cast(self.cache_kv.dtype)).realize()
+    keys, values = self.cache_kv[0, :, :, 0:start_pos + T, :], self.cache_kv[1, :, :, 0:start_pos + T, :]
+    attn = q.scaled_dot_product_attention(keys, values, attn_mask=_causal_mask(T, start_pos, x.dtype), enable_gqa=True)
+    attn = attn.transpose(1, 2).reshape(B, T, -1)
+    return self.attn_output(attn if gate is None else attn * gate.sigmoid())
+
+  def _init_state(self, x: Tensor) -> None:
+    if hasattr(self, "cache_kv"): return
+    cfg = self.config
+    self.cache_kv = Tensor.zeros(2, x.shape[0], cfg.n_kv_heads, cfg.max_context, cfg.head_dim, dtype=dtypes.default_float,
+                                 device=x.device).contiguous().realize()
+    self.freqs_cis = precompute_freqs_cis(cfg.rope_dim, cfg.max_context, cfg.rope_theta, device=x.device)
+
+
+class MLATransformerBlock(FFNBlock):
+  """Multi-head latent attention (DeepSeek-V2): a token's keys and values are one kv_lora_rank vector (plus a shared
+  rotated key part), cached as is. Queries are absorbed into that space (q_nope @ k_b), and the attention's output
+  leaves it through v_b, so the cache is never expanded per head."""
+
+  def __init__(self, config: TransformerConfig):
+    super().__init__(config)
+    nope = config.head_dim - config.rope_dim
+    if config.q_lora_rank > 0:
+      self.attn_q_a = Linear(config.dim, config.q_lora_rank, bias=False)
+      self.attn_q_a_norm = nn.RMSNorm(config.q_lora_rank, config.norm_eps)
+      self.attn_q_b = Linear(config.q_lora_rank, config.n_heads * config.head_dim, bias=False)
+    else:
+      self.attn_q = Linear(config.dim, config.n_heads * config.head_dim, bias=False)
+    self.attn_kv_a_mqa = Linear(config.dim, config.kv_lora_rank + config.rope_dim, bias=False)
+    self.attn_kv_a_norm = nn.RMSNorm(config.kv_lora_rank, config.norm_eps)
+    self.attn_k_b = {"weight": Tensor.zeros(config.n_heads, config.kv_lora_rank, nope)}
+    self.attn_v_b = {"weight": Tensor.zeros(config.n_heads, config.v_head_dim, config.kv_lora_rank)}
+    self.attn_output = Linear(config.n_heads * config.v_head_dim, config.dim, bias=False)
+
+  def _attention(self, x: Tensor, start_pos: int | UOp) -> Tensor:
+    cfg = self.config
+    B, T, _ = x.shape
+    nope, rank, rotate = cfg.head_dim - cfg.rope_dim, cfg.kv_lora_rank, not (cfg.ssm and cfg.ssm.kda)
+    q = self.attn_q_b(self.attn_q_a_norm(self.attn_q_a(x))) if cfg.q_lora_rank > 0 else self.attn_q(x)
+    q = q.reshape(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+    q_nope, q_rope = q[..., :nope], q[..., nope:]
+    freqs = self.freqs_cis[start_pos:start_pos + T]
+    if rotate: q_rope = apply_rope(q_rope, freqs)
+    q = (q_nope @ self.attn_k_b["weight"].transpose(-1, -2)).cat(q_rope, dim=-1)  # (B, H, T, rank + rope)
+    kv_a = self.attn_kv_a_mqa(x)
+    latent = self.attn_kv_a_norm(kv_a[..., :rank])
+    k_rope = kv_a[..., rank:].reshape(B, T, 1, cfg.rope_dim).transpose(1, 2)
+    if rotate: k_rope = apply_rope(k_rope, freqs)
+    entry = latent.reshape(B, 1, T, rank).cat(k_rope.reshape(B, 1, T, cfg.rope_dim), dim=-1)
+    self.cache_k[:, :, start_pos:start_pos + T, :].assign(entry.cast(self.cache_k.dtype)).realize()
+    k = self.cache_k[:, :, 0:start_pos + T, :]
+    scores = q @ k.transpose(-1, -2) * (1.0 / cfg.head_dim ** 0.5)
+    if (mask := _causal_mask(T, start_pos, x.dtype)) is not None: scores = scores + mask
+    out = (scores.softmax(-1) @ k[..., :rank]) @ self.attn_v_b["weight"].transpose(-1, -2)  # values: the latent itself
+    return self.attn_output(out.transpose(1, 2).reshape(B, T, -1))
+
+  def _init_state(self, x: Tensor) -> None:
+    if hasattr(self, "cache_k"): return
+    cfg = self.config
+    self.cache_k = Tensor.zeros(x.shape[0], 1, cfg.max_context, cfg.kv_lora_rank + cfg.rope_dim, device=x.device).contiguous().realize()
+    self.freqs_cis = precompute_freqs_cis(cfg.rope_dim, cfg.max_context, cfg.rope_theta, device=x.device)
+
+
+class GatedDeltaNetBlock(FFNBlock):
+  """A linear-attention layer (Qwen3.5's gated delta net, or Kimi's KDA): q, k and v from a causal depthwise
+  convolution over the last conv_kernel tokens, then per value head a state S (head_v_dim, head_k_dim) that decays
+  by exp(log_alpha) and is corrected by the delta rule, S += beta (v - S k) k^T, and read as S q. The convolution's
+  window and S are this block's state between calls; a call at position 0 starts from zeros."""
+
+  def __init__(self, config: TransformerConfig, ssm: SSMConfig):
+    super().__init__(config)
+    self.head_k_dim, self.num_k_heads, self.num_v_heads = ssm.state_size, ssm.group_count, ssm.time_step_rank
+    assert self.num_v_heads % self.num_k_heads == 0, "GatedDeltaNetBlock: value heads must be a multiple of key heads"
+    self.head_v_dim, self.ssm_conv_kernel = ssm.inner_size // ssm.time_step_rank, ssm.conv_kernel
+    self.q_dim = ssm.state_size * ssm.group_count
+    self.conv_channels = ssm.inner_size + 2 * self.q_dim
+    self.attn_qkv = Linear(config.dim, self.conv_channels, bias=False)
+    if ssm.kda:
+      self.ssm_g_a, self.ssm_g_b = Linear(config.dim, self.head_v_dim, bias=False), Linear(self.head_v_dim, ssm.inner_size, bias=False)
+      self.ssm_f_a, self.ssm_f_b = Linear(config.dim, self.head_k_dim, bias=False), Linear(self.head_k_dim, ssm.inner_size, bias=False)
+    else:
+      self.attn_gate = Linear(config.dim, ssm.inner_size, bias=False)
+      self.ssm_alpha = Linear(config.dim, self.num_v_heads, bias=False)
+    self.ssm_beta = Linear(config.dim, self.num_v_heads, bias=False)
+    self.ssm_conv1d = {"weight": Tensor.zeros(self.conv_channels, self.ssm_conv_kernel)}
+    self.ssm_dt = {"bias": Tensor.zeros(ssm.inner_size if ssm.kda else self.num_v_heads)}
+    self.ssm_a = Tensor.zeros(self.num_v_heads, 1) if ssm.kda else Tensor.zeros(self.num_v_heads)
+    self.ssm_norm, self.ssm_out = nn.RMSNorm(self.head_v_dim, config.norm_eps), Linear(ssm.inner_size, config.dim, bias=False)
+
+  def _attention(self, x: Tensor, start_pos: int | UOp) -> Tensor:
+    B, T, _ = x.shape
+    if not isinstance(T, int): raise ValueError("GatedDeltaNetBlock: the number of tokens must be known (an int), not symbolic")
+    kda, K, Hv, Hk = hasattr(self, "ssm_g_a"), self.ssm_conv_kernel, self.num_v_heads, self.num_k_heads
+    # the position as a bound Variable: one graph serves every position, with the reset a value in it
+    if not isinstance(start_pos, UOp): start_pos = UOp.variable("start_pos", 0, self.config.max_context - 1).bind(start_pos)
+    fresh = Tensor(start_pos).eq(0)
+    x = x.half()  # the projections read half inputs (as llama.cpp's and tinygrad's do)
+    gate = (self.ssm_g_b(self.ssm_g_a(x)) if kda else self.attn_gate(x)).reshape(B, T, Hv, self.head_v_dim)
+    beta = self.ssm_beta(x).sigmoid().reshape(B, T, Hv)
+    alpha = self.ssm_f_b(self.ssm_f_a(x)) if kda else self.ssm_alpha(x)
+    log_decay = (alpha.float() + self.ssm_dt["bias"]).softplus().reshape(B, T, Hv, -1) * self.ssm_a.reshape(Hv, -1)
+    # the convolution's window: the last K-1 inputs before this call, then this call's
+    window = fresh.where(0, self.conv_state).cat(self.attn_qkv(x).cast(self.conv_state.dtype), dim=1)  # (B, K-1+T, C)
+    conv = functools.reduce(lambda a, b: a + b, (window[:, i:i + T] * self.ssm_conv1d["weight"][:, i] for i in range(K))).silu()
+    q, k, v = conv.split([self.q_dim, self.q_dim, self.conv_channels - 2 * self.q_dim], dim=-1)
+    eps = 1e-12 if kda else 1e-6
+    q, k = (z.reshape(B, T, Hk, self.head_k_dim).normalize(dim=-1, eps=eps).repeat(1, 1, Hv // Hk, 1) for z in (q, k))
+    v = v.reshape(B, T, Hv, self.head_v_dim)
+    # per step: q (B, H, 1, Dk), k (B, H, 1, Dk), v (B, H, Dv, 1), beta (B, H, 1, 1), decay (B, H, Dv or 1, 1)
+    q, k, v, beta = (z.transpose(1, 2).float() for z in (q, k, v, beta))
+    q, k, v, beta = q.unsqueeze(-2) * self.head_k_dim ** -0.5, k.unsqueeze(-2), v.unsqueeze(-1), beta.unsqueeze(-1).unsqueeze(-1)
+    decay = log_decay.transpose(1, 2).exp().unsqueeze(-1)
+    state = fresh.where(0, self.recurrent_state.float())
+    outs = []
+    for t in range(T):
+      state = state * decay[:, :, t]
+      state = state + (v[:, :, t] - (state * k[:, :, t]).sum(-1, keepdim=True)) * beta[:, :, t] * k[:, :, t]
+      outs.append((state * q[:, :, t]).sum(-1))
+    core = Tensor.stack(*outs, dim=1).contiguous()  # (B, T, Hv, Dv)
+    Tensor.realize(core, self.conv_state.assign(window[:, T:T + K - 1]), self.recurrent_state.assign(state.cast(self.recurrent_state.dtype)))
+    z = (self.ssm_norm(core) * (gate.sigmoid() if kda else gate.silu())).cast(x.dtype)
+    return self.ssm_out(z.reshape(B, T, -1))
+
+  def _init_state(self, x: Tensor) -> None:
+    if hasattr(self, "conv_state"): return
+    B = x.shape[0]
+    self.conv_state = Tensor.zeros(B, self.ssm_conv_kernel - 1, self.conv_channels, device=x.device).contiguous().realize()
+    self.recurrent_state = Tensor.zeros(B, self.num_v_heads, self.head_v_dim, self.head_k_dim, device=x.device).contiguous().realize()
 
 
 class Transformer:
-  """A model ready to run: Transformer.from_gguf(path) -> (model, metadata); model.generate(ids) yields new token ids.
-  The KV cache remembers the tokens it holds, so a prompt that extends the last one (a chat's next turn) only runs
-  its new tokens."""
-  PREFILL_CHUNKS = (64, 8)  # the prompt is split greedily into these sizes (and single tokens): each is one set of kernels
+  """Transformer(config): the blocks (blk), token_embd, output_norm and output, with zero weights. forward(tokens
+  (B, T), start_pos, temperature) samples each row's next token on the device (the Gumbel-max trick: argmax of
+  logits/temperature plus Gumbel noise, greedy as temperature goes to 0); generate(tokens) yields next tokens and
+  appends them to tokens, reusing the cache for a prefix it already ran."""
 
-  def __init__(self, cfg: ModelConfig, w: dict[str, GGUFTensor], progress: bool = False):
-    self.cfg, self.max_context = cfg, cfg.max_context
-    if "token_embd.weight" not in w: raise ValueError("tensor token_embd.weight is missing")
-    self.token_embd = QuantizedWeight(w["token_embd.weight"])
-    self.output = QuantizedWeight(w["output.weight"]) if "output.weight" in w else self.token_embd  # tied embeddings
-    self.output_norm = _vec(w["output_norm.weight"])
-    from tqdm import tqdm  # each layer's weights are read from the file and repacked here: the load's time
-    self.blocks = [Block(cfg, w, i) for i in tqdm(range(cfg.n_layers), desc="loading", unit="layer", disable=not progress, leave=False)]
-    self.cos, self.sin = rope_tables(cfg, w["rope_freqs.weight"].data.numpy() if "rope_freqs.weight" in w else None)
-    Tensor.realize(self.output_norm, *[t for b in self.blocks for t in (b.attn_norm, b.ffn_norm, b.qkv_bias, b.q_norm, b.k_norm) if t is not None])
-    self.embed_scale = math.sqrt(cfg.dim) if cfg.arch == "gemma" else 1.0
-    self.cached: list[int] = []  # the tokens whose keys and values the cache holds, in order
-    self.decode_jit = TinyJit(self._decode)
-    self.chunks = tuple(n for n in self.PREFILL_CHUNKS if n < self.max_context)
-    self.prefill_jits = {n: TinyJit(self._prefill) for n in self.chunks}
-    self.pos_vars = {n: Variable(f"pos{n}", 0, self.max_context - n) for n in (*self.chunks, 1)}
-    self.tok_var = Variable("tok", 0, cfg.vocab_size - 1)
-
-  @staticmethod
-  def from_gguf(fn: str | pathlib.Path | Tensor, max_context: int | None = None, progress: bool = False,
-                kv_dtype: str = "f32") -> tuple[Transformer, dict[str, Any]]:
-    if kv_dtype not in KV_DTYPES: raise ValueError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
-    kv, tensors = gguf_read(fn)
-    name = str(fn) if not isinstance(fn, Tensor) else "<tensor>"
-    cfg = dataclasses.replace(ModelConfig.from_gguf(kv, tensors, max_context, name), kv_dtype=kv_dtype)
-    try: return Transformer(cfg, tensors, progress), kv
-    except ValueError as e: raise ValueError(f"{name}: {e}") from None
-
-  # ** the computation **
-
-  def forward(self, x: Tensor, pos: UOp | int) -> Tensor:
-    """(T, dim) embeddings of the tokens at positions pos..pos+T-1 -> (1, vocab) float32 logits of the last one; the
-    keys and values of all T go into the cache."""
-    T = x.shape[0]
-    if self.embed_scale != 1.0: x = x * self.embed_scale
-    cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
-    mask = None
-    if T > 1:  # causal: the query at pos+t sees keys up to pos+t
-      mask = Tensor.arange(self.max_context)[0:pos + T].reshape(1, -1, 1, 1) <= (Tensor.arange(T) + pos).reshape(1, 1, 1, T)  # (1, L, 1, T)
-    for blk in self.blocks: x = blk(x, pos, cos, sin, mask)
-    return self.output.matmul(rms_norm(x[T - 1:T], self.output_norm, self.cfg.norm_eps))
-
-  def _decode(self, tok: UOp, pos: UOp) -> Tensor: return self.forward(self.token_embd.rows((tok, tok + 1)), pos).realize()
-  def _prefill(self, toks: Tensor, pos: UOp) -> Tensor: return self.forward(self.token_embd.rows(toks), pos).realize()
-
-  # ** running it **
+  def __init__(self, config: TransformerConfig):
+    dense_config = replace(config, num_experts=0, num_experts_per_tok=0, shared_expert_dim=0, hidden_dim=config.dense_hidden_dim or config.hidden_dim)
+    if config.ssm: config = replace(config, qk_norm=config.head_dim)
+    attention = MLATransformerBlock if config.kv_lora_rank > 0 else TransformerBlock
+    def block(i: int) -> FFNBlock:
+      cfg = dense_config if i < config.leading_dense_blocks else config
+      if config.ssm and config.ssm_layers[i]: return GatedDeltaNetBlock(cfg, config.ssm)
+      return attention(cfg)
+    self.blk: list[FFNBlock] = [block(i) for i in range(config.num_blocks)]
+    self.token_embd = nn.Embedding(config.vocab_size, config.dim)
+    self.output_norm = nn.RMSNorm(config.dim, config.norm_eps)
+    self.output = Linear(config.dim, config.vocab_size, bias=False)
+    self.max_context = config.max_context
+    self.has_recurrent_block = any(isinstance(b, GatedDeltaNetBlock) for b in self.blk)
+    self._cached_tokens: list[int] = []
+    self.prefill_jit, self.rollout_jit = TinyJit(self.forward), TinyJit(self.forward)
+    self._logit_jits = (TinyJit(self.logits), TinyJit(self.logits))  # (prefill, rollout), for a sampler on the host
 
   @property
-  def weight_bytes(self) -> int:
-    ws = [self.token_embd, *([self.output] if self.output is not self.token_embd else []),
-          *[w for b in self.blocks for w in (b.qkv, b.attn_out, b.gate_up, b.down)]]
-    return sum(w.nbytes for w in ws)
+  def vocab_size(self) -> int: return self.output.weight.shape[0]
+
+  def summary(self) -> str:
+    cfg = self.blk[-1].config  # (leading blocks may be dense)
+    kinds = ", ".join(sorted({type(b).__name__ for b in self.blk}))
+    experts = f", {cfg.num_experts} experts ({cfg.num_experts_per_tok} per token)" if cfg.num_experts else ""
+    nbytes = sum(p.nbytes() for p in nn.state.get_parameters(self))
+    return f"{len(self.blk)} blocks ({kinds}), dim {cfg.dim}{experts}, {self.vocab_size} tokens, {nbytes / 1e6:,.1f} MB of weights"
+
+  def logits(self, tokens: Tensor, start_pos: int | UOp) -> Tensor:
+    """(B, vocab) float32 logits of each row's last token; the cache takes all of them."""
+    x = self.token_embd(tokens).float()
+    for block in self.blk: x = block(x, start_pos)
+    return self.output(self.output_norm(x[:, -1:]))[:, -1, :].float()
+
+  def forward(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor) -> Tensor:
+    logits = self.logits(tokens, start_pos)
+    gumbel = -(-Tensor.rand_like(logits).maximum(1e-12).log()).log()
+    return (logits / temperature.maximum(1e-12) + gumbel).argmax(-1, keepdim=True)
+
+  def __call__(self, tokens: Tensor, start_pos: int | UOp, temperature: Tensor) -> Tensor:
+    return (self.prefill_jit if resolve(tokens.shape[1] != 1) else self.rollout_jit)(tokens.contiguous(), start_pos, temperature)
+
+  @staticmethod
+  def from_gguf(gguf: Tensor | str | pathlib.Path, max_context: int | None = None, realize: bool = bool(getenv("REALIZE", 1)),
+                progress: bool = False, kv_dtype: str = "f32") -> tuple[Any, dict]:
+    """(model, metadata) from a gguf file. The dense llama family gets llm/dense.py's DenseTransformer (progress and
+    kv_dtype are its options); the others a Transformer here, its weights dequantized (to float16 unless HALF=0)
+    and, with realize, computed once at load rather than in every matmul."""
+    kv, tensors = gguf_read(gguf)
+    name = str(gguf) if not isinstance(gguf, Tensor) else "<tensor>"
+    arch = kv.get("general.architecture")
+    if arch in dense.ARCHS and not kv.get(f"{arch}.expert_count"): return dense.DenseTransformer.from_parts(kv, tensors, name, max_context, progress, kv_dtype)
+    if arch not in ARCHS:
+      raise ValueError(f"{name}: architecture {arch!r} is not supported (supported: {', '.join(sorted(set(ARCHS) | set(dense.ARCHS)))})")
+    try: return _from_state(kv, {n: t.dequantize() for n, t in tensors.items()}, arch, max_context, realize), kv
+    except KeyError as e: raise ValueError(f"{name}: metadata or tensor {e} is missing") from None
+
+  # ** generation **
 
   def warmup(self) -> None:
-    """Compiles and captures the kernels of every prompt chunk size and of a decode step (each JIT captures on its
-    second call), then forgets the tokens it ran."""
-    for n in (*self.chunks, 1):
-      for _ in range(3): self.logits([0] * n, 0)
-    self.cached.clear()
+    """Compiles and captures both JITs (each captures on its second call)."""
+    for _ in range(2): list(zip(range(2), self.generate([0])))
 
-  def logits(self, tokens: list[int], start_pos: int) -> np.ndarray:
-    """Runs tokens at positions start_pos.. (the cache must hold the ones before) and returns the last one's
-    (vocab,) logits."""
-    if not tokens: raise ValueError("logits: no tokens to run")
-    if start_pos + len(tokens) > self.max_context:
-      raise ValueError(f"{start_pos + len(tokens)} tokens do not fit the context of {self.max_context} tokens")
-    if (bad := [t for t in tokens if not 0 <= t < self.cfg.vocab_size]): raise ValueError(f"token ids {bad[:5]} are outside the vocabulary of {self.cfg.vocab_size}")
-    del self.cached[start_pos:]
-    i, out = 0, None
-    while i < len(tokens):
-      n = next((c for c in self.chunks if c <= len(tokens) - i), 1)
-      if n == 1:
-        out = self.decode_jit(self.tok_var.bind(tokens[i]), self.pos_vars[1].bind(start_pos + i))
-        i += 1
-        continue
-      out = self.prefill_jits[n](Tensor(np.array(tokens[i:i + n], np.int32)), self.pos_vars[n].bind(start_pos + i))
-      i += n
-    self.cached.extend(tokens)
-    assert out is not None
-    return out.numpy().reshape(-1)
+  def get_start_pos(self, tokens: list[int]) -> int:
+    """Where to resume: after the longest prefix of tokens the caches hold (a recurrent block's state cannot be cut
+    back, so it resumes only when tokens extend what it ran, else from 0)."""
+    if self.has_recurrent_block:
+      n = len(self._cached_tokens)
+      return n if 0 < n < len(tokens) and tokens[:n] == self._cached_tokens else 0
+    prefix = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], zip(tokens[:-1], self._cached_tokens)))
+    return min(block._reusable_prefix_len(prefix, len(self._cached_tokens)) for block in self.blk)
 
-  def reusable_prefix(self, tokens: list[int]) -> int:
-    """How many leading tokens the cache already holds (at least one token is always run, for its logits)."""
-    n = 0
-    for a, b in zip(tokens[:-1], self.cached):
-      if a != b: break
-      n += 1
-    return n
-
-  def generate(self, tokens: list[int], sample: Callable[[np.ndarray, list[int]], int] | None = None, max_new: int | None = None) -> Iterator[int]:
-    """Yields token ids that follow `tokens` until the context is full (or max_new of them): sample(logits, ids so
-    far) picks each (greedy when None). Refuses a prompt that does not fit the context."""
+  def generate(self, tokens: list[int], chunk_size: int = 32, temperature: float = 0.0,
+               sample: Callable[[np.ndarray, list[int]], int] | None = None, max_new: int | None = None) -> Iterator[int]:
+    """Yields the tokens that follow `tokens`, appending each to it, until the context is full (or max_new of them).
+    The prompt runs in chunks of up to chunk_size tokens, each chunk's length and position bound Variables, so every
+    chunk reuses the prefill JIT. sample(logits, tokens) picks on the host instead of the device's sampling."""
     if not tokens: raise ValueError("generate: the prompt has no tokens")
     if len(tokens) >= self.max_context:
       raise ValueError(f"the prompt has {len(tokens)} tokens, more than the context of {self.max_context} tokens leaves room for")
-    ids = list(tokens)
-    start = self.reusable_prefix(ids)
-    logits = self.logits(ids[start:], start)
-    n = 0
-    while True:
-      nxt = int(np.argmax(logits)) if sample is None else sample(logits, ids)
-      ids.append(nxt)
-      yield nxt
-      n += 1
-      if len(ids) >= self.max_context or (max_new is not None and n >= max_new): return
-      logits = self.logits([nxt], len(ids) - 1)
+    if self.has_recurrent_block: chunk_size = 1
+    v_start, v_toks = UOp.variable("start_pos", 0, self.max_context - 1), UOp.variable("toks", 1, chunk_size)
+    temp = Tensor([temperature])
+    prompt = Tensor(tokens + [0] * (self.max_context - len(tokens)), dtype="int32").reshape(1, self.max_context)
+    start_pos, prompt_len, out, n_new = self.get_start_pos(tokens), len(tokens), None, 0
+    while len(tokens) < self.max_context:
+      n = min(chunk_size, len(tokens) - start_pos)
+      sp, nt = v_start.bind(start_pos), v_toks.bind(n)
+      step = prompt[:, sp:sp + nt] if start_pos < prompt_len or out is None else out
+      if sample is None: out = self(step, sp, temp).realize()
+      else:
+        logits = self._logit_jits[0 if resolve(step.shape[1] != 1) else 1](step.contiguous(), sp).numpy()
+      start_pos += n
+      if start_pos < len(tokens): continue  # more of the prompt to run
+      if sample is None: tokens.append(int(out.item()))  # type: ignore[union-attr]  # (out: the step just run)
+      else:
+        tokens.append(sample(logits.reshape(-1), tokens))
+        out = Tensor([[tokens[-1]]], dtype="int32")
+      self._cached_tokens = tokens[:-1]
+      yield tokens[-1]
+      n_new += 1
+      if max_new is not None and n_new >= max_new: return
+
+
+def _permute_rope_rows(w: Tensor, heads: int, keep: int) -> Tensor:
+  """Rows of a q or k projection (heads * head_dim, in) whose rotated part is in llama.cpp's interleaved order
+  (pairs adjacent) put in the half-split order apply_rope reads; the first `keep` rows of each head do not rotate."""
+  hd = w.shape[0] // heads
+  w = w.reshape(heads, hd, -1)
+  rot = w[:, keep:].reshape(heads, (hd - keep) // 2, 2, -1).transpose(1, 2).reshape(heads, hd - keep, -1)
+  return w[:, :keep].cat(rot, dim=1).reshape(heads * hd, -1)
+
+
+def _from_state(kv: dict[str, Any], sd: dict[str, Tensor], arch: str, max_context: int | None, realize: bool) -> Transformer:
+  """A Transformer of a non-dense family with the file's weights loaded (llama.cpp's names and layouts)."""
+  def k(key: str, default: Any = KeyError) -> Any:
+    if (v := kv.get(f"{arch}.{key}", default)) is KeyError: raise KeyError(f"{arch}.{key}")
+    return v
+  if getenv("HALF", 1): sd = {n: t.cast(dtypes.float16) for n, t in sd.items()}
+  if "output.weight" not in sd: sd["output.weight"] = sd["token_embd.weight"]  # tied embeddings
+  ctx, n_heads, n_kv_heads = k("context_length"), k("attention.head_count"), k("attention.head_count_kv")
+  ssm, ssm_layers = None, ()
+  if arch in ("qwen35", "qwen35moe"):
+    ssm = SSMConfig(**{f: k(f"ssm.{f}") for f in ("conv_kernel", "state_size", "group_count", "time_step_rank", "inner_size")})
+    ssm_layers = tuple((i + 1) % k("full_attention_interval") != 0 for i in range(k("block_count")))
+  if arch in ("qwen35", "qwen35moe", "glm4moe"): sd = {n.replace("post_attention_norm", "ffn_norm"): t for n, t in sd.items()}
+  kv_lora = k("attention.kv_lora_rank", 0)
+  head_dim = k("attention.key_length_mla", k("attention.key_length", k("embedding_length") // n_heads))
+  rope_dim = k("rope.dimension_count", head_dim)
+  if arch == "llama" or kv_lora:  # llama.cpp's rotation pairs adjacent dimensions; apply_rope pairs the halves
+    for n in list(sd):
+      if n.endswith(("attn_q.weight", "attn_q_b.weight")): sd[n] = _permute_rope_rows(sd[n], n_heads, head_dim - rope_dim)
+      elif arch == "llama" and n.endswith("attn_k.weight"): sd[n] = _permute_rope_rows(sd[n], n_kv_heads, 0)
+      elif kv_lora and n.endswith("attn_kv_a_mqa.weight"): sd[n] = sd[n][:kv_lora].cat(_permute_rope_rows(sd[n][kv_lora:], 1, 0))
+  dense_lead = k("leading_dense_block_count", 0)
+  config = TransformerConfig(
+    num_blocks=k("block_count") - k("nextn_predict_layers", 0), dim=k("embedding_length"),
+    hidden_dim=k("expert_feed_forward_length", k("feed_forward_length", 0)), n_heads=n_heads, n_kv_heads=n_kv_heads,
+    norm_eps=k("attention.layer_norm_rms_epsilon"), vocab_size=sd["token_embd.weight"].shape[0], head_dim=head_dim,
+    rope_theta=k("rope.freq_base", 10000.0), rope_dim=rope_dim,
+    v_head_dim=k("attention.value_length_mla", k("attention.value_length", head_dim)),
+    max_context=min(max_context, ctx) if max_context is not None else ctx,
+    qk_norm=int(sd["blk.0.attn_q_norm.weight"].shape[0]) if "blk.0.attn_q_norm.weight" in sd else 0,
+    num_experts=k("expert_count", 0), num_experts_per_tok=k("expert_used_count", 0),
+    norm_topk_prob=k("expert_weights_norm", arch in ("qwen3moe", "qwen35moe")),
+    expert_gating_func=ExpertGating(k("expert_gating_func", ExpertGating.SOFTMAX)),
+    kv_lora_rank=kv_lora, q_lora_rank=k("attention.q_lora_rank", 0), leading_dense_blocks=dense_lead,
+    shared_expert_dim=k("expert_shared_feed_forward_length", k("expert_shared_count", 0) * k("expert_feed_forward_length", 0)),
+    shared_expert_gate=f"blk.{dense_lead}.ffn_gate_inp_shexp.weight" in sd,
+    dense_hidden_dim=k("feed_forward_length", 0) if dense_lead else 0, routed_scaling_factor=k("expert_weights_scale", 1.0),
+    attn_output_gate=arch in ("qwen35", "qwen35moe"), ssm=ssm, ssm_layers=ssm_layers,
+    qkv_bias="blk.0.attn_q.bias" in sd, expert_bias=f"blk.{dense_lead}.exp_probs_b.bias" in sd)
+  model = Transformer(config)
+  sd.pop("rope_freqs.weight", None)  # llama3's frequency factors: not used by this path
+  nn.state.load_state_dict(model, sd, verbose=False, consume=True, realize=False)
+  if realize:  # the dequantized weights computed once, not in every matmul
+    params = nn.state.get_parameters(model)
+    for p in params: p.replace(p.contiguous())
+    Tensor.realize(*params)
+  return model

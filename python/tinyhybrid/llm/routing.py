@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 THINK, END_THINK, TOOL, END_TOOL = "<think>", "</think>", "<tool_call>", "</tool_call>"
 
@@ -24,8 +24,8 @@ class StreamRouter:
   for the model), so the answer starts as reasoning. think, tools: whether those tags are routed at all (a model whose
   vocabulary lacks them writes them as plain text)."""
 
-  def __init__(self, thinking: bool = False, think: bool = True, tools: bool = True):
-    self.mode = "reasoning" if thinking else "content"
+  def __init__(self, thinking: bool = False, think: bool = True, tools: bool = True, reasoning: bool = False):
+    self.mode = "reasoning" if thinking or reasoning else "content"  # reasoning: tinygrad's name for thinking
     self.opening = {tag: mode for tag, mode, on in ((THINK, "reasoning", think), (TOOL, "tool", tools)) if on}
     self.buf, self.strip = "", False  # strip: drop the newlines a closed block leaves before the content goes on
 
@@ -46,6 +46,13 @@ class StreamRouter:
       out += self._text(self.buf[:len(self.buf) - keep])
       self.buf = self.buf[len(self.buf) - keep:]
       return out
+
+  def route(self, piece: str, final: bool = False) -> Iterator[tuple[str, str]]:
+    """tinygrad's face of feed (and finish, when final): (field, text) pairs, the field "reasoning_content" or
+    "content", or "tool_calls" with the call as JSON."""
+    for r in self.feed(piece) + (self.finish() if final else []):
+      if r.kind == "tool_call": yield "tool_calls", json.dumps(r.call)
+      else: yield ("reasoning_content" if r.kind == "reasoning" else "content"), r.text
 
   def finish(self) -> list[Routed]:
     """What is left when the answer ends: an unclosed tool call is what the model wrote, as content."""

@@ -6,6 +6,7 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from tinyhybrid.llm.dense import DenseTransformer
 from tinyhybrid.llm.model import Transformer
 from tinyhybrid.llm.routing import END_THINK, END_TOOL, THINK, TOOL, StreamRouter
 from tinyhybrid.llm.sampling import Sampler, SamplingParams
@@ -30,7 +31,7 @@ class Usage:
 
 
 class LLM:
-  def __init__(self, model: Transformer, tok: Tokenizer, template: ChatTemplate, name: str, kv: dict[str, Any] | None = None):
+  def __init__(self, model: DenseTransformer | Transformer, tok: Tokenizer, template: ChatTemplate, name: str, kv: dict[str, Any] | None = None):
     self.model, self.tok, self.template, self.name, self.kv = model, tok, template, name, kv or {}
 
   @staticmethod
@@ -70,7 +71,7 @@ class LLM:
     u.prompt_tokens, u.completion_tokens = len(ids), 0
     dec, held = self.tok.stream_decoder(), ""
     sampler = Sampler(params)
-    for tid in self.model.generate(ids, sampler):
+    for tid in self.model.generate(list(ids), sample=sampler):
       if self.tok.is_end(tid):
         yield Delta(held + dec(), "stop")
         return

@@ -40,7 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Iterator
 
 from tinyhybrid.llm.runner import LLM, ContextError, Delta, Usage
-from tinyhybrid.llm.routing import Routed
+from tinyhybrid.llm.routing import Routed, StreamRouter  # noqa: F401 (StreamRouter: tinygrad's import path)
 from tinyhybrid.llm.sampling import SamplingParams
 
 STATIC = pathlib.Path(__file__).parent / "static"  # the chat page and its assets (package data: they ship in the wheel)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinyhybrid.dtype import dtypes, to_dtype
 from tinyhybrid.uop import Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, sint
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -76,9 +76,9 @@ class CreationMixin:
     cols = cls.arange(m, **kwargs).reshape(1, m)
     return (rows == cols).cast(dt)
 
-  def tril(self: Tensor, diagonal: int = 0) -> Tensor: return self._tri(diagonal, lower=True)
-  def triu(self: Tensor, diagonal: int = 0) -> Tensor: return self._tri(diagonal, lower=False)
-  def _tri(self: Tensor, diagonal: int, lower: bool) -> Tensor:
+  def tril(self: Tensor, diagonal: sint = 0) -> Tensor: return self._tri(diagonal, lower=True)
+  def triu(self: Tensor, diagonal: sint = 0) -> Tensor: return self._tri(diagonal, lower=False)
+  def _tri(self: Tensor, diagonal: sint, lower: bool) -> Tensor:
     r, c = self.shape[-2], self.shape[-1]
     rows = self.arange(r, device=self.device).reshape(r, 1)
     cols = self.arange(c, device=self.device).reshape(1, c)

@@ -345,7 +345,7 @@ UOpRef div_by_variable(const Captured& cap, void*) {
 std::vector<Rule> range_rules() {
   std::vector<Rule> r;
   const OpSet decidable{Ops::CMPLT, Ops::CMPNE, Ops::CMPEQ, Ops::FLOORDIV, Ops::FLOORMOD, Ops::CDIV, Ops::CMOD,
-                        Ops::MAX, Ops::AND, Ops::OR, Ops::SHR, Ops::DEFINE_VAR, Ops::RANGE};
+                        Ops::MAX, Ops::AND, Ops::OR, Ops::SHR, Ops::BIND, Ops::RANGE};
   r.push_back({op(decidable, {}, "", Pattern::Src::Any), constant_by_range, "constant by range"});
   r.push_back({alu(Ops::MAX, {var("x"), var("y")}),
                [](const Captured& c, void*) -> UOpRef {
