@@ -1,4 +1,4 @@
-"""EXP2, LOG2 and SIN decomposed into plain ALU ops (codegen/transcendental.py): float64 and float32 within 2 ulp of
+"""EXP2, LOG2 and SIN decomposed into plain ALU ops (codegen/decomp/transcendental.py): float64 and float32 within 2 ulp of
 NumPy over their whole range and exact at the edges, run on the CPU (C) and PYTHON (NumPy) renderers with
 TRANSCENDENTAL=2 (and on a real GPU through PTX when there is one); PTX's float64 kernels hold no f32 approximation
 and assemble with ptxas."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tinyhybrid import Device, Tensor, dtypes
-from tinyhybrid.codegen.transcendental import _pi, decompose_transcendentals, transcendental_dtypes, two_over_pi_words
+from tinyhybrid.codegen.decomp.transcendental import _pi, decompose_transcendentals, transcendental_dtypes, two_over_pi_words
 from tinyhybrid.engine import realize
 from tinyhybrid.helpers import Context
 from tinyhybrid.uop import Ops

@@ -153,7 +153,7 @@ EMULATE = ContextVar("EMULATE", "")
 # the scheduler's and planner's switches: SPLIT_REDUCEOP=0 keeps a GPU's long reduces in one kernel (see
 # schedule/kernelize.split_reduces); NOLOCALS=1 plans GPU kernels without work-groups (one work-item per group)
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
-# TRANSCENDENTAL=2 computes exp2, log2 and sin of every float type from other ops (codegen/transcendental.py), as the
+# TRANSCENDENTAL=2 computes exp2, log2 and sin of every float type from other ops (codegen/decomp/transcendental.py), as the
 # renderers do for a type they have no instruction for (PTX's float64)
 TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 NOLOCALS = ContextVar("NOLOCALS", 0)

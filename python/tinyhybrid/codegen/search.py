@@ -24,7 +24,7 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rsize
 from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, apply_opts, merge_loops
 from tinyhybrid.codegen.tc import has_tc, tc_choices
-from tinyhybrid.codegen.transcendental import decompose_transcendentals
+from tinyhybrid.codegen.decomp.transcendental import decompose_transcendentals
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import np_storage

@@ -69,7 +69,7 @@ class Renderer:
   cores: int = 1                     # cores a kernel's outer loop is split across
   core_cache: int = 1 << 20          # bytes of one core's own cache (its L2): what a loop may sweep again and again
   # float dtypes whose EXP2 and LOG2 are written as plain ops before the lanes are expanded
-  # (codegen/transcendental.py), so that they run on vectors: a CPU's libm takes one value per call
+  # (codegen/decomp/transcendental.py), so that they run on vectors: a CPU's libm takes one value per call
   vector_transcendentals: frozenset[DType] = frozenset()
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
@@ -88,7 +88,7 @@ class Renderer:
   @property
   def code_for_op(self) -> dict[Ops, None]:
     """The ALU ops a kernel may hold when it reaches this renderer (tinygrad's name, read for membership): all of them
-    here, as the transcendental ones a device lacks are decomposed before rendering (codegen/transcendental.py)."""
+    here, as the transcendental ones a device lacks are decomposed before rendering (codegen/decomp/transcendental.py)."""
     return dict.fromkeys(GroupOp.ALU)
 
   def lacking_dtypes(self, k: LoweredKernel) -> list[DType]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tinyhybrid.codegen.expand import csize, mask_size
 from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
-from tinyhybrid.codegen.transcendental import decompose_transcendentals, transcendental_dtypes
+from tinyhybrid.codegen.decomp.transcendental import decompose_transcendentals, transcendental_dtypes
 from tinyhybrid.dtype import DType, dtypes, fp8_decode
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.runtime.host import cache_sizes
@@ -218,7 +218,7 @@ class CStyleWriter:
   MASK_INT: dict[int, str] = _MASK_INT    # element size -> the integer type of a vector comparison's lane mask
   IDX = "long long"                       # the type of loop counters
   SUFFIX = ("ll", "ull")                  # the literal suffixes of 64-bit signed and unsigned ints
-  # float dtypes it has no EXP2, LOG2 and SIN for: decomposed into other ops (codegen/transcendental.py)
+  # float dtypes it has no EXP2, LOG2 and SIN for: decomposed into other ops (codegen/decomp/transcendental.py)
   LACKS_TRANSCENDENTAL: frozenset[DType] = frozenset()
   HELPER_QUAL, MEMCPY = "static inline ", "__builtin_memcpy"  # how its helper functions are declared, memcpy's name
   FP8_TABLE = False  # whether fp8 values are decoded by a table look-up (see fp8_format_helpers)

@@ -9,7 +9,7 @@ The grid: a GLOBAL range is %ctaid, a LOCAL or GROUP_REDUCE one %tid; a grouped 
 narrowed after every operation; bfloat16 is computed in f32 and rounded (cvt.rn.bf16.f32) after every operation;
 half is native f16 (sm_53 and later) except for division and the transcendental functions, computed in f32.
 exp2, log2 and sin are the hardware's approximations (ex2/lg2/sin.approx) for f32 and half; PTX has no f64 form of
-them, so those of double are decomposed into other instructions first (codegen/transcendental.py), to within an ulp."""
+them, so those of double are decomposed into other instructions first (codegen/decomp/transcendental.py), to within an ulp."""
 from __future__ import annotations
 
 import re

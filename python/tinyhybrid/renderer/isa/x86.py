@@ -8,7 +8,7 @@ The kernel ABI is the C renderer's (renderer/cstyle.py) under the System V calli
 esi = core_id, edx = num_cores. Integers and bools live in 64-bit general registers, each kept as its dtype's value
 sign- or zero-extended to 64 bits; floats in xmm registers, as scalars (this first version renders scalar code: the
 renderer plans kernels with vec=1). half and bfloat16 are computed in float and rounded after every operation, as the
-C renderer does; exp2, log2 and sin are decomposed into arithmetic (codegen/transcendental.py), so a kernel calls
+C renderer does; exp2, log2 and sin are decomposed into arithmetic (codegen/decomp/transcendental.py), so a kernel calls
 nothing. rax, rcx and rdx are kept for division and shift counts, r10, r11 and xmm13-15 for reloading spilled values.
 What the selector has no rule for is refused at render time, naming the op and the kernel; nothing falls back."""
 from __future__ import annotations
