@@ -19,6 +19,7 @@ from tinyhybrid.nn.state import get_state_dict
 from tinyhybrid.schedule.multi import select_shard
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop import Ops
+from tinyhybrid.uop.buffers import buffer_uop, contiguous_buffer
 from tinyhybrid.uop.ops import ParamArg, UOp, shape_eq
 
 # grad_fxns by id, held so an id is never reused while a graph's tag names it (a tag holds constants only)
@@ -63,6 +64,38 @@ def call(body: UOp, args: tuple[Tensor, ...], grad_fxn: Callable | None = None) 
   if grad_fxn is None: return out
   _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
   return with_gradient(out, args, _grad_from_fxn, id(grad_fxn), body)
+
+
+def custom_kernel(args: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: Callable | None = None) -> list[Tensor]:
+  """Runs fxn's kernel (tinygrad's kernel DSL over UOp.placeholder(shape, dtype, i) for args[i]) on the arguments'
+  memory, each made a whole contiguous buffer first, and returns the arguments as the kernel left them. A sharded
+  argument list runs the kernel on each device's shards. It runs when called (the kernel is its own step, and TinyJit
+  captures it). grad_fxn(grad, call) gives each argument's gradient (call.src[1:] are the arguments)."""
+  from tinyhybrid.engine.custom import run_custom_kernel
+  if not args: raise RuntimeError("custom_kernel: no tensors to run the kernel on")
+  sharded = [type(t.device) is tuple for t in args]
+  if any(sharded) and not all(sharded): raise RuntimeError("custom_kernel: either every tensor is sharded or none is")
+  if all(sharded):
+    devices = args[0].device
+    if any(t.device != devices for t in args): raise RuntimeError("custom_kernel: the sharded tensors must be on the same devices")
+    shards = [custom_kernel(tuple(Tensor(select_shard(t.uop, t.device, i, t.uop.axis)) for t in args), fxn) for i in range(len(devices))]
+    outs = [Tensor(UOp(Ops.MSTACK, t.dtype, tuple(s[j].uop for s in shards), (devices, t.uop.axis))) for j, t in enumerate(args)]
+    return outs
+  whole = [t if contiguous_buffer(t.uop) is not None and t.uop.op is not Ops.AFTER else t.contiguous() for t in args]
+  Tensor.realize(*whole)
+  bufs = [contiguous_buffer(t.uop) for t in whole]
+  sink = fxn(*[UOp.placeholder(tuple(t.shape), t.dtype, i) for i, t in enumerate(args)])
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
+    raise TypeError(f"custom_kernel: fxn must return the kernel's SINK (stores.sink(arg=KernelInfo(...))), not {type(sink).__name__}")
+  run_custom_kernel(sink, bufs)  # type: ignore[arg-type]  # (realized: Buffers)
+  outs = [Tensor(buffer_uop(b, tuple(t.shape)), device=t.device) for b, t in zip(bufs, args)]  # type: ignore[arg-type]
+  if grad_fxn is None: return outs
+  # each output keeps, for the backward pass only, a node computed from the arguments whose gradient is grad_fxn's
+  _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
+  anchor = functools.reduce(lambda a, b: a + b, [t.float().sum() * 0 for t in args])
+  def history(o: Tensor) -> Tensor:
+    return with_gradient(anchor.reshape((1,) * o.ndim).expand(o.shape).cast(o.dtype), args, _grad_from_fxn, id(grad_fxn), sink)
+  return [Tensor(UOp(Ops.AFTER, o.dtype, (o.uop, history(o).uop)), device=o.device) for o in outs]
 
 
 def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:

@@ -600,10 +600,10 @@ class Tensor(TensorAPI):
     return call(fxn.uop if isinstance(fxn, Tensor) else fxn, (self, *lst), grad_fxn)
 
   def custom_kernel(self, *lst: Tensor, fxn: Callable, grad_fxn: Callable | None = None) -> list[Tensor]:
-    """tinygrad's kernels written in UOps (UOp.range, indexed PARAMs, store, end) are not supported: the kernel IR here
-    has its own forms of ranges, indices and loads. A NotImplementedError that says so, rather than an AttributeError."""
-    raise NotImplementedError("Tensor.custom_kernel: kernels written in tinygrad's UOp kernel DSL are not supported by tinyhybrid; "
-                              "write the computation with Tensor ops, or as a body of UOp.param placeholders with Tensor.call")
+    """Runs a kernel written in tinygrad's kernel DSL (UOp.range, indexed placeholders, store, set/after, end; see
+    function.custom_kernel) on (self, *lst) and returns them as the kernel left them."""
+    from tinyhybrid.function import custom_kernel
+    return custom_kernel((self, *lst), fxn, grad_fxn)
 
   def callify(self, *lst: Tensor) -> Tensor:
     """tinygrad scopes these tensors' graph as one call; here every realize already schedules a graph as a unit, so

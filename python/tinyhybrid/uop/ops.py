@@ -11,7 +11,8 @@ from typing import Any, Callable
 from tinyhybrid import _core
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
-from tinyhybrid.uop import AddrSpace, AxisType, GroupOp, Ops  # noqa: F401 (AddrSpace, AxisType: tinygrad's import path)
+from tinyhybrid.uop import AddrSpace, AxisType, GroupOp, Ops  # noqa: F401 (AxisType: tinygrad's import path)
+from tinyhybrid.uop.kernel_dsl import KernelDSL
 
 
 class NotANumber(ValueError, TypeError):
@@ -24,7 +25,7 @@ class VariableTypeError(TypeError, AssertionError): pass
 class VariableRangeError(ValueError, AssertionError): pass
 
 
-class UOp(_core.UOp):
+class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a static builder at once, as tinygrad's)
   """A node of the UOp graph: UOp(op, dtype=None, src=(), arg=None, tag=None).
 
   Nodes are interned: building the same (op, dtype, src, arg, tag) twice gives the same object."""
@@ -251,6 +252,7 @@ class ParamArg:
   device: str
   name: str | None = None
   shard: int | None = None
+  addrspace: AddrSpace = AddrSpace.GLOBAL  # REG: a custom kernel's register array (uop/kernel_dsl.py)
 
 
 class _VariableType(type):

@@ -1,0 +1,39 @@
+"""Running a kernel written in tinygrad's kernel DSL (Tensor.custom_kernel) on buffers: lowered by
+codegen/custom.py, optimized (unless its KernelInfo says opts_to_apply=(): as written), rendered and compiled once
+per kernel and device, then run as a step of its own, so TinyJit captures it as it captures any kernel."""
+from __future__ import annotations
+
+from typing import Any
+
+from tinyhybrid.codegen.custom import lower_custom
+from tinyhybrid.codegen.search import finalize, optimize
+from tinyhybrid.device import Buffer, CompiledProgram, Device
+from tinyhybrid.engine.realize import CompiledSchedule, ExecItem, Step, run_step
+from tinyhybrid.helpers import DEBUG
+from tinyhybrid.uop.ops import KernelInfo, UOp
+
+_compiled: dict[tuple, list[tuple[CompiledProgram, list[int], Any]]] = {}
+
+
+def run_custom_kernel(sink: UOp, bufs: list[Buffer]) -> None:
+  """Runs the kernel `sink` (its placeholder i is bufs[i]) on the buffers' device."""
+  device = bufs[0].device
+  if any(b.device != device for b in bufs): raise RuntimeError(f"custom kernel: its tensors are on {sorted({b.device for b in bufs})}, not one device")
+  key = (sink, device, tuple((b.dtype, b.size) for b in bufs))
+  if key not in _compiled:
+    dev = Device[device]
+    as_written = isinstance(sink.arg, KernelInfo) and sink.arg.opts_to_apply == ()
+    kernels = []
+    for k, order in lower_custom(sink, [(b.dtype, b.size) for b in bufs]):
+      k = finalize(k, [], dev.renderer) if as_written else optimize(k, dev)
+      src = dev.renderer.render(k)
+      if DEBUG >= 4: print(src)
+      prg = dev.compile_many([(k.name, src)])[0]
+      prg.ops, prg.mem, prg.outs, prg.bufs, prg.ast = k.ops, k.mem, k.outs, len(k.buffers), k.ast
+      kernels.append((prg, order, k.launch or 1))
+    _compiled[key] = kernels
+  for b in bufs: b.ensure_allocated()
+  for prg, order, threads in _compiled[key]:
+    slots = list(range(len(order)))
+    cs = CompiledSchedule([ExecItem(prg, slots, threads, device)], [], [], [], Device[device].runner([(prg, slots, threads)], len(order)))
+    run_step(Step(device, cs, [bufs[s] for s in order], {}, [], []))
