@@ -124,3 +124,17 @@ def test_refused_forms_say_why():
   with pytest.raises(TypeError, match="cannot be indexed"): (UOp.range(4, 0) + 1)[0]
   with pytest.raises(TypeError, match="must return the kernel's SINK"): Tensor.custom_kernel(Tensor.empty(2), fxn=lambda a: None)
   assert Tensor.custom_kernel(Tensor.ones(2).contiguous(), fxn=lambda a: UOp.sink(arg=KernelInfo()))[0].tolist() == [1.0, 1.0]  # stores nothing
+
+
+def test_inside_a_function_its_output_is_computed_from_the_inputs():
+  from tinyhybrid import function
+  @function
+  def run(a: Tensor) -> Tensor:
+    view = a.reshape(4, 8).T
+    return Tensor.custom_kernel(Tensor.invalids(*view.shape, dtype=view.dtype, device=a.device), view, fxn=add_one)[0]
+  x = Tensor.arange(32).clone().realize()
+  assert run(x).tolist() == (np.arange(32).reshape(4, 8).T + 1).tolist()
+  weight = Tensor.arange(4).clone().realize()
+  @function
+  def reads_state(a: Tensor) -> Tensor: return Tensor.custom_kernel(Tensor.empty(4, dtype=dtypes.int32), a + weight, fxn=add_one)[0]
+  with pytest.raises(RuntimeError, match="implicit"): reads_state(Tensor.ones(4, dtype=dtypes.int32).contiguous().realize())

@@ -13,6 +13,7 @@ import functools
 import time
 from typing import Any, Callable, Generic, TypeVar, cast, overload
 
+from tinyhybrid.device import Buffer
 from tinyhybrid.gradient import grad_rule, with_gradient
 from tinyhybrid.helpers import DEBUG
 from tinyhybrid.nn.state import get_state_dict
@@ -37,6 +38,17 @@ def _grad_from_fxn(g: Tensor, out: Tensor, inputs: tuple[Tensor, ...], key: int,
   if not isinstance(got, (tuple, list)) or len(got) != len(inputs):
     raise RuntimeError(f"grad_fxn must return one gradient per argument ({len(inputs)}), got {got!r}")
   return tuple(None if x is None else x if isinstance(x, Tensor) else Tensor(x, device=t.device) for x, t in zip(got, inputs))
+
+
+@grad_rule
+def _grad_from_kernel(g: Tensor, out: Tensor, inputs: tuple[Tensor, ...], key: int, body: UOp,
+                      written_only: tuple[tuple[int, tuple[int, ...], Any], ...]) -> tuple[Tensor | None, ...]:
+  """_grad_from_fxn for a custom kernel, whose arguments that it only writes are not among `inputs` (nothing is
+  computed from them): grad_fxn sees them as zeros of their shape, in their place."""
+  args, rest = list(inputs), dict((i, (shape, dtype)) for i, shape, dtype in written_only)
+  full = tuple(Tensor.zeros(*rest[i][0], dtype=rest[i][1], device=g.device) if i in rest else args.pop(0) for i in range(len(inputs) + len(rest)))
+  grads = _grad_from_fxn(g, out, full, key, body)
+  return tuple(x for i, x in enumerate(grads) if i not in rest)
 
 
 def params_of(body: UOp) -> list[UOp]:
@@ -81,6 +93,11 @@ def custom_kernel(args: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: C
     shards = [custom_kernel(tuple(Tensor(select_shard(t.uop, t.device, i, t.uop.axis)) for t in args), fxn) for i in range(len(devices))]
     outs = [Tensor(UOp(Ops.MSTACK, t.dtype, tuple(s[j].uop for s in shards), (devices, t.uop.axis))) for j, t in enumerate(args)]
     return outs
+  # (built before the realize below, which points the arguments at buffers: it still reads what they were computed from)
+  # (an argument that is memory without contents yet, as Tensor.empty's, is only written: nothing is computed from it)
+  fresh = {i for i, t in enumerate(args) if isinstance(b := contiguous_buffer(t.uop), Buffer) and not b.is_allocated()}
+  read = tuple(Tensor(t.uop, device=t.device) for i, t in enumerate(args) if i not in fresh)
+  anchor = functools.reduce(lambda a, b: a + b, [t.float().sum() * 0 for t in read], Tensor.zeros((), device=args[0].device))
   whole = [t if contiguous_buffer(t.uop) is not None and t.uop.op is not Ops.AFTER else t.contiguous() for t in args]
   Tensor.realize(*whole)
   bufs = [contiguous_buffer(t.uop) for t in whole]
@@ -88,14 +105,16 @@ def custom_kernel(args: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: C
   if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
     raise TypeError(f"custom_kernel: fxn must return the kernel's SINK (stores.sink(arg=KernelInfo(...))), not {type(sink).__name__}")
   run_custom_kernel(sink, bufs)  # type: ignore[arg-type]  # (realized: Buffers)
-  outs = [Tensor(buffer_uop(b, tuple(t.shape)), device=t.device) for b, t in zip(bufs, args)]  # type: ignore[arg-type]
-  if grad_fxn is None: return outs
-  # each output keeps, for the backward pass only, a node computed from the arguments whose gradient is grad_fxn's
-  _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
-  anchor = functools.reduce(lambda a, b: a + b, [t.float().sum() * 0 for t in args])
-  def history(o: Tensor) -> Tensor:
-    return with_gradient(anchor.reshape((1,) * o.ndim).expand(o.shape).cast(o.dtype), args, _grad_from_fxn, id(grad_fxn), sink)
-  return [Tensor(UOp(Ops.AFTER, o.dtype, (o.uop, history(o).uop)), device=o.device) for o in outs]
+  # each output is its buffer with a history that reads the arguments (never computed: AFTER(view, history)), which
+  # says what it was computed from (the function decorator's implicit inputs) and carries grad_fxn as its gradient
+  if grad_fxn is not None: _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
+  def history(t: Tensor) -> Tensor:
+    h = anchor.reshape((1,) * t.ndim).expand(t.shape).cast(t.dtype)
+    if grad_fxn is None: return h
+    written_only = tuple((i, tuple(args[i].shape), args[i].dtype) for i in sorted(fresh))
+    return with_gradient(h, read, _grad_from_kernel, id(grad_fxn), sink, written_only)
+  return [Tensor(UOp(Ops.AFTER, t.dtype, (buffer_uop(b, tuple(t.shape)), history(t).uop)), device=t.device)  # type: ignore[arg-type]
+          for b, t in zip(bufs, args)]
 
 
 def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:
@@ -117,6 +136,7 @@ def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:
     if u.op is Ops.BUFFER:
       if not getattr(u.arg, "from_host", False): found.append(u)
     elif u.op in (Ops.AFTER, Ops.STORE, Ops.CONTIGUOUS) and not reads_input[u]: continue
+    elif u.op is Ops.AFTER: stack.extend(u.src[1:])  # a view computed from the inputs (its history reads them) is not state
     else: stack.extend(u.src)
   return found
 
