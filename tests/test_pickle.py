@@ -94,3 +94,39 @@ def test_pm_beam_sets_the_width_on_kernels_that_carry_a_kernel_info():
   assert graph_rewrite(graph_rewrite(sink, pm_beam, ctx=2), pm_beam, ctx=4).arg.beam == 2  # a set width stays
   plain = UOp(Ops.SINK, dtypes.void, ())
   assert graph_rewrite(plain, pm_beam, ctx=2) is plain
+
+
+def _captured_jit() -> bytes:
+  from tinyhybrid import TinyJit
+  @TinyJit
+  def step(a: Tensor, b: Tensor) -> Tensor: return (a @ b).relu().sum(1) + 1
+  for _ in range(3): step(Tensor.rand(8, 8), Tensor.rand(8, 8))
+  return pickle.dumps(step)
+
+
+def test_a_captured_jit_replays_after_pickling_here_and_in_another_process(tmp_path):
+  import subprocess
+  import sys
+  blob = _captured_jit()
+  a, b = np.random.default_rng(0).random((2, 8, 8), dtype=np.float32)
+  want = np.maximum(a @ b, 0).sum(1) + 1
+  np.testing.assert_allclose(pickle.loads(blob)(Tensor(a), Tensor(b)).numpy(), want, rtol=1e-5)
+  (tmp_path / "jit.pkl").write_bytes(blob)
+  np.save(tmp_path / "a.npy", a)
+  np.save(tmp_path / "b.npy", b)
+  code = (f"import pickle, numpy as np; from tinyhybrid import Tensor; d = {str(tmp_path)!r}; f = pickle.load(open(d + '/jit.pkl', 'rb'));"
+          "np.save(d + '/out.npy', f(Tensor(np.load(d + '/a.npy')), Tensor(np.load(d + '/b.npy'))).numpy())")
+  subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+  np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-5)
+
+
+def test_an_unpickled_jit_without_a_capture_says_so():
+  from tinyhybrid import TinyJit
+  from tinyhybrid.engine.realize import JitError
+  @TinyJit
+  def step(a: Tensor) -> Tensor: return a + 1
+  with pytest.raises(JitError, match="without a capture"): pickle.loads(pickle.dumps(step))(Tensor.ones(2))
+  @TinyJit
+  def noisy(a: Tensor) -> Tensor: return a + Tensor.rand(2)
+  for _ in range(3): noisy(Tensor.ones(2).contiguous())
+  with pytest.raises(pickle.PicklingError, match="random"): pickle.dumps(noisy)

@@ -295,6 +295,23 @@ class CompiledProgram:
   outs: int = 1  # its first `outs` arguments are the buffers it writes (a kernel storing one value to several)
   bufs: int = -1  # its first `bufs` arguments are buffers, the others variables' values (-1: all are buffers)
   ast: Any = None  # the kernel it was compiled from (a SINK in kernel IR), set with ops and mem
+  # how another process makes it again (pickle): a module-level function and its arguments, set by its maker
+  remake: tuple[Callable[..., CompiledProgram], tuple] | None = None
+
+  def __reduce__(self) -> tuple:
+    if self.remake is None: raise pickle.PicklingError(f"program {self.name} cannot be made again in another process")
+    return _remade, (self.remake, self.ops, self.mem, self.outs, self.bufs, self.ast)
+
+
+def _remade(remake: tuple[Callable[..., CompiledProgram], tuple], ops: int, mem: int, outs: int, bufs: int, ast: Any) -> CompiledProgram:
+  prg = remake[0](*remake[1])
+  prg.ops, prg.mem, prg.outs, prg.bufs, prg.ast = ops, mem, outs, bufs, ast
+  return prg
+
+
+def compiled_program(device: str, name: str, src: str) -> CompiledProgram:
+  """The program of a kernel's source on a device (compiled, or from the device's cache)."""
+  return Device[device].compile_many([(name, src)])[0]
 
 
 @dataclass(frozen=True)
@@ -373,7 +390,10 @@ class Compiled:
   def compile_many(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     """The programs of (name, source) pairs, each compiled once per device."""
     if self._build is None: raise RuntimeError(f"device {self.name} does not run kernels")
-    if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]: self._cache.update(zip(todo, self._build(todo)))
+    if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]:
+      for (name, src), prg in zip(todo, self._build(todo)):
+        prg.remake = (compiled_program, (self.name, name, src))
+        self._cache[(name, src)] = prg
     return [self._cache[k] for k in kernels]
 
   def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner: return Runner(items, nslots, self.name)

@@ -12,6 +12,7 @@ something other than tensors, and changed inputs. A TinyJit capturing inside ano
 from __future__ import annotations
 
 import functools
+import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
@@ -235,6 +236,18 @@ class CapturedJit(Generic[ReturnType]):
     pos = {id(b): i for i, b in enumerate(inputs)}
     self.input_outs = [(t, t.uop, base, pos[id(base.arg)]) for t in _returned_tensors(ret) if buffer_view(t.uop) and id((base := base_buffer(t.uop)).arg) in pos]
 
+  def __getstate__(self) -> dict[str, Any]:
+    """What a pickle holds: the kernels (remade by the loading process's devices), the buffers with their contents, the
+    returned tensors; not the argument words or the runners, which are this process's addresses."""
+    if self.rng: raise pickle.PicklingError("TinyJit: a capture that draws random numbers inside it cannot be pickled")
+    return {k: v for k, v in self.__dict__.items() if k not in ("args", "runners")}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)
+    self.args = [a.src[1].arg & engine.U64_MASK if isinstance(a, UOp) else a.ensure_allocated().address for a in self.objs]
+    self.freed = []
+    self.runners = batch_runners(self.devices, [(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args))
+
   def free_intermediates(self) -> None:
     """Frees the memory of the buffers a replay fills before it reads them: its intermediates, and those of what it
     returns (tinygrad's). The next call allocates them again. Inputs, state a replay reads before it writes (a buffer
@@ -310,6 +323,11 @@ class TinyJit(Generic[ReturnType]):
     self.captured: CapturedJit[ReturnType] | None = None
     functools.update_wrapper(self, fxn)
 
+  def __reduce__(self) -> tuple:
+    """Pickled as its capture (tinygrad's): the function is not kept, so the loaded one replays, and a call before a
+    capture (or with other inputs) is an error."""
+    return _loaded_jit, (self.captured, self.prune)
+
   def reset(self) -> None:
     """Forgets the capture: the next call is a warm-up again."""
     self.cnt, self.captured = 0, None
@@ -318,6 +336,7 @@ class TinyJit(Generic[ReturnType]):
     return functools.partial(self.__call__, obj)  # jit a method: bind self
 
   def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+    if self.fxn is None and self.captured is None: raise JitError("TinyJit: this one was unpickled without a capture, so it has nothing to run")
     bufs, sig, var_vals = _prepare(args, kwargs, self.cnt < 2)
     if self.cnt >= 2 and JIT:
       captured = self.captured
@@ -340,3 +359,9 @@ class TinyJit(Generic[ReturnType]):
     _check_returns(ret)
     self.captured, self.cnt = CapturedJit(ret, frame, bufs, sig, self.prune, getattr(self.fxn, "__qualname__", "jit")), 2
     return ret
+
+
+def _loaded_jit(captured: CapturedJit | None, prune: bool) -> TinyJit:
+  jit: TinyJit = TinyJit.__new__(TinyJit, _loaded_jit)  # (any function: __new__ only tells the decorator form apart)
+  jit.fxn, jit.prune, jit.captured, jit.cnt = None, prune, captured, 2 if captured is not None else 0  # type: ignore[assignment]
+  return jit

@@ -39,7 +39,8 @@ def _copy_program(device: str, spec: CopySpec) -> CompiledProgram:
   """A copy of spec.nbytes from args[1] + spec.src_offset to args[0] + spec.dst_offset, as one command on `device`'s
   queue: a program like a kernel's, so TinyJit captures and replays it with the kernels."""
   def call(args: list[int], threads: int) -> None: _submit_copy(device, args[0], args[1], spec)
-  return CompiledProgram(f"copy {spec.nbytes}B -> {device}", "", 0, call, keepalive=spec, mem=2 * spec.nbytes, outs=1, bufs=2)
+  return CompiledProgram(f"copy {spec.nbytes}B -> {device}", "", 0, call, keepalive=spec, mem=2 * spec.nbytes, outs=1, bufs=2,
+                         remake=(_copy_program, (device, spec)))
 
 
 def _submit_copy(device: str, dst: int, src: int, spec: CopySpec) -> None:
