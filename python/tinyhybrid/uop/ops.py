@@ -244,6 +244,22 @@ class KernelInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProgramInfo:
+  """What tinygrad's PROGRAM node says of a compiled kernel: its name, its grid (global and local sizes), its
+  variables and which arguments are buffers (globals), written (outs) and read (ins). Here a compiled kernel is a
+  CompiledProgram (device.py), which carries the same facts; this is the record tinygrad's scripts build."""
+  name: str = "test"
+  global_size: tuple = (1, 1, 1)
+  local_size: tuple | None = None
+  vars: tuple = ()
+  globals: tuple[int, ...] = ()
+  outs: tuple[int, ...] = ()
+  ins: tuple[int, ...] = ()
+  @property
+  def function_name(self) -> str: return self.name
+
+
+@dataclasses.dataclass(frozen=True)
 class ParamArg:
   """A function body's placeholder (UOp.param): which argument it stands for, and what that argument must be. shard is
   the device's index among a sharded argument's devices (None for one on a single device)."""
