@@ -166,6 +166,18 @@ def finish_gguf(w) -> None:
   w.close()
 
 
+def _header(w, name: str, ctx: int, dim: int, layers: int, hidden: int, heads: int, eps: float, theta: float) -> None:
+  """The model keys every architecture's file has."""
+  w.add_name(name)
+  w.add_context_length(ctx)
+  w.add_embedding_length(dim)
+  w.add_block_count(layers)
+  w.add_feed_forward_length(hidden)
+  w.add_head_count(heads)
+  w.add_layer_norm_rms_eps(eps)
+  w.add_rope_freq_base(theta)
+
+
 def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = None, tok_kv: dict | None = None, name: str = "tiny", model=None):
   """Builds spec's model with transformers (random weights, unless a model built from spec is given), writes it to path
   as llama.cpp would, and returns the HF model with its weights replaced by what the file holds (the dequantized
@@ -181,15 +193,8 @@ def write_gguf(path: str | pathlib.Path, spec: TinySpec, quant: str | None = Non
     return qtype if mix is None else next((t for end, t in mix.items() if end and gname.endswith(end)), qtype)
   w = gguf.GGUFWriter(str(path), spec.arch)
   a = spec.arch
-  w.add_name(name)
-  w.add_context_length(spec.ctx)
-  w.add_embedding_length(spec.dim)
-  w.add_block_count(spec.layers)
-  w.add_feed_forward_length(spec.hidden)
-  w.add_head_count(spec.heads)
+  _header(w, name, spec.ctx, spec.dim, spec.layers, spec.hidden, spec.heads, 1e-5, spec.rope_theta)
   w.add_head_count_kv(spec.kv_heads)
-  w.add_layer_norm_rms_eps(1e-5)
-  w.add_rope_freq_base(spec.rope_theta)
   w.add_rope_dimension_count(spec.dim // spec.heads)
   if spec.arch in ("qwen3", "gemma"): w.add_key_length(spec.dim // spec.heads); w.add_value_length(spec.dim // spec.heads)
   w.add_file_type(qtype.value if qtype is not None else 0)
@@ -334,14 +339,8 @@ def write_family_gguf(path: str | pathlib.Path, family: str, seed: int = 0):
   model = hf_family_model(family, seed)
   c = model.config
   w = gguf.GGUFWriter(str(path), family)
-  w.add_name(f"tiny-{family}")
-  w.add_context_length(c.max_position_embeddings)
-  w.add_embedding_length(c.hidden_size)
-  w.add_block_count(c.num_hidden_layers)
-  w.add_feed_forward_length(c.intermediate_size)
-  w.add_head_count(c.num_attention_heads)
-  w.add_layer_norm_rms_eps(c.rms_norm_eps)
-  w.add_rope_freq_base(c.rope_parameters["rope_theta"])
+  _header(w, f"tiny-{family}", c.max_position_embeddings, c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.num_attention_heads,
+          c.rms_norm_eps, c.rope_parameters["rope_theta"])
   w.add_file_type(0)
   if family != "qwen35":
     w.add_expert_feed_forward_length(c.moe_intermediate_size)
