@@ -90,15 +90,14 @@ def custom_kernel(args: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: C
   if all(sharded):
     devices = args[0].device
     if any(t.device != devices for t in args): raise RuntimeError("custom_kernel: the sharded tensors must be on the same devices")
-    shards = [custom_kernel(tuple(Tensor(select_shard(t.uop, t.device, i, t.uop.axis)) for t in args), fxn) for i in range(len(devices))]
-    outs = [Tensor(UOp(Ops.MSTACK, t.dtype, tuple(s[j].uop for s in shards), (devices, t.uop.axis))) for j, t in enumerate(args)]
-    return outs
+    shards = [custom_kernel(tuple(Tensor(select_shard(t.uop, t.device, i, t.uop.axis)) for t in args), fxn, grad_fxn) for i in range(len(devices))]
+    return [Tensor(UOp(Ops.MSTACK, t.dtype, tuple(s[j].uop for s in shards), (devices, t.uop.axis))) for j, t in enumerate(args)]
   # (built before the realize below, which points the arguments at buffers: it still reads what they were computed from)
   # (an argument that is memory without contents yet, as Tensor.empty's, is only written: nothing is computed from it)
   fresh = {i for i, t in enumerate(args) if isinstance(b := contiguous_buffer(t.uop), Buffer) and not b.is_allocated()}
   read = tuple(Tensor(t.uop, device=t.device) for i, t in enumerate(args) if i not in fresh)
   anchor = functools.reduce(lambda a, b: a + b, [t.float().sum() * 0 for t in read], Tensor.zeros((), device=args[0].device))
-  whole = [t if contiguous_buffer(t.uop) is not None and t.uop.op is not Ops.AFTER else t.contiguous() for t in args]
+  whole = [t if contiguous_buffer(t.uop) is not None else t.contiguous() for t in args]  # (an earlier kernel's output: its buffer)
   Tensor.realize(*whole)
   bufs = [contiguous_buffer(t.uop) for t in whole]
   sink = fxn(*[UOp.placeholder(tuple(t.shape), t.dtype, i) for i, t in enumerate(args)])

@@ -23,7 +23,13 @@ import importlib, importlib.abc, importlib.util, sys
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   def find_spec(self, name, path=None, target=None):
     return importlib.util.spec_from_loader(name, self) if name == "tinygrad" or name.startswith("tinygrad.") else None
-  def create_module(self, spec): return importlib.import_module("tinyhybrid" + spec.name[len("tinygrad"):])
+  def create_module(self, spec):
+    mod = importlib.import_module("tinyhybrid" + spec.name[len("tinygrad"):])
+    # every tinyhybrid module loaded so far under its tinygrad name too: importing one then finds it, where loading it
+    # would set the shared package's attribute to the submodule (tinygrad.function, the module, over the decorator)
+    for name, m in list(sys.modules.items()):
+      if name.startswith("tinyhybrid"): sys.modules.setdefault("tinygrad" + name[len("tinyhybrid"):], m)
+    return mod
   def exec_module(self, module): pass
 sys.meta_path.insert(0, _Alias())
 '''
