@@ -1,5 +1,6 @@
 """Kernel optimizations: numerics of optimized kernels (heuristics, each action alone, BEAM) against numpy/torch."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -126,6 +127,20 @@ def test_vectors_and_cores_in_the_source():
   src = dev.renderer.render(fk)
   assert fk.outer > 1 and ("ext_vector_type(16)" in src and "th_fma" in src or dev.renderer.vec == 1)  # vectors need clang
   np.testing.assert_allclose(run_plan(a @ b, opts), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 5), (8, 3), (7, 9)])
+def test_lanes_along_the_reduction_are_summed_across_accumulators(rows, cols):
+  """A matmul of rows that are contiguous along k (x @ w.T) keeps its lanes along k: each output tile's accumulators
+  are summed by swapping halves between them (expand._transposed_fold), not lane by lane."""
+  x, w = Tensor(_f(rows * 4, 96)).realize(), Tensor(_f(cols * 6, 96)).realize()
+  k, _ = kernel_of(x @ w.T)
+  dev = Device["CPU"]
+  opts = hand_coded_optimizations(k, dev.renderer)
+  src = dev.renderer.render(finalize(k, opts, dev.renderer))
+  np.testing.assert_allclose(run_plan(x @ w.T, opts), x.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
+  if dev.renderer.vec > 1 and "acc1" in src:  # several vector accumulators: no lane of one is added to another lane
+    assert not re.search(r"acc\d+\[\d+\] \+", src)
 
 
 @pytest.mark.parametrize("epilogue", ["relu", "bias_relu", "bias_gelu"])

@@ -370,14 +370,20 @@ class Expander:
     # combine the vector axis' lanes (and chunks) of each accumulator once, after the loop
     pos = acc_axes.index(self.vaxis)
     alu = Ops.OR if op is Ops.ADD and dt is dtypes.bool else op
-    out = {}
-    for key in self.keys(acc_axes[:pos] + acc_axes[pos + 1:]):
+    keys = self.keys(acc_axes[:pos] + acc_axes[pos + 1:])
+    parts: dict[tuple[int, ...], list[UOp]] = {key: [] for key in keys}
+    full: list[tuple[UOp, tuple[int, ...]]] = []  # whole vectors, summed across accumulators at once (_transposed_fold)
+    for key in keys:
       # chunks of one shape combine as vectors first, then the live lanes of what is left
       shapes: dict[tuple[int, int], list[UOp]] = {}
       for c, (_, w, n) in enumerate(self.chunks): shapes.setdefault((w, n), []).append(accs[key[:pos] + (c,) + key[pos:]])
       groups = [((w, n), [a]) for (w, n), g in shapes.items() for a in g] if dt not in VEC_DTYPES else list(shapes.items())
-      out[key] = _fold(alu, [gep(v, i) for (_, n), g in groups for v in [_fold(alu, g)] for i in range(n)])
-    return out
+      for (w, n), g in groups:
+        v = _fold(alu, g)
+        if dt in VEC_DTYPES and n == w > 1 and w & (w - 1) == 0: full.append((v, key))
+        else: parts[key] += [gep(v, i) for i in range(n)]
+    for (_, key), total in zip(full, _transposed_fold(alu, [v for v, _ in full])): parts[key].append(total)
+    return {key: _fold(alu, parts[key]) for key in keys}
 
   def expand(self) -> UOp:
     loops = [r for r in self.k.loops if rkind(r) not in LANES]
@@ -388,6 +394,27 @@ def _fold(op: Ops, xs: list[UOp]) -> UOp:
   """xs combined with op, as a balanced tree (shorter dependency chains, and a sum rounds less)."""
   while len(xs) > 1: xs = [UOp(op, xs[i].dtype, (xs[i], xs[i + 1])) if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
   return xs[0]
+
+
+def _transposed_fold(op: Ops, vs: list[UOp]) -> list[UOp]:
+  """Each vector's lanes combined with op, for many vectors at once: two vectors of k accumulators' p lanes each become
+  one of 2k accumulators' p/2 lanes (their low halves op their high halves), until a lane is an accumulator. n vectors
+  of w lanes take about 3n vector operations, where combining each alone takes n(w - 1) scalar ones and as many lane
+  extractions (a matmul whose lanes run along its reduction ends every output tile so)."""
+  items = [(v, [i], v.dtype.count) for i, v in enumerate(vs)]  # (vector, its accumulators in order, lanes each)
+  done: dict[int, UOp] = {}
+  while items:
+    by_shape: dict[tuple[int, int], list[tuple[UOp, list[int], int]]] = {}
+    for v, owners, p in items:
+      if p == 1: done.update((o, gep(v, j)) for j, o in enumerate(owners))
+      else: by_shape.setdefault((len(owners), p), []).append((v, owners, p))
+    items = []
+    for (_, p), group in by_shape.items():
+      for pair in [group[i:i + 2] for i in range(0, len(group), 2)]:  # (the last may be alone: it halves by itself)
+        lo = vectorize([gep(v, j * p + i) for v, owners, _ in pair for j in range(len(owners)) for i in range(p // 2)])
+        hi = vectorize([gep(v, j * p + p // 2 + i) for v, owners, _ in pair for j in range(len(owners)) for i in range(p // 2)])
+        items.append((UOp(op, lo.dtype, (lo, hi)), [o for _, owners, _ in pair for o in owners], p // 2))
+  return [done[i] for i in range(len(vs))]
 
 
 def _lane(w: int) -> UOp:
