@@ -116,7 +116,8 @@ def test_a_captured_jit_replays_after_pickling_here_and_in_another_process(tmp_p
   np.save(tmp_path / "b.npy", b)
   code = (f"import pickle, numpy as np; from tinyhybrid import Tensor; d = {str(tmp_path)!r}; f = pickle.load(open(d + '/jit.pkl', 'rb'));"
           "np.save(d + '/out.npy', f(Tensor(np.load(d + '/a.npy')), Tensor(np.load(d + '/b.npy'))).numpy())")
-  subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
   np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-5)
 
 
