@@ -10,8 +10,8 @@ from tinyhybrid import Context, Device, Tensor, dtypes
 from tinyhybrid.codegen import search
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import Lowerer
-from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps
-from tinyhybrid.codegen.opt import apply_opts
+from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rsize
+from tinyhybrid.codegen.opt import apply_opts, merge_loops
 from tinyhybrid.codegen.search import actions, finalize
 from tinyhybrid.device import Buffer
 from tinyhybrid.engine.realize import kernel_cache, schedule_cache
@@ -141,6 +141,23 @@ def test_lanes_along_the_reduction_are_summed_across_accumulators(rows, cols):
   np.testing.assert_allclose(run_plan(x @ w.T, opts), x.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
   if dev.renderer.vec > 1 and "acc1" in src:  # several vector accumulators: no lane of one is added to another lane
     assert not re.search(r"acc\d+\[\d+\] \+", src)
+
+
+def test_adjacent_reduce_loops_walked_as_one_merge():
+  """A weight gradient summed over a batch and its tokens reduces over one loop of 4 x 32; a convolution's window
+  (its loads shift by the loop's parts) keeps its loops."""
+  dy, x = Tensor(_f(4, 32, 24)).realize(), Tensor(_f(4, 32, 40)).realize()
+  grad = (dy.unsqueeze(-1) * x.unsqueeze(-2)).sum((0, 1))
+  k, _ = kernel_of(grad)
+  merged = KernelParts.of(merge_loops(k.ast))
+  assert [rsize(r) for r in merged.reduce_ranges] == [128]
+  np.testing.assert_allclose(grad.numpy(), np.einsum("btn,btk->nk", dy.numpy(), x.numpy()), rtol=1e-4, atol=1e-4)  # merged on the way
+  img, w = Tensor(_f(1, 3, 8, 8)).realize(), Tensor(_f(4, 3, 3, 3)).realize()
+  conv = img.conv2d(w, padding=1)
+  k, _ = kernel_of(conv)
+  assert len(KernelParts.of(merge_loops(k.ast)).reduce_ranges) == len(KernelParts.of(k.ast).reduce_ranges) > 1
+  np.testing.assert_allclose(conv.numpy(), torch.nn.functional.conv2d(torch.tensor(img.numpy()), torch.tensor(w.numpy()), padding=1).numpy(),
+                             rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("epilogue", ["relu", "bias_relu", "bias_gelu"])

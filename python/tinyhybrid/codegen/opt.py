@@ -157,7 +157,27 @@ def merge_loops(ast: UOp, vec: int = 16) -> UOp:
         k = KernelParts.of(merged.build())
         continue
     i += 1
-  return k.build()
+  return _merge_reduce_loops(k).build()
+
+
+def _merge_reduce_loops(k: KernelParts) -> KernelParts:
+  """Adjacent loops of the reduce that every load walks as one, by the same test: a weight gradient summed over a
+  batch's images and their tokens (4 x 256) is one loop of 1024, which blocks and streams as a matrix product's
+  (76 -> 168 GFLOPS for 768x3072 over 4 x 256)."""
+  while (red := k.reduce) is not None:
+    rs = list(red.src[1:])
+    for i in range(len(rs) - 1):
+      a, b = rs[i], rs[i + 1]
+      if not (rkind(a) is rkind(b) is AxisType.REDUCE and a.src[0].op is Ops.CONST and b.src[0].op is Ops.CONST): continue
+      m = rng(rsize(a) * rsize(b), a.arg[0], AxisType.REDUCE)
+      body = red.src[0].substitute({a: m // rsize(b), b: m % rsize(b)}).simplify()
+      if any(u.op in _DIVMOD and m in u.toposort() for u in body.toposort()): continue
+      merged = UOp(Ops.REDUCE, red.dtype, (body, *rs[:i], m, *rs[i + 2:]), red.arg)
+      k = KernelParts(k.out, k.value.substitute({red: merged}), k.loops, None, k.also)
+      k = KernelParts.of(k.build())
+      break
+    else: return k
+  return k
 
 
 def apply_opts(ast: UOp, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | None = None) -> UOp:
