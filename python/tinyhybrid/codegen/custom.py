@@ -50,7 +50,7 @@ class _Converter:
     idxs = [self.value(i) for i in index.src[1:]]
     if len(idxs) != len(shape): raise ValueError(f"custom kernel: {len(idxs)} indices into a placeholder of shape {shape}")
     out = UOp.const(IDX, 0)
-    for i, (ix, n) in enumerate(zip(idxs, shape)): out = out + (ix if ix.dtype is IDX else ix.cast(IDX)) * prod(shape[i + 1:])
+    for i, ix in enumerate(idxs): out = out + (ix if ix.dtype is IDX else ix.cast(IDX)) * prod(shape[i + 1:])
     return out.simplify()
 
   def param(self, p: UOp) -> UOp:
