@@ -5,7 +5,7 @@ linearized) is checked against the type rules of its ops. It adds no measurable 
 compiled kernel); SPEC=0 in the environment turns it off, SPEC=2 adds the stricter late rules.
 
 `DEV=CL python -m pytest tests` runs a bounded slice of the modules that compare Tensor
-results against torch and NumPy (ops, nn, JIT, reduces: DEVICE_SUITE) with every Tensor on that device: a first run
+results against torch and NumPy (ops, nn, JIT, reduces, custom kernels: DEVICE_SUITE) with every Tensor on that device: a first run
 on PoCL builds every kernel it meets (a fraction of a second each), so the CI line takes the slice, not all of
 them. The other torch-comparison modules run on the device when named (`DEV=CL python -m pytest
 tests/test_parity_grad.py`). `DEV=CPU:LLVM` and `DEV=CPU:X86` run the same slice on the CPU's backends without a
@@ -26,7 +26,7 @@ import pytest
 os.environ.setdefault("SPEC", "1")
 
 DEVICE_SUITE = ("test_tensor_ops.py", "test_tensor_nn.py", "test_tensor_extra.py", "test_nn.py", "test_jit.py", "test_parity_jit.py",
-                "test_parity_reduce.py", "test_int_division.py")
+                "test_parity_reduce.py", "test_int_division.py", "test_custom_kernel.py")
 
 # device -> {test id (a fnmatch pattern of its node id without the "tests/" part): why it is marked}
 KNOWN: dict[str, dict[str, str]] = {
