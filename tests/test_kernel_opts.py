@@ -160,16 +160,19 @@ def test_adjacent_reduce_loops_walked_as_one_merge():
                              rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("epilogue", ["relu", "bias_relu", "bias_gelu"])
+@pytest.mark.parametrize("epilogue", ["relu", "bias_relu", "bias_gelu", "bias_residual"])
 def test_a_blocked_matmul_applies_its_epilogue_once(epilogue):
   # relu(x @ w + b): the blocked reduce keeps partial sums in the output, and the last block applies the epilogue to
-  # the whole sum (a plan without BLOCK ran these at half a plain matmul's speed). The heuristics block only under a
-  # cheap epilogue, since every block computes it: a GELU (exp) is not, but a plan may still block it
-  a, w, b = _f(16, 512), _f(512, 512), _f(512)
-  x, wt, bt = Tensor(a).realize(), Tensor(w).realize(), Tensor(b).realize()
+  # the whole sum (a plan without BLOCK ran these at half a plain matmul's speed); the epilogue's loads (a bias, a
+  # residual) are gated to that block. The heuristics block only under a cheap epilogue, since every block computes
+  # it: a GELU (exp) is not, but a plan may still block it
+  a, w, b, r = _f(16, 512), _f(512, 512), _f(512), _f(16, 512)
+  x, wt, bt, rt = Tensor(a).realize(), Tensor(w).realize(), Tensor(b).realize(), Tensor(r).realize()
   ref = torch.tensor(a) @ torch.tensor(w) + (0 if epilogue == "relu" else torch.tensor(b))
   t = x @ wt + (0 if epilogue == "relu" else bt)
-  t, ref = (t.gelu(), torch.nn.functional.gelu(ref, approximate="tanh")) if epilogue == "bias_gelu" else (t.relu(), ref.relu())
+  if epilogue == "bias_residual": t, ref = t + rt, ref + torch.tensor(r)
+  elif epilogue == "bias_gelu": t, ref = t.gelu(), torch.nn.functional.gelu(ref, approximate="tanh")
+  else: t, ref = t.relu(), ref.relu()
   k, _ = kernel_of(t)
   opts = hand_coded_optimizations(k)
   cheap = hand_coded_optimizations(kernel_of((x @ wt + bt).relu())[0])

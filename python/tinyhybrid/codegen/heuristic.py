@@ -64,12 +64,12 @@ def _vector_amount(size: int, tile: bool, vec: int) -> int:
 
 def _cheap_epilogue(p: KernelParts) -> bool:
   """Whether what the kernel computes from its reduce's result is cheap enough to compute after every block of a
-  blocked reduce (opt.py's BLOCK evaluates it in each block and keeps the last block's): a bias and an activation
-  such as relu, not a GELU's exp or a backward pass's loads of several buffers."""
+  blocked reduce (opt.py's BLOCK evaluates it in each block and keeps the last block's; its loads are gated to the
+  last block): a bias, a residual and an activation such as relu, not a GELU's exp."""
   if p.reduce is None: return True
   inside = set(p.reduce.toposort())
   rest = [u for u in p.value.toposort() if u not in inside]
-  return sum(u.op is Ops.LOAD for u in rest) <= 1 and sum(u.op in GroupOp.ALU and u.dtype is not dtypes.weakint for u in rest) <= 6 and \
+  return sum(u.op in GroupOp.ALU and u.dtype is not dtypes.weakint for u in rest) <= 6 and \
     not any(u.op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.FDIV, Ops.RECIPROCAL) for u in rest)
 
 

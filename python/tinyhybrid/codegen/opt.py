@@ -129,8 +129,15 @@ def _block(k: KernelParts, r: UOp, amt: int, next_axis: int) -> None:
   ident = UOp.const(red.dtype, 0 if red.arg is Ops.ADD else red.dtype.min)
   prev = (outer < 1).where(ident, UOp(Ops.LOAD, red.dtype, (k.out,)))
   acc = UOp(red.arg, red.dtype, (prev, k.reduce))  # type: ignore[arg-type]  # the reduce is still there
-  # an epilogue (bias, activation: relu(x @ w + b)) applies to the whole sum, in the last block; the others store the partial sum
-  k.value = acc if k.value is k.reduce else (outer < size // amt - 1).where(acc, k.value.substitute({k.reduce: acc}))
+  # an epilogue (bias, activation: relu(x @ w + b)) applies to the whole sum, in the last block; the others store the
+  # partial sum. The epilogue's own loads are gated to the last block, so the other blocks do not read its buffers
+  if k.value is k.reduce: k.value = acc
+  else:
+    last, own = outer >= size // amt - 1, set(acc.toposort())
+    epilogue = k.value.substitute({k.reduce: acc})
+    gated = {u: UOp(Ops.LOAD, u.dtype, (u.src[0], last if len(u.src) == 1 else u.src[1] & last))
+             for u in epilogue.toposort() if u.op is Ops.LOAD and u not in own}
+    k.value = last.where(epilogue.substitute(gated) if gated else epilogue, acc)
 
 
 _DIVMOD = {Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD}
