@@ -40,6 +40,20 @@ KNOWN: dict[str, dict[str, str]] = {
 }
 
 
+_DEVICE_VARS = ("DEV", "CPU", "NULL", "CL", "CUDA", "PYTHON", "NV", "AMD")
+
+
+@pytest.fixture(autouse=True)
+def _device_environment():
+  """Each test ends with the device variables it began with: importing tinygrad itself (the anchor some tests compare
+  with) sets DEV to the device it picked, which later tests' other processes would then run on."""
+  before = {k: os.environ.get(k) for k in _DEVICE_VARS}
+  yield
+  for k, v in before.items():
+    if v is None: os.environ.pop(k, None)
+    else: os.environ[k] = v
+
+
 def _device() -> str:
   """DEV's kind of device (CL, NV, ...); the CPU with a renderer named (CPU:LLVM) is one of its own."""
   base, _, rest = os.getenv("DEV", "").upper().partition(":")

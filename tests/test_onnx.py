@@ -338,3 +338,20 @@ def test_float8_initializers_and_inputs(to):
   x = np.array([1.0, 0.25, -1.5, 2.0], np.float32).astype(ml)
   want = ReferenceEvaluator(m).run(None, {"x": x})[0]
   np.testing.assert_array_equal(OnnxRunner(m)({"x": x})["y"].numpy(), want)
+
+
+def test_a_constant_matmul_weight_is_read_along_its_reduce():
+  """A float32 (K, N) initializer that only MatMul reads, N >= K, is stored (N, K) and read through a transpose, so the
+  product runs as nn.Linear's does; one another op also reads, or with N < K, stays as the file has it."""
+  rng = np.random.default_rng(0)
+  w_wide, w_tall, w_shared = (rng.standard_normal(s).astype(np.float32) for s in ((8, 24), (24, 8), (8, 8)))
+  x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 8])
+  y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])
+  nodes = [helper.make_node("MatMul", ["x", "w_wide"], ["a"]), helper.make_node("MatMul", ["a", "w_tall"], ["b"]),
+           helper.make_node("MatMul", ["b", "w_shared"], ["c"]), helper.make_node("Add", ["c", "w_shared"], ["y"])]
+  inits = [onnx.numpy_helper.from_array(a, n) for a, n in ((w_wide, "w_wide"), (w_tall, "w_tall"), (w_shared, "w_shared"))]
+  runner = OnnxRunner(_model(nodes, [x], [y], inits))
+  xs = rng.standard_normal((8, 8)).astype(np.float32)
+  np.testing.assert_allclose(runner({"x": xs})["y"].numpy(), xs @ w_wide @ w_tall @ w_shared + w_shared, rtol=1e-5, atol=1e-5)
+  layout = {n: t.uop.op for n, t in runner.graph._init_tensors.items()}
+  assert layout["w_wide"].name == "PERMUTE" and layout["w_tall"].name != "PERMUTE" and layout["w_shared"].name != "PERMUTE"

@@ -1,5 +1,6 @@
 """Pickling: tensors with their contents (what multiprocessing and a saved object need), buffers out of band with
 protocol 5, views as their base and offset, rule sets with their lambdas, and tinygrad's helpers for it."""
+import os
 import pickle
 import types
 
@@ -116,8 +117,10 @@ def test_a_captured_jit_replays_after_pickling_here_and_in_another_process(tmp_p
   np.save(tmp_path / "b.npy", b)
   code = (f"import pickle, numpy as np; from tinyhybrid import Tensor; d = {str(tmp_path)!r}; f = pickle.load(open(d + '/jit.pkl', 'rb'));"
           "np.save(d + '/out.npy', f(Tensor(np.load(d + '/a.npy')), Tensor(np.load(d + '/b.npy'))).numpy())")
-  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-  assert done.returncode == 0, done.stderr[-3000:]
+  # the capture is the CPU's: the other process's tensors go there too, whatever this worker's environment says
+  env = {**{k: v for k, v in os.environ.items() if k not in ("CL", "NULL", "PYTHON", "NV", "AMD", "CUDA")}, "DEV": "CPU"}
+  done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+  assert done.returncode == 0, done.stderr[-3000:] + f"\nenvironment: { {k: v for k, v in os.environ.items() if k in ('DEV', 'CL', 'CPU')} }"
   np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, rtol=1e-5)
 
 
