@@ -107,11 +107,10 @@ def custom_kernel(args: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: C
   # each output is its buffer with a history that reads the arguments (never computed: AFTER(view, history)), which
   # says what it was computed from (the function decorator's implicit inputs) and carries grad_fxn as its gradient
   if grad_fxn is not None: _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
+  written_only = tuple((i, tuple(args[i].shape), args[i].dtype) for i in sorted(fresh))
   def history(t: Tensor) -> Tensor:
     h = anchor.reshape((1,) * t.ndim).expand(t.shape).cast(t.dtype)
-    if grad_fxn is None: return h
-    written_only = tuple((i, tuple(args[i].shape), args[i].dtype) for i in sorted(fresh))
-    return with_gradient(h, read, _grad_from_kernel, id(grad_fxn), sink, written_only)
+    return h if grad_fxn is None else with_gradient(h, read, _grad_from_kernel, id(grad_fxn), sink, written_only)
   return [Tensor(UOp(Ops.AFTER, t.dtype, (buffer_uop(b, tuple(t.shape)), history(t).uop)), device=t.device)  # type: ignore[arg-type]
           for b, t in zip(bufs, args)]
 

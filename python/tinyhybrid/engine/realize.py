@@ -136,9 +136,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   unique = list({(k.name, src): None for k, src in fresh.values()})
   compiled = dict(zip(unique, dev.compile_many(unique))) if unique else {}
   for ck, (k, src) in fresh.items():
-    prg = compiled[(k.name, src)]
-    prg.ops, prg.mem, prg.outs, prg.bufs, prg.ast = k.ops, k.mem, k.outs, len(k.buffers), k.ast
-    kernel_cache[ck] = (k, prg)
+    kernel_cache[ck] = (k, kernel_program(compiled[(k.name, src)], k))
   phase_times["compile"] += time.perf_counter() - t1
   items = []
   # a variable's value is one more argument slot, after every buffer's: a kernel takes its buffers, then its variables
@@ -156,6 +154,13 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   roots = set(key.src)
   inside = any(u.op is Ops.CONTIGUOUS and u not in roots for u in key.toposort())
   return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables, inside, bool(CHECK_OOB))
+
+
+def kernel_program(prg: CompiledProgram, k: LoweredKernel) -> CompiledProgram:
+  """prg with what runs and captures read off it taken from the kernel it was compiled from: its estimated work, its
+  outputs, how many of its arguments are buffers, and its AST."""
+  prg.ops, prg.mem, prg.outs, prg.bufs, prg.ast = k.ops, k.mem, k.outs, len(k.buffers), k.ast
+  return prg
 
 
 # a variable's value as a kernel argument word (a negative value in two's complement)
