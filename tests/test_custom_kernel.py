@@ -138,3 +138,18 @@ def test_inside_a_function_its_output_is_computed_from_the_inputs():
   @function
   def reads_state(a: Tensor) -> Tensor: return Tensor.custom_kernel(Tensor.empty(4, dtype=dtypes.int32), a + weight, fxn=add_one)[0]
   with pytest.raises(RuntimeError, match="implicit"): reads_state(Tensor.ones(4, dtype=dtypes.int32).contiguous().realize())
+
+
+def test_a_kernel_info_beam_width_runs_a_beam_search(monkeypatch, tmp_path):
+  """KernelInfo(beam=N) on a custom kernel's SINK (or engine.realize.pm_beam) has a beam search of width N choose its
+  optimizations, as BEAM=N does for every kernel."""
+  from tinyhybrid.codegen import search
+  from tinyhybrid.engine.realize import pm_beam
+  from tinyhybrid.uop.upat import graph_rewrite
+  monkeypatch.setenv("TINYHYBRID_CACHE", str(tmp_path))  # (a search of its own, not the cache's answer)
+  widths, real = [], search.beam_search
+  monkeypatch.setattr(search, "beam_search", lambda k, dev, width: widths.append(width) or real(k, dev, width))
+  x = Tensor.arange(64, dtype=dtypes.float32).reshape(8, 8).contiguous()
+  searched = lambda B, A: graph_rewrite(add_one(B, A), pm_beam, ctx=2)  # noqa: E731
+  assert Tensor.custom_kernel(Tensor.empty(8, 8), x, fxn=searched)[0].numpy().tolist() == (np.arange(64).reshape(8, 8) + 1).tolist()
+  assert widths == [2]

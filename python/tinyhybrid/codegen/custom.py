@@ -131,13 +131,14 @@ def lower_custom(sink: UOp, args: Sequence[tuple[DType, int]]) -> list[tuple[Low
   name = re.sub(r"\W", "_", info.name) or "custom"
   by_value: dict[UOp, list[UOp]] = {}
   for p, flat, val, _ in outs: by_value.setdefault(val, []).append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, p.dtype, (conv.param(p), flat)), val)))
-  return [_kernel(name if n == 0 else f"{name}_{n}", stores, loops, args) for n, stores in enumerate(by_value.values())]
+  return [_kernel(info, name if n == 0 else f"{name}_{n}", stores, loops, args) for n, stores in enumerate(by_value.values())]
 
 
-def _kernel(name: str, stores: list[UOp], loops: tuple[UOp, ...], args: Sequence[tuple[DType, int]]) -> tuple[LoweredKernel, list[int]]:
+def _kernel(info: KernelInfo, name: str, stores: list[UOp], loops: tuple[UOp, ...], args: Sequence[tuple[DType, int]]) -> tuple[LoweredKernel, list[int]]:
   used = {u for s in stores for u in s.toposort()}
   body = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
-  ast = UOp.sink(UOp(Ops.END, dtypes.void, (body, *(r for r in loops if r in used))))  # (an unrolled loop no store reads goes)
+  # (an unrolled loop no store reads goes; the KernelInfo stays on the SINK, for its beam width)
+  ast = UOp.sink(UOp(Ops.END, dtypes.void, (body, *(r for r in loops if r in used))), arg=info)
   # PARAMs renumbered: written arguments first
   written = list(dict.fromkeys(st.src[0].src[0].arg for st in stores))
   order = written + [s for s in dict.fromkeys(u.arg for u in ast.toposort() if u.op is Ops.PARAM) if s not in written]

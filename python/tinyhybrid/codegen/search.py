@@ -75,13 +75,15 @@ def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None
   # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
   # heads, a batch) across the cores
   symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
+  # a kernel whose SINK carries a KernelInfo with a beam width (a custom kernel's, engine.realize.pm_beam) asks for a
+  # beam search of that width: read before merging loops rebuilds the SINK
+  width = int(BEAM.value) or (k.ast.arg.beam if isinstance(k.ast.arg, KernelInfo) else 0)
   if not symbolic and not NOOPT.value:
     merged = merge_loops(k.ast, max(vec, 1))
     viz.stage("merge loops", k.ast, merged)
     k = replace(k, ast=merged)
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
-  elif (width := int(BEAM.value) or (k.ast.arg.beam if isinstance(k.ast.arg, KernelInfo) else 0)) >= 1 and not symbolic and dev is not None \
-      and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, width)  # it runs kernels
+  elif width >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, width)  # it runs kernels
   elif gpu: opts = gpu_optimizations(k, ren)  # type: ignore[arg-type]  # gpu: there is a renderer
   else: opts = hand_coded_optimizations(k, ren)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
