@@ -110,6 +110,13 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor, neox: bool, rope_dim: int) -> Te
 def _vec(t: GGUFTensor) -> Tensor: return t.dequantize().cast(dtypes.float32).contiguous()
 
 
+def check_prompt(tokens: list[int], max_context: int) -> None:
+  """generate's refusals: an empty prompt, and one that leaves no room in the context for an answer."""
+  if not tokens: raise ValueError("generate: the prompt has no tokens")
+  if len(tokens) >= max_context:
+    raise ValueError(f"the prompt has {len(tokens)} tokens, more than the context of {max_context} tokens leaves room for")
+
+
 class KVCache:
   """One layer's keys (or values), (kv heads, context, head dim), kept as --kv_dtype says: f32, f16, or q8_0
   (llama.cpp's block: 32 values as int8 codes and one half scale, absmax / 127). Written at a position, read back as
@@ -315,9 +322,7 @@ class DenseTransformer:
     context is full (or max_new of them). Greedy, or with temperature > 0 drawn from softmax(logits / temperature),
     or picked by sample(logits, tokens). chunk_size caps the prompt chunks (at most PREFILL_CHUNKS' largest). Refuses a
     prompt that does not fit the context."""
-    if not tokens: raise ValueError("generate: the prompt has no tokens")
-    if len(tokens) >= self.max_context:
-      raise ValueError(f"the prompt has {len(tokens)} tokens, more than the context of {self.max_context} tokens leaves room for")
+    check_prompt(tokens, self.max_context)
     def pick(logits: np.ndarray) -> int:
       if sample is not None: return sample(logits, tokens)
       if temperature <= 0: return int(np.argmax(logits))

@@ -448,9 +448,7 @@ class Transformer:
     """Yields the tokens that follow `tokens`, appending each to it, until the context is full (or max_new of them).
     The prompt runs in chunks of up to chunk_size tokens, each chunk's length and position bound Variables, so every
     chunk reuses the prefill JIT. sample(logits, tokens) picks on the host instead of the device's sampling."""
-    if not tokens: raise ValueError("generate: the prompt has no tokens")
-    if len(tokens) >= self.max_context:
-      raise ValueError(f"the prompt has {len(tokens)} tokens, more than the context of {self.max_context} tokens leaves room for")
+    dense.check_prompt(tokens, self.max_context)
     if self.has_recurrent_block: chunk_size = 1
     v_start, v_toks = UOp.variable("start_pos", 0, self.max_context - 1), UOp.variable("toks", 1, chunk_size)
     temp = Tensor([temperature])
