@@ -1,7 +1,10 @@
 """tinyhybrid.llm.model against transformers: tiny models with random weights written to .gguf files as llama.cpp
 would (tests/llm_models.py), in float32 and quantized; the logits of a prompt must match (quantized: transformers
 runs the dequantized weights), greedy generation must give the same tokens, and a JIT'd decode step must neither
-compile nor allocate. Bad files and prompts are refused with clear errors."""
+compile nor allocate. Bad files and prompts are refused with clear errors. The decode steps' products multiply
+int8-quantized activations by default (llm/quantized.py int_matvec, as llama.cpp's do): the comparisons to 2e-5 run
+with INT_MATVEC=0, and test_int8_activations checks the default against transformers within that quantization's
+error."""
 import gc
 import os
 import sys
@@ -18,10 +21,18 @@ gguf = pytest.importorskip("gguf")
 
 from tinyhybrid import Device, GlobalCounters, dtypes  # noqa: E402
 from tinyhybrid.engine import realize  # noqa: E402
+from tinyhybrid.helpers import Context  # noqa: E402
 from tinyhybrid.llm.model import Transformer  # noqa: E402
 
 RNG = np.random.default_rng(3)
 PROMPT = [int(t) for t in RNG.integers(0, 600, 11)]  # one prompt chunk of 8, then single tokens
+
+
+@pytest.fixture(autouse=True)
+def float_products(request):
+  if "int8" in request.node.name: yield
+  else:
+    with Context(INT_MATVEC=0): yield
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +117,22 @@ def test_kv_cache_type_errors(files):
   path, _ = files("llama_f32", spec, quant)
   with pytest.raises(ValueError, match="kv_dtype 'q4'"): Transformer.from_gguf(path, kv_dtype="q4")
   with pytest.raises(ValueError, match="multiple of 32, not 16"): Transformer.from_gguf(path, kv_dtype="q8_0")
+
+
+@pytest.mark.parametrize("name", ["llama_q4_0", "llama_q4_k_m", "qwen2_q6_k"])
+def test_int8_activations(files, name):
+  # the default decode step (int8 activations per block; each product within ~0.5% of its range, and exact where
+  # the activations are, tests/test_llm_quantized.py): the first position's logits within 3% of their range of
+  # transformers' float32 ones. Later positions are not compared: these random models' attention is so sharp that
+  # the products' 0.5% moved the third position's logits by 65% of their range (q4_k_m, INT_MATVEC=1 against 0)
+  spec, quant = CASES[name]
+  path, hf = files(name, spec, quant)
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  assert any(w.panel for b in model.blocks for w in (b.attn_out, b.down))
+  ref = hf_logits(hf, PROMPT[:1])[0]
+  got = model.logits(PROMPT[:1], 0)
+  np.testing.assert_allclose(got, ref, rtol=0, atol=0.03 * np.abs(ref).max())
+  assert not np.allclose(got, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())  # the int8 products were the ones run
 
 
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q5_K_M", "Q3_K_S", "Q2_K"])

@@ -72,3 +72,70 @@ def test_block_scales_are_computed_once_per_vector():
   if dev.renderer.vec > 1: assert not re.search(r"\(th_unsigned_char16\)\{(v\d+), \1,", src), src  # no byte broadcast to 16 lanes
   ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(12)).reshape(rows, cols)
   np.testing.assert_allclose(t.numpy(), x @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x @ ref.T).max())
+
+
+def _int_dot_types():
+  from tinyhybrid.llm.quantized import int_dot_block
+  from tinyhybrid.nn.quant import FORMATS
+  return [t for t in GGML_QUANT if int_dot_block(FORMATS[t]) is not None]
+
+
+@pytest.mark.parametrize("ggml_type", _int_dot_types(), ids=lambda t: GGML_QUANT[t][0])
+def test_int_matvec_is_exact_where_the_activations_are(ggml_type):
+  # a decode step's product in panels: x quantized to int8 per block, int16 sums of products. Where x's blocks are
+  # int8 values times a power of two, with one of them at +-127 (so the block's scale is exact), the quantization
+  # loses nothing, and the product must equal the float64 product of the file's values to float32 rounding
+  from tinyhybrid.llm.quantized import int_dot_block
+  from tinyhybrid.nn.quant import FORMATS
+  rng = np.random.default_rng(ggml_type)
+  _, block, _ = GGML_QUANT[ggml_type]
+  n = int_dot_block(FORMATS[ggml_type])
+  for rows, panel in ((128, 64), (96, 32)):
+    cols = 512
+    blocks = random_blocks(ggml_type, rows * cols // block, rng)
+    ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols).astype(np.float64)
+    w = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+    assert w.panel == panel
+    xq = rng.integers(-127, 128, (cols // n, n))
+    xq[:, 0] = 127 * rng.choice([-1, 1], cols // n)
+    x = (xq * 2.0 ** rng.integers(-6, 2, (cols // n, 1))).reshape(1, cols).astype(np.float32)
+    want = x.astype(np.float64) @ ref.T
+    np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
+    # the worst case for the int16 sums: every code 0 (centered, -2**(bits-1)) and every activation 127
+    zero = blocks.copy()
+    for name, (a, b) in FIELDS[ggml_type].items():
+      if name in ("qs", "qh", "ql", "hmask"): zero[:, a:b] = 0
+    zref = gguf.quants.dequantize(zero, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols).astype(np.float64)
+    wz = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, zero.tobytes(), 0, zero.nbytes), panels=True)
+    worst = np.full((1, cols), 127.0, np.float32)
+    np.testing.assert_allclose(wz.matmul(Tensor(worst)).numpy(), worst @ zref.T, rtol=0, atol=1e-6 * np.abs(worst @ zref.T).max())
+    # a general x: within int8 quantization's error, and the panels unpack to the file's values for every other use
+    xr = rng.standard_normal((1, cols)).astype(np.float32)
+    np.testing.assert_allclose(w.matmul(Tensor(xr)).numpy(), xr @ ref.T, rtol=0, atol=2e-2 * np.abs(xr @ ref.T).max())
+    np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
+    x2 = rng.standard_normal((3, cols)).astype(np.float32)
+    np.testing.assert_allclose(w.matmul(Tensor(x2)).numpy(), x2 @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x2 @ ref.T).max())
+    with pytest.raises(ValueError, match="panels"): w.rows((0, 2))
+
+
+def test_int16_sums_cannot_overflow():
+  # int_dot_block's bound, checked against the worst products: |centered code| * 127 * elements <= 32767
+  from tinyhybrid.llm.quantized import int_dot_block
+  from tinyhybrid.nn.quant import FORMATS
+  for t, fmt in FORMATS.items():
+    n = int_dot_block(fmt)
+    if n is None:
+      assert fmt.value != "int" or fmt.bits == 8 or 8 * (1 << (fmt.bits - 1)) * 127 > 32767, GGML_QUANT[t]
+      continue
+    assert n * (1 << (fmt.bits - 1)) * 127 <= 32767 and fmt.group % n == 0 and n >= 8
+
+
+def test_panels_only_for_the_types_int_matvec_reads():
+  rng = np.random.default_rng(1)
+  for t, want in ((8, 0), (20, 0), (12, 64), (14, 64)):
+    rows, cols = 64, 256
+    blocks = random_blocks(t, rows * cols // GGML_QUANT[t][1], rng)
+    w = QuantizedWeight(GGUFTensor("w", (rows, cols), t, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+    assert w.panel == want, GGML_QUANT[t]
+  blocks = random_blocks(12, 40 * 256 // 256, rng)  # 40 rows: not whole panels of 32, kept by row
+  assert QuantizedWeight(GGUFTensor("w", (40, 256), 12, blocks.tobytes(), 0, blocks.nbytes), panels=True).panel == 0

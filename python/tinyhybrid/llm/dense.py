@@ -160,14 +160,14 @@ class Block:
       return t
     self.attn_norm, self.ffn_norm = _vec(need("attn_norm.weight")), _vec(need("ffn_norm.weight"))
     # q, k and v are one matmul, and so are the FFN's gate and up: fewer, larger kernels
-    self.qkv = joined(need("attn_q.weight"), need("attn_k.weight"), need("attn_v.weight"))
+    self.qkv = joined(need("attn_q.weight"), need("attn_k.weight"), need("attn_v.weight"), panels=True)
     self.qkv_bias = _vec(need("attn_q.bias")).cat(_vec(need("attn_k.bias")), _vec(need("attn_v.bias"))).contiguous() \
       if p + "attn_q.bias" in w else None
     self.q_norm = _vec(w[p + "attn_q_norm.weight"]) if p + "attn_q_norm.weight" in w else None
     self.k_norm = _vec(w[p + "attn_k_norm.weight"]) if p + "attn_k_norm.weight" in w else None
-    self.attn_out = QuantizedWeight(need("attn_output.weight"))
-    self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"))
-    self.down = QuantizedWeight(need("ffn_down.weight"))
+    self.attn_out = QuantizedWeight(need("attn_output.weight"), panels=True)
+    self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"), panels=True)
+    self.down = QuantizedWeight(need("ffn_down.weight"), panels=True)
     self.cache_k, self.cache_v = (KVCache(cfg.n_kv_heads, cfg.max_context, cfg.head_dim, cfg.kv_dtype) for _ in range(2))
 
   def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
@@ -220,7 +220,8 @@ class DenseTransformer:
     self.cfg, self.max_context = cfg, cfg.max_context
     if "token_embd.weight" not in w: raise ValueError("tensor token_embd.weight is missing")
     self.token_embd = QuantizedWeight(w["token_embd.weight"])
-    self.output = QuantizedWeight(w["output.weight"]) if "output.weight" in w else self.token_embd  # tied embeddings
+    # tied embeddings: one weight, stored by row for the embedding's lookups
+    self.output = QuantizedWeight(w["output.weight"], panels=True) if "output.weight" in w else self.token_embd
     self.output_norm = _vec(w["output_norm.weight"])
     from tqdm import tqdm  # each layer's weights are read from the file and repacked here: the load's time
     self.blocks = [Block(cfg, w, i) for i in tqdm(range(cfg.n_layers), desc="loading", unit="layer", disable=not progress, leave=False)]
