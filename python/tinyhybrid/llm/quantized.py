@@ -15,7 +15,7 @@ from __future__ import annotations
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import ContextVar, prod
 from tinyhybrid.llm.gguf import GGUFTensor
-from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Format, Parts, block_fields, group_scales, join
+from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Format, Parts, block_fields, join
 from tinyhybrid.nn.quant import parts as take_apart
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import sint
@@ -147,14 +147,21 @@ class QuantizedWeight:
     rb = self.panel
     c = self._codes().cast(dtypes.int16) - center  # (panels, cols, rows of a panel)
     P = (c.reshape(rows // rb, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)  # exact in int16
-    pf = (P.cast(dtypes.float32) * (amax / 127).reshape(1, blocks, 1)).reshape(rows // rb, groups, fmt.group // n, rb)
-    dots = pf[:, :, 0]  # a group's blocks added as values, so the product and the sum over groups stay one kernel
-    for i in range(1, fmt.group // n): dots = dots + pf[:, :, i]
-    scale, low = group_scales(self._parts(), self.ggml_type)
-    off = scale * (center - fmt.bias) if low is None else scale * (center - fmt.bias) - low
-    def blocked(t: Tensor) -> Tensor: return t.reshape(rows // rb, rb, groups).permute(0, 2, 1)
+    def slices_sum(t: Tensor, k: int) -> Tensor:  # (panels, m * k, lanes) -> (panels, m, lanes): k neighbours added
+      t = t.reshape(t.shape[0], -1, k, t.shape[2])  # as values, so every sum but the last one stays in one kernel
+      out = t[:, :, 0]
+      for i in range(1, k): out = out + t[:, :, i]
+      return out
+    dots = slices_sum(P.cast(dtypes.float32) * (amax / 127).reshape(1, blocks, 1), fmt.group // n)  # (panels, groups, lanes)
     xsum = x.reshape(1, groups, fmt.group).cast(dtypes.float32).sum(2, keepdim=True)
-    return (blocked(scale) * dots + blocked(off) * xsum).sum(1).reshape(*x.shape[:-1], rows)
+    # per block b of the file: d_b * sum over its groups of sc_g * (dots_g + (center - bias) * X_g), less
+    # dmin_b * sum of mn_g * X_g (the group's exact float sum of x): scales read as stored, one multiply per group
+    sc = {k: t.cast(dtypes.float32) for k, t in self.scales.items()}
+    inner = dots + (center - fmt.bias) * xsum if center != fmt.bias else dots
+    per_block = groups // sc["d"].shape[1]
+    y = sc["d"] * slices_sum(sc["sc"] * inner if "sc" in sc else inner, per_block)
+    if "dmin" in sc: y = y - sc["dmin"] * slices_sum(sc["mn"] * xsum if "mn" in sc else xsum, per_block)
+    return y.sum(1).reshape(*x.shape[:-1], rows)
 
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 
