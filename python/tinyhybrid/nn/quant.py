@@ -183,30 +183,22 @@ def _e2m1(codes: Tensor) -> Tensor:
   return (mag * (1 - 2 * (c >> 3))).cast(dtypes.float32)
 
 
-def group_scales(p: Parts, ggml_type: int) -> tuple[Tensor, Tensor | None]:
-  """(scale, low), float32 (rows, groups) each (low None where the type has no min): a group's elements are
-  scale * (value(q) - bias) - low. d and dmin have a column per block of the row, sc and mn one per group."""
+def join(p: Parts, ggml_type: int) -> Tensor:
+  """The float32 elements of a type's parts, lazily, in q's (rows, cols) shape: one block a row (block fields), or
+  whole weight rows (planes); d and dmin have a column per block of the row, sc and mn one per group. The order of
+  the float operations is the reference dequantizers', so the results are theirs bit for bit."""
   fmt, (rows, cols) = FORMATS[ggml_type], p.q.shape
   groups = cols // fmt.group
   def per_group(t: Tensor) -> Tensor:  # a (rows, blocks) scale, repeated for each group of its block
     return t.cast(dtypes.float32).reshape(rows, t.shape[1], 1).expand(rows, t.shape[1], groups // t.shape[1]).reshape(rows, groups)
-  scale = per_group(p.d)
-  if p.sc is not None: scale = scale * p.sc.cast(dtypes.float32)
-  if p.dmin is None: return scale, None
-  return scale, per_group(p.dmin) if p.mn is None else per_group(p.dmin) * p.mn.cast(dtypes.float32)
-
-
-def join(p: Parts, ggml_type: int) -> Tensor:
-  """The float32 elements of a type's parts, lazily, in q's (rows, cols) shape: one block a row (block fields), or
-  whole weight rows (planes). The order of the float operations is the reference dequantizers', so the results are
-  theirs bit for bit."""
-  fmt, (rows, cols) = FORMATS[ggml_type], p.q.shape
-  groups = cols // fmt.group
   value = _iq4_levels(p.q) if fmt.value == "iq4" else _e2m1(p.q) if fmt.value == "e2m1" else p.q.cast(dtypes.float32)
   if fmt.bias: value = value - fmt.bias
-  scale, low = group_scales(p, ggml_type)
+  scale = per_group(p.d)
+  if p.sc is not None: scale = scale * p.sc.cast(dtypes.float32)
   w = scale.reshape(rows, groups, 1) * value.reshape(rows, groups, fmt.group)
-  if low is not None: w = w - low.reshape(rows, groups, 1)
+  if p.dmin is not None:
+    low = per_group(p.dmin) if p.mn is None else per_group(p.dmin) * p.mn.cast(dtypes.float32)
+    w = w - low.reshape(rows, groups, 1)
   return w.reshape(rows, cols)
 
 
