@@ -90,10 +90,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) != 0) for ld in streamed if stride(ld, r) == 0) for r in p.loops}
   reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
   acc_vec = 1  # lanes each accumulator of the register tile holds
-  # a tile of vectors wherever some load is reused across outputs, the vector axis included: a product whose weight
-  # lies along the outputs (int_matvec's panels) reads each activation once for 4 vectors (0.96 -> 0.28 ms, Q4_K
-  # 8192 x 1536)
-  if vec is not None and (amt := _vector_amount(rsize(vec), bool(reused), lanes)) > 1:
+  if vec is not None and (amt := _vector_amount(rsize(vec), any(r is not vec for r in reused), lanes)) > 1:
     plan.apply(OptOps.UPCAST, vec.arg[0], amt)
   elif red is not None:
     # no output vector: accumulate along a reduce axis contiguous in memory, in vector accumulators (several of them
