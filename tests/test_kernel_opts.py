@@ -328,3 +328,22 @@ def test_a_linear_layers_loops_keep_the_swept_operand_in_a_cores_cache(rows, out
     loops = KernelParts.of(apply_opts(k.ast, opts)).loops
     assert [rkind(r) for r in loops if rkind(r) in (AxisType.LOOP, AxisType.THREAD)] == [AxisType.LOOP, AxisType.THREAD]
   np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_computed_in_the_kernel_gets_a_tile_of_one_vector_by_more_rows():
+  # x @ w with w dequantized from 4-bit codes inside the kernel (a quantized LLM's prefill): computing a vector of w
+  # costs several operations, so the tile takes one vector of w's axis and 8 rows of x, where a plain float w gets
+  # 4 vectors by 4 rows
+  codes, scale = RNG.integers(0, 256, (256, 128), dtype=np.uint8), _f(1, 128)
+  x = _f(64, 256)
+  w_ref = (codes & 15).astype(np.float32) * scale - 8 * scale
+  ren = CRenderer(16, registers=32)
+  computed = Tensor(x).realize() @ ((Tensor(codes).realize() & 15).cast(dtypes.float32) * Tensor(scale).realize() - 8 * Tensor(scale).realize())
+  plain = Tensor(x).realize() @ Tensor(w_ref).realize()
+  tiles = {}
+  for name, t in (("computed", computed), ("plain", plain)):
+    k, _ = kernel_of(t)
+    opts = hand_coded_optimizations(k, ren)
+    tiles[name] = sorted(o.arg for o in opts if o.op is OptOps.UPCAST)
+    np.testing.assert_allclose(run_plan(t, opts), x @ w_ref, rtol=1e-4, atol=1e-3)
+  assert tiles == {"computed": [8, 16], "plain": [4, 64]}, tiles

@@ -62,6 +62,32 @@ def _vector_amount(size: int, tile: bool, vec: int) -> int:
   return next((a for a in (8, 4) if size % a == 0), 1)
 
 
+# ALU operations per element from which the operand varying along the vector axis costs more than a load: a weight
+# dequantized inside the kernel (a Q4_K weight: mask, convert, scale, offset). Its register tile then takes one vector
+# of that axis and up to 8 of the reused one, so each computed vector serves more multiply-adds. A Q4_K weight times
+# 64 rows, 4 vectors by 4 rows -> 1 by 8: 8192 x 1536 12.2 -> 9.6 ms, 1536 x 4096 6.0 -> 4.9 ms (1 by 16 was slower
+# there, 8.0 ms: 16 rows of a 4096-long reduce outgrow the cache); Q6_K's 1536 x 4096 stays at 6.7-7.2 ms
+COMPUTED_OPERAND_OPS = 3
+
+
+def _operand_ops(red: UOp, vec: UOp, reused: list[UOp]) -> int:
+  """How many ALU operations of red's source compute from loads that move along vec but along none of reused."""
+  loads: dict[UOp, tuple[bool, bool]] = {}  # node -> (some load under it moves along vec, some along a reused axis)
+  n = 0
+  for u in red.src[0].toposort():
+    if u.op is Ops.LOAD:
+      ix = u.src[0].src[1]
+      loads[u] = (stride(ix, vec) != 0, any(stride(ix, r) != 0 for r in reused))
+      continue
+    along_vec, along_reused = False, False
+    for s in u.src:
+      v, r = loads.get(s, (False, False))
+      along_vec, along_reused = along_vec or v, along_reused or r
+    loads[u] = (along_vec, along_reused)
+    if u.op in GroupOp.ALU and u.dtype.scalar() not in (dtypes.weakint, dtypes.bool) and along_vec and not along_reused: n += 1
+  return n
+
+
 def _cheap_epilogue(p: KernelParts) -> bool:
   """Whether what the kernel computes from its reduce's result is cheap enough to compute after every block of a
   blocked reduce (opt.py's BLOCK evaluates it in each block and keeps the last block's; its loads are gated to the
@@ -90,7 +116,10 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) != 0) for ld in streamed if stride(ld, r) == 0) for r in p.loops}
   reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
   acc_vec = 1  # lanes each accumulator of the register tile holds
-  if vec is not None and (amt := _vector_amount(rsize(vec), any(r is not vec for r in reused), lanes)) > 1:
+  tile_with = [r for r in reused if r is not vec]
+  if vec is not None and red is not None and tile_with and rsize(vec) % lanes == 0 and _operand_ops(red, vec, tile_with) >= COMPUTED_OPERAND_OPS:
+    plan.apply(OptOps.UPCAST, vec.arg[0], lanes)
+  elif vec is not None and (amt := _vector_amount(rsize(vec), bool(tile_with), lanes)) > 1:
     plan.apply(OptOps.UPCAST, vec.arg[0], amt)
   elif red is not None:
     # no output vector: accumulate along a reduce axis contiguous in memory, in vector accumulators (several of them

@@ -170,7 +170,12 @@ class QuantizedWeight:
     kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache: Q4_K 32768 x 4096,
     9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
     if self.panel and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
-    return x.matmul(self._unpack().T)
+    if not self.panel: return x.matmul(self._unpack().T)
+    # reduced over (groups, a group's elements): a group's scales are then computed once per group in the kernel's
+    # outer reduce loop, not once per element (the same prefill product: 9.3 -> 8.9 ms)
+    (rows, cols), group = self.shape, FORMATS[self.ggml_type].group
+    w = self._unpack().reshape(rows, cols // group, group)
+    return (x.reshape(*x.shape[:-1], 1, cols // group, group) * w).sum((-2, -1))
 
   def dequantized(self) -> Tensor:
     """The whole weight as float32 (lazy)."""

@@ -284,6 +284,7 @@ def split_for_cache(key: UOp, cache: int) -> UOp:
   subs: dict[UOp, UOp] = {}
   for u in list(key.toposort()):
     if u.op is not Ops.REDUCE or u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): continue
+    if _one_hot_axes(u.src[0], shape) & set(u.arg[1]): continue  # type: ignore[arg-type]  # a gather: one load per output once lowered
     if (outputs := prod(out)) == 0 or (k := prod(shape) // outputs) < SPLIT_FOR_CACHE_MIN: continue  # type: ignore[arg-type]
     if (values := _operand_values(u)) is None: continue
     s = values / k  # M + N
