@@ -72,3 +72,17 @@ def test_nolru_memory_is_released_not_kept_for_reuse():
   used = alloc.used
   del b
   assert alloc._cached == cached and alloc.used == used - 4000
+
+
+def test_free_cache_lets_go_of_freed_memory():
+  # freed memory is kept for the next buffer of its size, until free_cache (tinygrad's LRUAllocator.free_cache), which
+  # an LLM's warm-up calls so that the first runs' buffers do not stay in the process
+  from tinyhybrid import Device
+  a = Device["CPU"].allocator
+  m = a.alloc(3 << 20)
+  a.free(m)
+  n = a.alloc(3 << 20)
+  assert n is m  # from the cache
+  a.free(n)
+  a.free_cache()
+  assert a.alloc(3 << 20) is not m

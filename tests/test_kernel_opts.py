@@ -347,3 +347,15 @@ def test_a_weight_computed_in_the_kernel_gets_a_tile_of_one_vector_by_more_rows(
     tiles[name] = sorted(o.arg for o in opts if o.op is OptOps.UPCAST)
     np.testing.assert_allclose(run_plan(t, opts), x @ w_ref, rtol=1e-4, atol=1e-3)
   assert tiles == {"computed": [8, 16], "plain": [4, 64]}, tiles
+
+
+def test_half_values_are_loaded_as_vectors_and_widened():
+  # a quantized weight's fp16 scales, 16 of them at once: one vector load and one widening (F16C's vcvtph2ps), not
+  # 16 scalar loads and conversions
+  h = RNG.standard_normal((64, 256)).astype(np.float16)
+  t = Tensor(h).realize().float() * 3
+  k, _ = kernel_of(t)
+  ren = CRenderer(16, registers=32)
+  src = ren.render(finalize(k, hand_coded_optimizations(k, ren), ren))
+  assert "th_half16" in src and "__builtin_convertvector" in src and "th_th_" not in src, src
+  np.testing.assert_array_equal(t.numpy(), h.astype(np.float32) * 3)

@@ -9,8 +9,9 @@ gguf = pytest.importorskip("gguf")
 
 from tinyhybrid import Tensor  # noqa: E402
 from tinyhybrid.llm.gguf import GGUFTensor  # noqa: E402
-from tinyhybrid.llm.quantized import QuantizedWeight, pack_plane, unpack_plane  # noqa: E402
+from tinyhybrid.llm.quantized import MappedRows, QuantizedWeight, pack_plane, unpack_plane  # noqa: E402
 from tinyhybrid.nn.quant import FIELDS, GGML_QUANT, HALVES  # noqa: E402
+from tinyhybrid.schedule.kernelize import base_buffer  # noqa: E402
 
 
 def random_blocks(ggml_type: int, nb: int, rng: np.random.Generator) -> np.ndarray:
@@ -139,3 +140,29 @@ def test_panels_only_for_the_types_int_matvec_reads():
     assert w.panel == want, GGML_QUANT[t]
   blocks = random_blocks(12, 40 * 256 // 256, rng)  # 40 rows: not whole panels of 32, kept by row
   assert QuantizedWeight(GGUFTensor("w", (40, 256), 12, blocks.tobytes(), 0, blocks.nbytes), panels=True).panel == 0
+
+
+@pytest.mark.parametrize("ggml_type", [12, 14, 8, 1], ids=["Q4_K", "Q6_K", "Q8_0", "F16"])
+def test_mapped_rows_are_the_files_rows_read_from_its_pages(ggml_type, tmp_path):
+  # an embedding with an output layer of its own stays in the file: its rows come from the file's mapped pages (so a
+  # prompt brings into memory only the rows it looks up), unpacked to the reference dequantizer's values
+  rng = np.random.default_rng(ggml_type)
+  rows, cols = 40, 512
+  if ggml_type == 1:
+    raw = rng.standard_normal((rows, cols)).astype(np.float16)
+    ref = raw.astype(np.float32)
+  else:
+    raw = random_blocks(ggml_type, rows * cols // GGML_QUANT[ggml_type][1], rng)
+    ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols)
+  path = tmp_path / "w.bin"
+  path.write_bytes(b"\0" * 4160 + raw.tobytes())  # 64-byte aligned data past the first page
+  w = MappedRows(GGUFTensor("w", (rows, cols), ggml_type, str(path), 4160, raw.nbytes))
+  np.testing.assert_array_equal(w.rows(Tensor(np.array([37, 0, 5], np.int32))).numpy(), ref[[37, 0, 5]])
+  np.testing.assert_array_equal(w.rows((2, 4)).numpy(), ref[2:4])
+  addr = base_buffer(w.blocks.uop).arg._address
+  maps = [line.split() for line in open("/proc/self/maps") if line.rstrip().endswith(str(path))]
+  assert any(int(m[0].split("-")[0], 16) <= addr < int(m[0].split("-")[1], 16) for m in maps), "not read from the file's pages"
+  # where the data is not 64-byte aligned in the file, it is read (kernels load aligned vectors)
+  path.write_bytes(b"\0" * 4170 + raw.tobytes())
+  w = MappedRows(GGUFTensor("w", (rows, cols), ggml_type, str(path), 4170, raw.nbytes))
+  np.testing.assert_array_equal(w.rows((2, 4)).numpy(), ref[2:4])

@@ -66,6 +66,14 @@ class Allocator:
       self._cached += mem.nbytes
     else: self.idle(mem, True)
 
+  def free_cache(self) -> None:
+    """Lets go of the freed memory kept for reuse (tinygrad's LRUAllocator.free_cache): after a warm-up whose
+    buffers will not be asked for again, so that the process holds only what it uses."""
+    for mems in self._cache.values():
+      for mem in mems: self.idle(mem, True)
+    self._cache.clear()
+    self._cached = 0
+
   def copyin(self, dest: Any, src: memoryview, offset: int = 0) -> None:
     """src's bytes into dest from byte `offset` on (the whole of it by default)."""
     self.idle(dest, True)

@@ -126,9 +126,10 @@ def _uniform_op(u: UOp, srcs: list[UOp]) -> UOp | None:
   return UOp(u.op, u.dtype, tuple(scalars), u.arg)
 
 
-def _vec_ok(u: UOp, srcs: list[UOp]) -> bool:
-  """Whether the renderer can do op u on vectors of these sources."""
+def _vec_ok(u: UOp, srcs: list[UOp], half_loads: bool = False) -> bool:
+  """Whether the renderer can do op u on vectors of these sources (half_loads: a half vector's widening to float)."""
   sdt = u.dtype.scalar()
+  if half_loads and u.op is Ops.CAST and sdt is dtypes.float and srcs[0].dtype.scalar() is dtypes.half: return True
   if u.op in GroupOp.Comparison: return all(s.dtype.scalar() in VEC_DTYPES for s in srcs)
   if sdt is dtypes.bool: return u.op in (Ops.AND, Ops.OR, Ops.XOR) and len({mask_size(s) for s in srcs}) == 1 and mask_size(srcs[0]) is not None
   if sdt not in VEC_DTYPES: return False
@@ -142,8 +143,9 @@ def _vec_ok(u: UOp, srcs: list[UOp]) -> bool:
 
 
 class Expander:
-  def __init__(self, ast: UOp, vec: int):
+  def __init__(self, ast: UOp, vec: int, half_loads: bool = False):
     self.k = KernelParts.of(ast)
+    self.half_loads = half_loads
     self.lane_axes = sorted((r for r in self.k.all_ranges() if rkind(r) in LANES), key=lambda r: r.arg[0])
     self.axes_memo: dict[UOp, tuple[UOp, ...]] = {}
     # a tensor core's fragments are gathered register by register (codegen/tc.py): no vector axis in such a kernel
@@ -231,7 +233,7 @@ class Expander:
     if w == 1: return UOp(u.op, u.dtype, tuple(srcs), u.arg)
     if (folded := _fold_lanes(u, srcs, w)) is not None: return folded
     if (same := _uniform_op(u, srcs)) is not None: return bcast(same, w)
-    if _vec_ok(u, srcs):
+    if _vec_ok(u, srcs, self.half_loads):
       srcs = [s if u.op is Ops.WHERE and i == 0 and s.dtype.count == 1 else bcast(s, w) for i, s in enumerate(srcs)]
       return UOp(u.op, u.dtype.vec(w), tuple(srcs), u.arg)
     return vectorize([UOp(u.op, u.dtype, tuple(gep(s, i) for s in srcs), u.arg) for i in range(w)])
@@ -251,7 +253,8 @@ class Expander:
     (_, w, n), dt = self.chunk(axes, key), u.dtype
     ix = self.lanes_of(idx, axes, key, w)
     gx = self.lanes_of(u.src[1], axes, key, w) if len(u.src) > 1 else None
-    if (ix.uniform or dt in VEC_DTYPES and ix.contiguous) and (gx is None or gx.uniform):
+    vectors = dt in VEC_DTYPES or (self.half_loads and dt is dtypes.half)
+    if (ix.uniform or vectors and ix.contiguous) and (gx is None or gx.uniform):
       # one access for every lane, under one gate (the common case, worked out without looking at the lanes)
       gate = None if gx is None or (gx.first.op is Ops.CONST and gx.first.arg is True) else gx.first
       if gate is not None and gate.op is Ops.CONST: return bcast(UOp.const(dt, 0), w)  # never read
@@ -269,7 +272,7 @@ class Expander:
       return UOp(Ops.LOAD, dt, (UOp(Ops.INDEX, dt, (buf, idxs[i])),) + ((gates[i],) if gates[i] is not None else ()))  # type: ignore[operator]
     if not live: return bcast(UOp.const(dt, 0), w)
     if ix.uniform and all(g is gates[0] for g in gates): return bcast(scalar(0), w)
-    if dt in VEC_DTYPES and ix.contiguous:
+    if vectors and ix.contiguous:
       gate = None
       if all(gates[i] is gates[live[0]] for i in live):
         gate, mask = gates[live[0]], UOp.const(dtypes.uint, sum(1 << i for i in live))
@@ -445,7 +448,8 @@ def _aligned(idx: UOp, w: int, dt: DType, simplify: Callable[[UOp], UOp]) -> boo
   return True if m.op is Ops.CONST and m.arg == 0 else None
 
 
-def expand(ast: UOp, vec: int) -> UOp:
-  """The kernel with its lanes expanded (see the module doc); `vec` is the widest vector the renderer takes (1: none)."""
-  return Expander(ast, vec).expand()
+def expand(ast: UOp, vec: int, half_loads: bool = False) -> UOp:
+  """The kernel with its lanes expanded (see the module doc); `vec` is the widest vector the renderer takes (1: none),
+  half_loads whether it loads half vectors and widens them to float (Renderer.half_loads)."""
+  return Expander(ast, vec, half_loads).expand()
 

@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from tinyhybrid.device import Device
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine.jit import TinyJit
 from tinyhybrid.llm.gguf import GGUFTensor, gguf_read
-from tinyhybrid.llm.quantized import QuantizedWeight, joined
+from tinyhybrid.llm.quantized import MappedRows, QuantizedWeight, joined
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import UOp, Variable
 
@@ -219,9 +220,11 @@ class DenseTransformer:
   def __init__(self, cfg: DenseConfig, w: dict[str, GGUFTensor], progress: bool = False):
     self.cfg, self.max_context = cfg, cfg.max_context
     if "token_embd.weight" not in w: raise ValueError("tensor token_embd.weight is missing")
-    self.token_embd = QuantizedWeight(w["token_embd.weight"])
-    # tied embeddings: one weight, stored by row for the embedding's lookups
-    self.output = QuantizedWeight(w["output.weight"], panels=True) if "output.weight" in w else self.token_embd
+    # tied embeddings: one weight, stored by row for the embedding's lookups; else the embedding stays in the file's
+    # pages, of which a prompt reads only its tokens' rows
+    self.token_embd: QuantizedWeight | MappedRows
+    if "output.weight" in w: self.token_embd, self.output = MappedRows(w["token_embd.weight"]), QuantizedWeight(w["output.weight"], panels=True)
+    else: self.token_embd = self.output = QuantizedWeight(w["token_embd.weight"])
     self.output_norm = _vec(w["output_norm.weight"])
     from tqdm import tqdm  # each layer's weights are read from the file and repacked here: the load's time
     self.blocks = [Block(cfg, w, i) for i in tqdm(range(cfg.n_layers), desc="loading", unit="layer", disable=not progress, leave=False)]
@@ -262,7 +265,9 @@ class DenseTransformer:
     if T > 1:  # causal: the query at pos+t sees keys up to pos+t
       mask = Tensor.arange(self.max_context)[0:pos + T].reshape(1, -1, 1, 1) <= (Tensor.arange(T) + pos).reshape(1, 1, 1, T)  # (1, L, 1, T)
     for blk in self.blocks: x = blk(x, pos, cos, sin, mask)
-    return self.output.matmul(rms_norm(x[T - 1:T], self.output_norm, self.cfg.norm_eps))
+    # a prompt chunk's last row in float32: int_matvec's partial sums (12 MB for a Q6_K 32000-token output layer) would
+    # be held again by each prefill JIT, and the float product costs 2 ms more a chunk (4.5 against 2.4)
+    return self.output.matmul(rms_norm(x[T - 1:T], self.output_norm, self.cfg.norm_eps), int8=T == 1)
 
   def _decode(self, tok: UOp, pos: UOp) -> Tensor: return self.forward(self.token_embd.rows((tok, tok + 1)), pos).realize()
   def _prefill(self, toks: Tensor, pos: UOp) -> Tensor: return self.forward(self.token_embd.rows(toks), pos).realize()
@@ -287,6 +292,7 @@ class DenseTransformer:
     for n in (*self.chunks, 1):
       for _ in range(3): self.logits([0] * n, 0)
     self.cached.clear()
+    Device[Device.DEFAULT].allocator.free_cache()  # the first runs' buffers: each JIT now holds its own
 
   def logits(self, tokens: list[int], start_pos: int, chunk_size: int | None = None) -> np.ndarray:
     """Runs tokens at positions start_pos.. (the cache must hold the ones before), in chunks of at most chunk_size,

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tinyhybrid.device import Device
 from tinyhybrid.dtype import DType, dtypes, np_storage
 from tinyhybrid.helpers import prod
 from tinyhybrid.nn.quant import GGML_QUANT, dequantize
@@ -50,6 +51,20 @@ class GGUFTensor:
   @property
   def data(self) -> Tensor:
     raw = _read_range(self.source, self.offset, self.nbytes)
+    if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
+    return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)
+
+  def mapped(self) -> Tensor:
+    """`data`, but over the file's own pages, mapped copy-on-write instead of read: only the pages a kernel reads
+    are ever brought into memory (the rows of an embedding that a prompt looks up, not its 32000). Read as `data`
+    where the tensor's bytes are not 64-byte aligned in the file (kernels load whole aligned vectors), the file came
+    as bytes, or the device's memory is not the host's."""
+    if isinstance(self.source, bytes) or self.offset % 64 or not Device[Device.canonicalize(None)].allocator.is_host_memory: return self.data
+    start = self.offset - self.offset % mmap.ALLOCATIONGRANULARITY
+    with open(self.source, "rb") as f:
+      if os.fstat(f.fileno()).st_size < self.offset + self.nbytes: raise ValueError(f"{self.source}: ends inside tensor {self.name!r}")
+      m = mmap.mmap(f.fileno(), self.offset + self.nbytes - start, access=mmap.ACCESS_COPY, offset=start)
+    raw = np.frombuffer(m, np.uint8, self.nbytes, self.offset - start)  # holds the mapping: unmapped with the buffer
     if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
     return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import ContextVar, prod
 from tinyhybrid.llm.gguf import GGUFTensor
-from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Format, Parts, block_fields, join
+from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Format, Parts, block_fields, dequantize, join
 from tinyhybrid.nn.quant import parts as take_apart
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import sint
@@ -165,11 +165,11 @@ class QuantizedWeight:
 
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 
-  def matmul(self, x: Tensor) -> Tensor:
-    """x @ W.T: a decode step's one row by int_matvec where the weight is in panels, else with W unpacked inside the
-    kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache: Q4_K 32768 x 4096,
-    9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
-    if self.panel and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
+  def matmul(self, x: Tensor, int8: bool = True) -> Tensor:
+    """x @ W.T: a decode step's one row by int_matvec where the weight is in panels (unless int8=False), else with W
+    unpacked inside the kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache:
+    Q4_K 32768 x 4096, 9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
+    if self.panel and int8 and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
     if not self.panel: return x.matmul(self._unpack().T)
     # reduced over (groups, a group's elements): a group's scales are then computed once per group in the kernel's
     # outer reduce loop, not once per element (the same prefill product: 9.3 -> 8.9 ms)
@@ -180,6 +180,24 @@ class QuantizedWeight:
   def dequantized(self) -> Tensor:
     """The whole weight as float32 (lazy)."""
     return self._unpack()
+
+
+class MappedRows:
+  """A (rows, cols) weight that is only looked up by row (an embedding whose output layer is a weight of its own),
+  kept as the file has it, in the file's own mapped pages (GGUFTensor.mapped): a prompt brings into memory only the
+  rows it looks up. rows() unpacks them from their blocks in the kernel that reads them."""
+
+  def __init__(self, t: GGUFTensor):
+    if len(t.shape) != 2: raise ValueError(f"MappedRows: {t.name!r} must be 2-D, got {t.shape}")
+    self.ggml_type, self.shape = t.ggml_type, t.shape
+    data = t.mapped()
+    self.blocks = data.reshape(t.shape[0], -1)  # one row of blocks (or of values, a float type) per weight row
+    self.nbytes = t.nbytes
+
+  def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor:
+    picked = self.blocks[sel[0]:sel[1]] if isinstance(sel, tuple) else self.blocks[sel]
+    if self.ggml_type not in GGML_QUANT: return picked.cast(dtypes.float32)
+    return dequantize(picked.reshape(-1, GGML_QUANT[self.ggml_type][2]), self.ggml_type).reshape(picked.shape[0], self.shape[1])
 
 
 class JoinedWeight:
@@ -193,7 +211,8 @@ class JoinedWeight:
   @property
   def nbytes(self) -> int: return sum(p.nbytes for p in self.parts)
 
-  def matmul(self, x: Tensor) -> Tensor: return self.parts[0].matmul(x).cat(*[p.matmul(x) for p in self.parts[1:]], dim=-1)
+  def matmul(self, x: Tensor, int8: bool = True) -> Tensor:
+    return self.parts[0].matmul(x, int8).cat(*[p.matmul(x, int8) for p in self.parts[1:]], dim=-1)
 
   def dequantized(self) -> Tensor: return self.parts[0].dequantized().cat(*[p.dequantized() for p in self.parts[1:]])
 

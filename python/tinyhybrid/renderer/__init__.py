@@ -71,6 +71,9 @@ class Renderer:
   # float dtypes whose EXP2 and LOG2 are written as plain ops before the lanes are expanded
   # (codegen/decomp/transcendental.py), so that they run on vectors: a CPU's libm takes one value per call
   vector_transcendentals: frozenset[DType] = frozenset()
+  # it loads half vectors and widens them to float vectors (x86's F16C: one instruction): a quantized weight's fp16
+  # scales, 16 rows of them at once (otherwise 16 scalar loads and conversions, most of a decode step's scaling kernel)
+  half_loads: bool = False
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
   has_local: bool = False

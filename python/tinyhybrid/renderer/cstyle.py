@@ -552,7 +552,7 @@ class CWriter(CStyleWriter):
     self.streaming = self.stores_more_than(stream_bytes)
 
   def vtype(self, scalar: str, n: int) -> str:
-    name = f"th_{scalar.replace(' ', '_')}{n}"
+    name = f"{'' if scalar.startswith('th_') else 'th_'}{scalar.replace(' ', '_')}{n}"
     self.types.setdefault(name, _guarded(name, f"typedef {scalar} {name} __attribute__((ext_vector_type({n})));"))
     return name
 
@@ -680,6 +680,7 @@ class CRenderer(CStyleLanguage):
     self.vec, self.registers = vec, registers
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes  # see CWriter
     if vec > 1: self.vector_transcendentals = frozenset({dtypes.float32})  # libm's exp2f takes one lane per call
+    self.half_loads = vec > 1
 
   def render(self, k: LoweredKernel) -> str: return CWriter(k, self.stream_bytes).write()
 
