@@ -64,6 +64,7 @@ class GGUFTensor:
     with open(self.source, "rb") as f:
       if os.fstat(f.fileno()).st_size < self.offset + self.nbytes: raise ValueError(f"{self.source}: ends inside tensor {self.name!r}")
       m = mmap.mmap(f.fileno(), self.offset + self.nbytes - start, access=mmap.ACCESS_COPY, offset=start)
+    if hasattr(mmap, "MADV_RANDOM"): m.madvise(mmap.MADV_RANDOM)  # a looked-up row's page, without the kernel's read-ahead
     raw = np.frombuffer(m, np.uint8, self.nbytes, self.offset - start)  # holds the mapping: unmapped with the buffer
     if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
     return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)

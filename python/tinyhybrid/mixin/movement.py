@@ -30,7 +30,7 @@ class MovementMixin:
 
   def max_numel(self: Tensor) -> int: return prod(self.max_shape)
 
-  def reshape(self: Tensor, shape: int | Sequence[int | None], *args: int | None) -> Tensor:
+  def reshape(self: Tensor, shape: sint | Sequence[sint | None], *args: sint | None) -> Tensor:
     """A view with another shape of the same number of elements; one dimension may be -1 (inferred), None keeps it."""
     new: tuple[Any, ...] = _dims((shape, *args)) if args else ((shape,) if isinstance(shape, (int, float, UOp)) else tuple(shape))
     new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
