@@ -288,3 +288,19 @@ def test_truncated_and_missing_files(files, tmp_path):
     (p := tmp_path / f"cut{n}.gguf").write_bytes(data[:n])
     with pytest.raises(ValueError, match=f"cut{n}.gguf"): Transformer.from_gguf(p)
   with pytest.raises(FileNotFoundError): Transformer.from_gguf(tmp_path / "missing.gguf")
+
+
+@pytest.mark.parametrize("pos", [0, 63, 64, 150])
+def test_flash_decode_is_softmax_attention_over_the_positions_up_to_its_own(pos):
+  # a decode step's attention in chunks of FLASH_CHUNK positions, each its own maximum and sum, combined in a second
+  # step; positions past pos (the rest of the last chunk: stale or zero cache slots) are masked
+  from tinyhybrid import Tensor
+  from tinyhybrid.llm.dense import FLASH_CHUNK, flash_decode, flash_chunks
+  KV, G, hd, n = 2, 3, 8, flash_chunks(pos)
+  rng = np.random.default_rng(pos)
+  q, k, v = (rng.standard_normal(s).astype(np.float32) * 3 for s in ((KV, G, hd), (KV, n, FLASH_CHUNK, hd), (KV, n, FLASH_CHUNK, hd)))
+  got = flash_decode(Tensor(q), Tensor(k), Tensor(v), pos).numpy().reshape(KV, G, hd)
+  kk, vv = k.reshape(KV, -1, hd)[:, :pos + 1], v.reshape(KV, -1, hd)[:, :pos + 1]
+  s = np.einsum("kgd,kld->kgl", q, kk) / np.sqrt(hd)
+  p = np.exp(s - s.max(-1, keepdims=True))
+  np.testing.assert_allclose(got, np.einsum("kgl,kld->kgd", p / p.sum(-1, keepdims=True), vv), rtol=1e-5, atol=1e-5)

@@ -24,7 +24,7 @@ from tinyhybrid.engine.jit import TinyJit
 from tinyhybrid.llm.gguf import GGUFTensor, gguf_read
 from tinyhybrid.llm.quantized import MappedRows, QuantizedWeight, joined
 from tinyhybrid.tensor import Tensor
-from tinyhybrid.uop.ops import UOp, Variable
+from tinyhybrid.uop.ops import UOp, Variable, sint
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 KV_DTYPES = {"f32": dtypes.float32, "f16": dtypes.float16, "q8_0": dtypes.int8}  # --kv_dtype
@@ -118,6 +118,33 @@ def check_prompt(tokens: list[int], max_context: int) -> None:
     raise ValueError(f"the prompt has {len(tokens)} tokens, more than the context of {max_context} tokens leaves room for")
 
 
+# flash decode: a single token's attention reads the cache in chunks of this many positions, each its own softmax (its
+# maximum, its sum and its weighted values), combined in a second step. The chunks' work spreads over the cores, and a
+# chunk's keys and values (24 KB for a head of 96) stay in the first-level cache while its loops read them again
+FLASH_CHUNK = 64
+
+
+def flash_chunks(pos: int) -> int:
+  """How many chunks of the cache a flash decode at position pos reads: the last one holds pos."""
+  return pos // FLASH_CHUNK + 1
+
+
+def flash_decode(q: Tensor, keys: Tensor, vals: Tensor, pos: sint) -> Tensor:
+  """softmax(q . keys / sqrt(hd)) @ vals for the one query at position pos: q (KV, G, hd), keys and vals (KV, chunks,
+  C, hd), positions past pos masked. Each chunk gets its own maximum m, sum l and weighted values o, then
+  o = sum(exp(m - M) o) / sum(exp(m - M) l), M the largest m (every chunk holds a position up to pos, so m is finite).
+  -> (1, KV * G * hd)"""
+  (KV, G, hd), (_, n, C, _) = q.shape, keys.shape
+  s = q.reshape(KV, 1, G, hd).matmul(keys.transpose(2, 3)) * (1.0 / math.sqrt(hd))  # (KV, chunks, G, C)
+  at = Tensor.arange(keys.max_shape[1] * C).reshape(-1, C)[0:n]  # each chunk's positions
+  s = (at <= pos).reshape(1, n, 1, C).where(s, float("-inf")).contiguous()
+  m = s.max(-1, keepdim=True)  # (KV, chunks, G, 1)
+  e = (s - m).exp()
+  l, o = e.sum(-1, keepdim=True), e.matmul(vals)  # (KV, chunks, G, 1), (KV, chunks, G, hd)
+  w = (m - m.max(1, keepdim=True)).exp()
+  return ((w * o).sum(1) / (w * l).sum(1)).reshape(1, KV * G * hd)
+
+
 class KVCache:
   """One layer's keys (or values), (kv heads, context, head dim), kept as --kv_dtype says: f32, f16, or q8_0
   (llama.cpp's block: 32 values as int8 codes and one half scale, absmax / 127). Written at a position, read back as
@@ -142,6 +169,14 @@ class KVCache:
     d = x.abs().max(-1, keepdim=True) / 127.0
     self.data[:, pos:pos + T].assign((x / (d == 0).where(1.0, d)).round().cast(dtypes.int8))
     self.scales[:, pos:pos + T].assign(d.cast(dtypes.float16))
+
+  def read_chunks(self, n: sint, size: int) -> Tensor:
+    """The first n chunks of `size` positions as float32, (kv heads, n, size, head dim): the cache viewed as chunks
+    first, so a variable n only shrinks the view (no index divided by a variable)."""
+    H, ctx, blocks, bs = self.shape
+    x = self.data.reshape(H, ctx // size, size, blocks, bs)[:, 0:n].cast(dtypes.float32)
+    if self.scales is not None: x = x * self.scales.reshape(H, ctx // size, size, blocks, 1)[:, 0:n].cast(dtypes.float32)
+    return x.reshape(H, x.shape[1], size, blocks * bs)
 
   def read(self, end: UOp | int) -> Tensor:
     """Positions 0..end-1 as float32, (kv heads, end, head dim)."""
@@ -169,9 +204,11 @@ class Block:
     self.attn_out = QuantizedWeight(need("attn_output.weight"), panels=True)
     self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"), panels=True)
     self.down = QuantizedWeight(need("ffn_down.weight"), panels=True)
-    self.cache_k, self.cache_v = (KVCache(cfg.n_kv_heads, cfg.max_context, cfg.head_dim, cfg.kv_dtype) for _ in range(2))
+    # whole chunks of the flash decode (a decode step reads whole FLASH_CHUNKs, positions past its own masked)
+    slots = -(-cfg.max_context // FLASH_CHUNK) * FLASH_CHUNK
+    self.cache_k, self.cache_v = (KVCache(cfg.n_kv_heads, slots, cfg.head_dim, cfg.kv_dtype) for _ in range(2))
 
-  def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None) -> Tensor:
+  def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None, chunks: sint | None = None) -> Tensor:
     cfg = self.cfg
     T, H, KV, hd = x.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     h = rms_norm(x, self.attn_norm, cfg.norm_eps)
@@ -189,13 +226,16 @@ class Block:
     q, k = rotate(q, cos, sin, neox, rd), rotate(k, cos, sin, neox, rd)
     self.cache_k.write(pos, k.transpose(0, 1))
     self.cache_v.write(pos, v.transpose(0, 1))
-    keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)  # (KV, L, hd)
     # grouped-query attention without repeating the cache: the G = H/KV query heads of a kv head are one batch row
     G = H // KV
-    if mask is None:  # one query: scores (KV, G, L), each a dot product along the head (vectors along hd)
+    if mask is None and chunks is not None:
+      o = flash_decode(q.reshape(KV, G, hd), self.cache_k.read_chunks(chunks, FLASH_CHUNK), self.cache_v.read_chunks(chunks, FLASH_CHUNK), pos)
+    elif mask is None:  # one query: scores (KV, G, L), each a dot product along the head (vectors along hd)
+      keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)  # (KV, L, hd)
       s = q.reshape(KV, G, hd).matmul(keys.transpose(1, 2)) * (1.0 / math.sqrt(hd))
       o = s.softmax(-1).matmul(vals).reshape(1, H * hd)
     else:
+      keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)
       # a chunk of queries: the cache's length L is a variable, and a loop of a variable's length gets no vectors,
       # so it is kept the outer loop: scores transposed (KV, L, G*T), vectors along the queries
       qt = q.reshape(T, KV, G, hd).permute(1, 3, 2, 0).reshape(KV, hd, G * T)
@@ -237,6 +277,7 @@ class DenseTransformer:
     self.prefill_jits = {n: TinyJit(self._prefill) for n in self.chunks}
     self.pos_vars = {n: Variable(f"pos{n}", 0, self.max_context - n) for n in (*self.chunks, 1)}
     self.tok_var = Variable("tok", 0, cfg.vocab_size - 1)
+    self.chunks_var = Variable("chunks", 1, flash_chunks(self.max_context - 1))
 
   @staticmethod
   def from_gguf(fn: str | pathlib.Path | Tensor, max_context: int | None = None, progress: bool = False,
@@ -255,21 +296,23 @@ class DenseTransformer:
 
   # ** the computation **
 
-  def forward(self, x: Tensor, pos: UOp | int) -> Tensor:
+  def forward(self, x: Tensor, pos: UOp | int, chunks: sint | None = None) -> Tensor:
     """(T, dim) embeddings of the tokens at positions pos..pos+T-1 -> (1, vocab) float32 logits of the last one; the
-    keys and values of all T go into the cache."""
+    keys and values of all T go into the cache. A single token's attention is a flash decode over `chunks` chunks of
+    the cache (flash_chunks(pos); an int pos works it out)."""
+    if x.shape[0] == 1 and chunks is None and isinstance(pos, int): chunks = flash_chunks(pos)
     T = x.shape[0]
     if self.embed_scale != 1.0: x = x * self.embed_scale
     cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
     mask = None
     if T > 1:  # causal: the query at pos+t sees keys up to pos+t
       mask = Tensor.arange(self.max_context)[0:pos + T].reshape(1, -1, 1, 1) <= (Tensor.arange(T) + pos).reshape(1, 1, 1, T)  # (1, L, 1, T)
-    for blk in self.blocks: x = blk(x, pos, cos, sin, mask)
+    for blk in self.blocks: x = blk(x, pos, cos, sin, mask, chunks)
     # a prompt chunk's last row in float32: int_matvec's partial sums (12 MB for a Q6_K 32000-token output layer) would
     # be held again by each prefill JIT, and the float product costs 2 ms more a chunk (4.5 against 2.4)
     return self.output.matmul(rms_norm(x[T - 1:T], self.output_norm, self.cfg.norm_eps), int8=T == 1)
 
-  def _decode(self, tok: UOp, pos: UOp) -> Tensor: return self.forward(self.token_embd.rows((tok, tok + 1)), pos).realize()
+  def _decode(self, tok: UOp, pos: UOp, chunks: UOp) -> Tensor: return self.forward(self.token_embd.rows((tok, tok + 1)), pos, chunks).realize()
   def _prefill(self, toks: Tensor, pos: UOp) -> Tensor: return self.forward(self.token_embd.rows(toks), pos).realize()
 
   # ** running it **
@@ -306,7 +349,8 @@ class DenseTransformer:
     while i < len(tokens):
       n = next((c for c in self.chunks if c <= min(len(tokens) - i, chunk_size or c)), 1)
       if n == 1:
-        out = self.decode_jit(self.tok_var.bind(tokens[i]), self.pos_vars[1].bind(start_pos + i))
+        p = start_pos + i
+        out = self.decode_jit(self.tok_var.bind(tokens[i]), self.pos_vars[1].bind(p), self.chunks_var.bind(flash_chunks(p)))
         i += 1
         continue
       out = self.prefill_jits[n](Tensor(np.array(tokens[i:i + n], np.int32)), self.pos_vars[n].bind(start_pos + i))
