@@ -192,3 +192,14 @@ def test_kv_cache_attention_with_a_bound_position():
     a = np.exp(s - s.max())
     np.testing.assert_allclose(out, (a / a.sum()) @ V[:i + 1], rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(cache_k.numpy(), K, rtol=1e-6, atol=1e-6)
+
+
+def test_an_index_divided_by_a_variable_is_cs_own_division():
+  # a view that splits a variable's length (a shrink to 16 * c, reshaped to (16, c)) divides its index by a variable:
+  # a nonnegative index by a positive size is C's / and %, not the floor helpers, whose sign tests ran per element
+  K = Tensor(np.arange(4 * 128 * 8, dtype=np.float32).reshape(4, 128, 8)).realize()
+  for v in (3, 5):
+    got = K[:, 0:16 * Variable("c", 1, 8).bind(v)].reshape(4, 16, Variable("c", 1, 8).bind(v), 8).sum(2).numpy()
+    close(got, K.numpy()[:, :16 * v].reshape(4, 16, v, 8).sum(2))
+  src = list(realize.kernel_cache.values())[-1][1].src
+  assert src.count("th_fmod(") + src.count("th_fdiv(") == 2 and " % " in src, src  # the two helpers' definitions only

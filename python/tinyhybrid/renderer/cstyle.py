@@ -394,7 +394,8 @@ class CStyleWriter:
     if op is Ops.POW: return f"(({t})pow({s[0]}, {s[1]}))"
     if op in (Ops.FLOORDIV, Ops.FLOORMOD):
       a, b = u.src
-      if a.vmin >= 0 and b.op is Ops.CONST and b.arg > 0: return f"({s[0]} {'/' if op is Ops.FLOORDIV else '%'} {s[1]})"
+      # a nonnegative value by a positive one (an index by a variable's size too): floor is truncation, C's own
+      if a.vmin >= 0 and (b.arg > 0 if b.op is Ops.CONST else b.vmin > 0): return f"({s[0]} {'/' if op is Ops.FLOORDIV else '%'} {s[1]})"
       # unsigned: floor is truncation, and the signed helpers would read values from 2**63 up as negative
       if not dtypes.is_unsigned(dt): return f"(({t}){'th_fdiv' if op is Ops.FLOORDIV else 'th_fmod'}({s[0]}, {s[1]}))"
       op = Ops.CDIV if op is Ops.FLOORDIV else Ops.CMOD
