@@ -14,7 +14,7 @@ import dataclasses
 import math
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, overload
 
 import numpy as np
 
@@ -124,7 +124,11 @@ def check_prompt(tokens: list[int], max_context: int) -> None:
 FLASH_CHUNK = 64
 
 
-def flash_chunks(pos: int) -> int:
+@overload
+def flash_chunks(pos: int) -> int: ...
+@overload
+def flash_chunks(pos: UOp) -> UOp: ...
+def flash_chunks(pos: sint) -> sint:
   """How many chunks of the cache a flash decode at position pos reads: the last one holds pos."""
   return pos // FLASH_CHUNK + 1
 
@@ -228,12 +232,9 @@ class Block:
     self.cache_v.write(pos, v.transpose(0, 1))
     # grouped-query attention without repeating the cache: the G = H/KV query heads of a kv head are one batch row
     G = H // KV
-    if mask is None and chunks is not None:
-      o = flash_decode(q.reshape(KV, G, hd), self.cache_k.read_chunks(chunks, FLASH_CHUNK), self.cache_v.read_chunks(chunks, FLASH_CHUNK), pos)
-    elif mask is None:  # one query: scores (KV, G, L), each a dot product along the head (vectors along hd)
-      keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)  # (KV, L, hd)
-      s = q.reshape(KV, G, hd).matmul(keys.transpose(1, 2)) * (1.0 / math.sqrt(hd))
-      o = s.softmax(-1).matmul(vals).reshape(1, H * hd)
+    if mask is None:  # one query
+      n = flash_chunks(pos) if chunks is None else chunks
+      o = flash_decode(q.reshape(KV, G, hd), self.cache_k.read_chunks(n, FLASH_CHUNK), self.cache_v.read_chunks(n, FLASH_CHUNK), pos)
     else:
       keys, vals = self.cache_k.read(pos + T), self.cache_v.read(pos + T)
       # a chunk of queries: the cache's length L is a variable, and a loop of a variable's length gets no vectors,
@@ -299,8 +300,7 @@ class DenseTransformer:
   def forward(self, x: Tensor, pos: UOp | int, chunks: sint | None = None) -> Tensor:
     """(T, dim) embeddings of the tokens at positions pos..pos+T-1 -> (1, vocab) float32 logits of the last one; the
     keys and values of all T go into the cache. A single token's attention is a flash decode over `chunks` chunks of
-    the cache (flash_chunks(pos); an int pos works it out)."""
-    if x.shape[0] == 1 and chunks is None and isinstance(pos, int): chunks = flash_chunks(pos)
+    the cache (flash_chunks(pos) unless given: the decode JIT binds it as a Variable of its own)."""
     T = x.shape[0]
     if self.embed_scale != 1.0: x = x * self.embed_scale
     cos, sin = self.cos[pos:pos + T], self.sin[pos:pos + T]
