@@ -359,3 +359,16 @@ def test_half_values_are_loaded_as_vectors_and_widened():
   src = ren.render(finalize(k, hand_coded_optimizations(k, ren), ren))
   assert "th_half16" in src and "__builtin_convertvector" in src and "th_th_" not in src, src
   np.testing.assert_array_equal(t.numpy(), h.astype(np.float32) * 3)
+
+
+@pytest.mark.parametrize("rows,tile", [(4, [2, 96]), (16, [8, 32])])
+def test_a_short_vector_axis_is_taken_whole_where_the_other_axis_cannot_fill_the_tile(rows, tile):
+  # weights (rows, 64) times values (64, 96), per chunk (a flash decode's weighted values: 4 queries, a head of 96):
+  # with 4 rows the tile is 6 vectors by 2 rows (192 lanes, one pass over each chunk) rather than 2 vectors by 4 (128);
+  # with 16 rows, 2 vectors by 8 fill the 256 lanes and stay
+  e, v = _f(4, 8, rows, 64), _f(4, 8, 64, 96)
+  t = Tensor(e).realize() @ Tensor(v).realize()
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(16, registers=32))
+  assert sorted(o.arg for o in opts if o.op is OptOps.UPCAST) == tile, opts
+  np.testing.assert_allclose(run_plan(t, opts), e @ v, rtol=1e-4, atol=1e-4)
