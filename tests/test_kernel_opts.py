@@ -372,3 +372,15 @@ def test_a_short_vector_axis_is_taken_whole_where_the_other_axis_cannot_fill_the
   opts = hand_coded_optimizations(k, CRenderer(16, registers=32))
   assert sorted(o.arg for o in opts if o.op is OptOps.UPCAST) == tile, opts
   np.testing.assert_allclose(run_plan(t, opts), e @ v, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("outs,vectors", [(512, 4), (64, 1)])
+def test_a_matrix_vector_product_takes_several_output_vectors(outs, vectors):
+  # one row times a weight whose rows are contiguous along the outputs (a panel): with no register tile, several
+  # vectors of outputs give independent accumulators and read a panel in one pass; a short output axis keeps one
+  x, w = _f(1, 256), _f(256, outs)
+  t = Tensor(x).realize() @ Tensor(w).realize()
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(16, registers=32))
+  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [16 * vectors], opts
+  np.testing.assert_allclose(run_plan(t, opts), x @ w, rtol=1e-4, atol=1e-4)

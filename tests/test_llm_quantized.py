@@ -166,3 +166,18 @@ def test_mapped_rows_are_the_files_rows_read_from_its_pages(ggml_type, tmp_path)
   path.write_bytes(b"\0" * 4170 + raw.tobytes())
   w = MappedRows(GGUFTensor("w", (rows, cols), ggml_type, str(path), 4170, raw.nbytes))
   np.testing.assert_array_equal(w.rows((2, 4)).numpy(), ref[2:4])
+
+
+@pytest.mark.parametrize("ggml_type", [0, 1], ids=["F32", "F16"])
+def test_float_weights_in_panels(ggml_type):
+  # a float weight stored in panels (each panel's columns of 64 rows contiguous, as the quantized ones): the same
+  # products, one row (a decode step) and many (a prompt), and the same bytes; rows() is for weights stored by row
+  rng = np.random.default_rng(ggml_type)
+  w = rng.standard_normal((128, 96)).astype(np.float32 if ggml_type == 0 else np.float16)
+  qw = QuantizedWeight(GGUFTensor("w", w.shape, ggml_type, w.tobytes(), 0, w.nbytes), panels=True)
+  assert qw.panel == 64 and qw.nbytes == w.nbytes
+  for rows in (1, 5):
+    x = rng.standard_normal((rows, 96)).astype(np.float32)
+    np.testing.assert_allclose(qw.matmul(Tensor(x)).numpy(), x @ w.astype(np.float32).T, rtol=1e-5, atol=1e-4)
+  np.testing.assert_array_equal(qw.dequantized().numpy(), w.astype(np.float32))
+  with pytest.raises(ValueError, match="panels"): qw.rows((0, 2))

@@ -75,7 +75,10 @@ class QuantizedWeight:
     self.panel = 0  # rows per panel; 0: stored by row
     if self.ggml_type not in GGML_QUANT:  # a float type: used as it is (a half weight is widened in the kernel)
       self.weight: Tensor | None = data.reshape(self.shape)
-      if len(parts) > 1: self.weight = self.weight.contiguous().realize()
+      if panels and self.rows_n % 64 == 0:  # each panel's columns of 64 rows contiguous, as a quantized weight's codes
+        self.panel = 64
+        self.weight = self.weight.reshape(self.rows_n // 64, 64, self.cols).permute(0, 2, 1).contiguous().realize()
+      elif len(parts) > 1: self.weight = self.weight.contiguous().realize()
       return
     self.weight = None
     _, self.block, block_bytes = GGML_QUANT[self.ggml_type]
@@ -127,7 +130,9 @@ class QuantizedWeight:
 
   def _unpack(self, sel: Tensor | tuple[sint, sint] | None = None) -> Tensor:
     """float32 rows of the weight (bounds may be bound Variables)."""
-    if self.weight is not None: return self._pick(self.weight, sel).cast(dtypes.float32)
+    if self.weight is not None:
+      w = self.weight.permute(0, 2, 1).reshape(self.shape) if self.panel else self.weight
+      return self._pick(w, sel).cast(dtypes.float32)
     return join(self._parts(sel), self.ggml_type)
 
   def int_matvec(self, x: Tensor) -> Tensor:
@@ -169,8 +174,8 @@ class QuantizedWeight:
     """x @ W.T: a decode step's one row by int_matvec where the weight is in panels (unless int8=False), else with W
     unpacked inside the kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache:
     Q4_K 32768 x 4096, 9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
-    if self.panel and int8 and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
-    if not self.panel: return x.matmul(self._unpack().T)
+    if self.panel and self.weight is None and int8 and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
+    if not self.panel or self.weight is not None: return x.matmul(self._unpack().T)
     # reduced over (groups, a group's elements): a group's scales are then computed once per group in the kernel's
     # outer reduce loop, not once per element (the same prefill product: 9.3 -> 8.9 ms)
     (rows, cols), group = self.shape, FORMATS[self.ggml_type].group
