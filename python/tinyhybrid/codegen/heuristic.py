@@ -96,9 +96,12 @@ def _streams(red: UOp | None, vec: UOp, lanes: int) -> bool:
   return red is not None and rsize(vec) >= 8 * lanes
 
 
-def _tile_rows(r: UOp | None, cols: int, acc_lanes: int) -> int:
+TILE_ROWS = (8, 6, 4, 3, 2)  # what step 2 of the plan tries to tile a reused axis by, the most first
+
+
+def _tile_rows(r: UOp, cols: int, acc_lanes: int) -> int:
   """The rows of reused axis r that step 2 of the plan tiles a register tile of `cols` vector lanes by."""
-  return next((a for a in (8, 6, 4, 3, 2) if r is not None and rsize(r) % a == 0 and cols * a <= acc_lanes), 1)
+  return next((a for a in TILE_ROWS if rsize(r) % a == 0 and cols * a <= acc_lanes), 1)
 
 
 def _whole_vector_axis(size: int, amt: int, lanes: int, acc_lanes: int, tile_with: list[UOp]) -> int:
@@ -157,7 +160,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   for r in reused:
     if r is vec: continue
     tile = _lanes(plan.parts, (AxisType.UPCAST,)) * acc_vec
-    for amt in (8, 6, 4, 3, 2):
+    for amt in TILE_ROWS:
       if rsize(r) % amt == 0 and tile * amt <= acc_lanes and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
 
   # 3. unroll small reduce axes: e.g. a convolution's window, whose padding masks then become constants
