@@ -72,18 +72,18 @@ COMPUTED_OPERAND_OPS = 3
 
 def _operand_ops(red: UOp, vec: UOp, reused: list[UOp]) -> int:
   """How many ALU operations of red's source compute from loads that move along vec but along none of reused."""
-  loads: dict[UOp, tuple[bool, bool]] = {}  # node -> (some load under it moves along vec, some along a reused axis)
+  moves: dict[UOp, tuple[bool, bool]] = {}  # node -> (some load under it moves along vec, some along a reused axis)
   n = 0
   for u in red.src[0].toposort():
     if u.op is Ops.LOAD:
       ix = u.src[0].src[1]
-      loads[u] = (stride(ix, vec) != 0, any(stride(ix, r) != 0 for r in reused))
+      moves[u] = (stride(ix, vec) != 0, any(stride(ix, r) != 0 for r in reused))
       continue
     along_vec, along_reused = False, False
     for s in u.src:
-      v, r = loads.get(s, (False, False))
+      v, r = moves.get(s, (False, False))
       along_vec, along_reused = along_vec or v, along_reused or r
-    loads[u] = (along_vec, along_reused)
+    moves[u] = (along_vec, along_reused)
     if u.op in GroupOp.ALU and u.dtype.scalar() not in (dtypes.weakint, dtypes.bool) and along_vec and not along_reused: n += 1
   return n
 

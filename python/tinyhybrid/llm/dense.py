@@ -209,7 +209,7 @@ class Block:
     self.gate_up = joined(need("ffn_gate.weight"), need("ffn_up.weight"), panels=True)
     self.down = QuantizedWeight(need("ffn_down.weight"), panels=True)
     # whole chunks of the flash decode (a decode step reads whole FLASH_CHUNKs, positions past its own masked)
-    slots = -(-cfg.max_context // FLASH_CHUNK) * FLASH_CHUNK
+    slots = flash_chunks(cfg.max_context - 1) * FLASH_CHUNK
     self.cache_k, self.cache_v = (KVCache(cfg.n_kv_heads, slots, cfg.head_dim, cfg.kv_dtype) for _ in range(2))
 
   def __call__(self, x: Tensor, pos: UOp | int, cos: Tensor, sin: Tensor, mask: Tensor | None, chunks: sint | None = None) -> Tensor:

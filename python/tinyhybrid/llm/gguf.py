@@ -49,8 +49,10 @@ class GGUFTensor:
   def quantized(self) -> bool: return self.ggml_type in GGML_QUANT
 
   @property
-  def data(self) -> Tensor:
-    raw = _read_range(self.source, self.offset, self.nbytes)
+  def data(self) -> Tensor: return self._tensor(_read_range(self.source, self.offset, self.nbytes))
+
+  def _tensor(self, raw: np.ndarray) -> Tensor:
+    """The tensor's bytes (an array the Tensor takes as its own) as its shape in a native type, or as its blocks."""
     if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
     return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)
 
@@ -65,9 +67,7 @@ class GGUFTensor:
       if os.fstat(f.fileno()).st_size < self.offset + self.nbytes: raise ValueError(f"{self.source}: ends inside tensor {self.name!r}")
       m = mmap.mmap(f.fileno(), self.offset + self.nbytes - start, access=mmap.ACCESS_COPY, offset=start)
     if hasattr(mmap, "MADV_RANDOM"): m.madvise(mmap.MADV_RANDOM)  # a looked-up row's page, without the kernel's read-ahead
-    raw = np.frombuffer(m, np.uint8, self.nbytes, self.offset - start)  # holds the mapping: unmapped with the buffer
-    if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
-    return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)
+    return self._tensor(np.frombuffer(m, np.uint8, self.nbytes, self.offset - start))  # holds the mapping: unmapped with the buffer
 
   def dequantize(self) -> Tensor:
     """The tensor as a float Tensor of its shape (lazy: a quantized one is unpacked by the kernels that read it)."""

@@ -54,6 +54,11 @@ def unpack_plane(plane: Tensor, bits: int) -> Tensor:
   return Tensor.stack(*[(plane >> (bits * s)) & ((1 << bits) - 1) for s in range(8 // bits)], dim=2).reshape(rows, -1)
 
 
+def pick_rows(t: Tensor, sel: Tensor | tuple[sint, sint]) -> Tensor:
+  """The rows of t that sel picks: a (start, end) range (ints or Variables), or a tensor of row indices."""
+  return t[sel[0]:sel[1]] if isinstance(sel, tuple) else t[sel]
+
+
 class QuantizedWeight:
   """A (rows, cols) weight in its file format. rows(): a lazy float32 view of some rows (an embedding lookup);
   matmul(x): x @ W.T with the unpacking fused into the kernel. Several tensors with the same columns and type can be
@@ -114,8 +119,7 @@ class QuantizedWeight:
   def _pick(self, t: Tensor, sel: Tensor | tuple[sint, sint] | None) -> Tensor:
     if sel is None: return t
     if self.panel: raise ValueError("QuantizedWeight: a weight stored in panels has no rows(); load it with panels=False")
-    if isinstance(sel, tuple): return t[sel[0]:sel[1]]
-    return t[sel]
+    return pick_rows(t, sel)
 
   def _codes(self, sel: Tensor | tuple[sint, sint] | None = None) -> Tensor:
     """The codes as stored: (rows, cols) by row (of the rows sel picks: a gather of the packed rows first, so only
@@ -174,11 +178,11 @@ class QuantizedWeight:
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 
   def matmul(self, x: Tensor, int8: bool = True) -> Tensor:
-    """x @ W.T: a decode step's one row by int_matvec where the weight is in panels (unless int8=False), else with W
+    """x @ W.T: a decode step's one row by int_matvec where a quantized weight is in panels (unless int8=False), else with W
     unpacked inside the kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache:
     Q4_K 32768 x 4096, 9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
-    if self.panel and self.weight is None and int8 and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
     if not self.panel or self.weight is not None: return x.matmul(self._unpack().T)
+    if int8 and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
     # reduced over (groups, a group's elements): a group's scales are then computed once per group in the kernel's
     # outer reduce loop, not once per element (the same prefill product: 9.3 -> 8.9 ms)
     (rows, cols), group = self.shape, FORMATS[self.ggml_type].group
@@ -203,7 +207,7 @@ class MappedRows:
     self.nbytes = t.nbytes
 
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor:
-    picked = self.blocks[sel[0]:sel[1]] if isinstance(sel, tuple) else self.blocks[sel]
+    picked = pick_rows(self.blocks, sel)
     if self.ggml_type not in GGML_QUANT: return picked.cast(dtypes.float32)
     return dequantize(picked.reshape(-1, GGML_QUANT[self.ggml_type][2]), self.ggml_type).reshape(picked.shape[0], self.shape[1])
 
