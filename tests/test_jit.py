@@ -102,7 +102,7 @@ def test_intermediates_of_a_capture_share_memory_and_replays_stay_right():
   # holds them weakly, so each dies with its realize and the next reuses its memory; the replay keeps that plan
   @TinyJit
   def layers(x, w):
-    for i in range(8): x = (x @ w + i).relu().contiguous().realize()
+    for i in range(8): x = (x @ w.T + i).relu().contiguous().realize()
     return x.sum(1)
 
   w_np = (RNG.standard_normal((256, 256)) / 16).astype(np.float32)
@@ -113,7 +113,7 @@ def test_intermediates_of_a_capture_share_memory_and_replays_stay_right():
     out = layers(Tensor(x_np).realize(), w)
     if call == 1: held = alloc.used - used  # the capture's
     ref = x_np
-    for i in range(8): ref = np.maximum(ref @ w_np + i, 0)
+    for i in range(8): ref = np.maximum(ref @ w_np.T + i, 0)
     np.testing.assert_allclose(out.numpy(), ref.sum(1), rtol=1e-4, atol=1e-3)
   # two intermediates live at a time, and the output, on every device: the plan reads the runs, not the addresses the
   # allocator gave (a driver that frees to the system gives other addresses)

@@ -120,12 +120,12 @@ def test_vectors_and_cores_in_the_source():
   """The default plan of a big matmul is register tiled with vectors, blocked, and split across cores."""
   a, b = Tensor(_f(64, 1024)).realize(), Tensor(_f(1024, 1024)).realize()
   k, _ = kernel_of(a @ b)
-  opts = hand_coded_optimizations(k)
-  assert {o.op for o in opts} >= {OptOps.UPCAST, OptOps.THREAD, OptOps.BLOCK}
   dev = Device["CPU"]
+  opts = hand_coded_optimizations(k, dev.renderer)
+  assert {o.op for o in opts} >= {OptOps.UPCAST, OptOps.THREAD, OptOps.BLOCK}
   fk = finalize(k, opts, dev.renderer.vec)
   src = dev.renderer.render(fk)
-  assert fk.outer > 1 and ("ext_vector_type(16)" in src and "th_fma" in src or dev.renderer.vec == 1)  # vectors need clang
+  assert fk.outer > 1 and (f"ext_vector_type({dev.renderer.vec})" in src and "th_fma" in src or dev.renderer.vec == 1)  # vectors need clang
   np.testing.assert_allclose(run_plan(a @ b, opts), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
 
 
@@ -239,10 +239,9 @@ def test_dead_lanes_of_a_padded_vector():
   """A row of 14 runs as one vector of 16: the source masks its loads to 14 lanes and stores 8 + 4 + 2 of them."""
   x = Tensor(_f(3, 14)).realize()
   k, _ = kernel_of(x * 2)
-  dev = Device["CPU"]
-  if dev.renderer.vec == 1: pytest.skip("vectors need clang")
-  fk = finalize(k, hand_coded_optimizations(k), dev.renderer.vec)
-  src = dev.renderer.render(fk)
+  ren = CRenderer(16, registers=32)  # AVX-512's vectors, whatever the host's
+  fk = finalize(k, hand_coded_optimizations(k, ren), ren)
+  src = ren.render(fk)
   assert "th_float16" in src and "16383u" in src, src  # the live lanes' mask
   np.testing.assert_allclose(run_plan(x * 2, fk.opts), x.numpy() * 2)
 
@@ -256,10 +255,9 @@ def test_constant_lane_gates_fold():
   w = Tensor.stack(p & 15, p >> 4, dim=2).reshape(64, 256).cast(dtypes.float32)
   t = x.matmul(w.T)
   k, _ = kernel_of(t)
-  dev = Device["CPU"]
-  if dev.renderer.vec == 1: pytest.skip("vectors need clang")
-  fk = finalize(k, hand_coded_optimizations(k), dev.renderer.vec)
-  src = dev.renderer.render(fk)
+  ren = CRenderer(16, registers=32)  # AVX-512's vectors, whatever the host's
+  fk = finalize(k, hand_coded_optimizations(k, ren), ren)
+  src = ren.render(fk)
   assert "(*(th_unsigned_char16*)(data2" in src and "[0] != 0) ?" not in src, src
   codes = np.stack([p.numpy() & 15, p.numpy() >> 4], axis=2).reshape(64, 256).astype(np.float32)
   np.testing.assert_allclose(run_plan(t, fk.opts), x.numpy() @ codes.T, rtol=1e-5, atol=1e-3)
@@ -384,3 +382,51 @@ def test_a_matrix_vector_product_takes_several_output_vectors(outs, vectors):
   opts = hand_coded_optimizations(k, CRenderer(16, registers=32))
   assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [16 * vectors], opts
   np.testing.assert_allclose(run_plan(t, opts), x @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape,tiled", [((256, 192), True), ((6, 4096), True), ((4096, 3), False)])
+def test_a_transposing_copy_is_tiled_along_both_axes(shape, tiled):
+  # b.T.contiguous() stores vectors along b's columns: lane by lane each reads one of 8 rows of b, so the plan also
+  # upcasts the axis b is contiguous along, and the tile is transposed in registers (an axis of 3 stays a loop)
+  a = _f(*shape)
+  t = Tensor(a).realize().T.contiguous()
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(8, registers=16))
+  assert sum(o.op is OptOps.UPCAST for o in opts) == (2 if tiled else 1), opts
+  np.testing.assert_array_equal(run_plan(t, opts), a.T)
+  plain = hand_coded_optimizations(kernel_of(Tensor(a).realize() + 1)[0], CRenderer(8, registers=16))
+  assert sum(o.op is OptOps.UPCAST for o in plain) == 1, plain
+
+
+def _cpu_schedule(*ts: Tensor) -> list[str]:
+  """The names of the kernels a CPU (a core cache of 1 MB) runs to compute ts, in order."""
+  key, inputs, _ = normalize([t.uop for t in ts])
+  spec = create_schedule(key, len(inputs), cache=1 << 20)
+  return [Lowerer(item).lower().name for item in spec.items]
+
+
+@pytest.mark.parametrize("form,rows,copies", [("a @ b", 64, 1), ("a.T @ b", 64, 2), ("a @ b.T", 64, 0), ("a @ b", 8, 0)])
+def test_a_matrix_product_reads_an_operand_strided_along_the_reduce_from_a_copy(form, rows, copies):
+  # on a CPU, an operand that steps across its rows along the reduce (b of `a @ b`) is first copied with its rows
+  # along the reduce, when rows of the other operand reuse it enough: few rows (a matrix-vector product) read it as is
+  a_np, b_np = _f(rows, 256), _f(256, 192)
+  a = Tensor(a_np if form != "a.T @ b" else np.ascontiguousarray(a_np.T)).realize()
+  b = Tensor(b_np if form != "a @ b.T" else np.ascontiguousarray(b_np.T)).realize()
+  t = {"a @ b": lambda: a @ b, "a.T @ b": lambda: a.T @ b, "a @ b.T": lambda: a @ b.T}[form]()
+  names = _cpu_schedule(t)
+  assert sum(n.startswith("E_") for n in names) == copies and sum(n.startswith("r_") for n in names) == 1, names
+  np.testing.assert_allclose(t.numpy(), a_np @ b_np, rtol=1e-4, atol=1e-4)
+
+
+def test_a_copied_operand_that_is_itself_a_product_is_computed_once():
+  # x = a @ b is kept and also read, down its columns, by p @ x: the copy of x reads x's kernel, which reads the copy
+  # of b; each product is computed by one kernel
+  a_np, b_np, p_np = _f(64, 256), _f(256, 256), _f(64, 64)
+  a, b, p = (Tensor(v).realize() for v in (a_np, b_np, p_np))
+  x = a @ b
+  y = p @ x
+  names = _cpu_schedule(x, y)
+  assert sum(n.startswith("r_") for n in names) == 2 and sum(n.startswith("E_") for n in names) == 2, names
+  Tensor.realize(x, y)
+  np.testing.assert_allclose(x.numpy(), a_np @ b_np, rtol=1e-4, atol=1e-3)
+  np.testing.assert_allclose(y.numpy(), p_np @ (a_np @ b_np), rtol=1e-4, atol=1e-2)

@@ -10,7 +10,7 @@ from tinyhybrid.dtype import DType
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, movement, sint
-from tinyhybrid.uop.shape import max_shape
+from tinyhybrid.uop.shape import max_shape, shape_of
 
 if TYPE_CHECKING:
   from tinyhybrid.device import Buffer
@@ -63,14 +63,26 @@ def base_buffer(u: UOp) -> UOp:
 def byte_range(u: UOp) -> tuple[Buffer | BufferSlot, int, int] | None:
   """(buffer, byte offset, bytes) when u's elements, in order, are one ascending run of a realized buffer's memory
   (the whole of it, a slice, and any movement or same-size bitcast that keeps that order), else None."""
+  if (view := strided_view(u, through_bitcasts=True)) is None: return None
+  base, shape, strides, offset = view
+  if base.op is not Ops.BUFFER or not _dense(shape, strides): return None
+  return base.arg, (offset if prod(shape) else 0) * base.dtype.itemsize, prod(shape) * base.dtype.itemsize
+
+
+def strided_view(u: UOp, through_bitcasts: bool = False) -> tuple[UOp, list[int], list[int], int] | None:
+  """(base, shape, strides, offset in elements) when u reads the node under its movement ops (a BUFFER, or a result
+  laid out row-major in its own shape) as one strided view, else None (a pad, a reshape that no strides express, a
+  symbolic shape). through_bitcasts: a same-size bitcast is movement too."""
   chain: list[UOp] = []
-  while u.op in MOVEMENT or u.op is Ops.AFTER or (u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
+  while u.op in MOVEMENT or u.op is Ops.AFTER or (through_bitcasts and u.op is Ops.BITCAST and u.dtype.itemsize == u.src[0].dtype.itemsize):
     if u.op in MOVEMENT:
       if len(u.src) > 1: return None  # a symbolic view
       chain.append(u)
     u = u.src[0]
-  if u.op is not Ops.BUFFER: return None
-  shape, strides, offset = [u.arg.size], [1], 0
+  if u.op is Ops.BUFFER: shape = [u.arg.size]
+  elif not concrete(base_shape := shape_of(u)): return None
+  else: shape = list(base_shape)  # type: ignore[arg-type]
+  strides, offset = _row_major(shape), 0
   for m in reversed(chain):
     if m.op is Ops.RESHAPE:
       if not concrete(m.arg) or (new := _reshape_strides(shape, strides, list(m.arg))) is None: return None
@@ -84,8 +96,7 @@ def byte_range(u: UOp) -> tuple[Buffer | BufferSlot, int, int] | None:
       offset += sum((n - 1) * s for f, n, s in zip(m.arg, shape, strides) if f and n)
       strides = [-s if f else s for f, s in zip(m.arg, strides)]
     else: return None  # a pad
-  if not _dense(shape, strides): return None
-  return u.arg, (offset if prod(shape) else 0) * u.dtype.itemsize, prod(shape) * u.dtype.itemsize
+  return u, shape, strides, offset
 
 
 def _reshape_strides(shape: list[int], strides: list[int], new: list[int]) -> list[int] | None:
