@@ -273,3 +273,17 @@ def test_x86_refuses_what_it_cannot_encode():
     X86Renderer().render(vectorized)
   with pytest.raises(TypeError, match=r"kernel \S+: the x86 renderer has no dtypes\.fp8e4m3"):
     Tensor([1.0, 2.0], device=X86).cast(dtypes.fp8e4m3).realize()
+
+
+@pytest.mark.parametrize("avx512", [False, True])
+def test_x86_converts_uint64_and_floats_with_or_without_avx512(monkeypatch, avx512):
+  # AVX-512 has unsigned conversions; without it (an AVX2 host) a value from 2^63 up is halved with a sticky bit,
+  # converted as signed and doubled, and a float from 2^63 up converted less 2^63 with the top bit set again
+  if avx512 and not Device[X86].renderer.avx512: pytest.skip("this CPU has no AVX-512")
+  monkeypatch.setattr(Device[X86].renderer, "avx512", avx512)
+  u = np.array([0, 1, 3, 2**24 + 1, 2**53 + 1, 2**63 - 1, 2**63, 2**63 + 2**40 + 1, 2**64 - 1, 12345678901234567, 7], dtype=np.uint64)
+  for dt, ref in ((dtypes.float32, np.float32), (dtypes.float64, np.float64)):
+    np.testing.assert_array_equal(Tensor(u, device=X86).cast(dt).numpy(), u.astype(ref), err_msg=str(dt))
+  f = np.array([0, 1.5, 2.0**40, 2.0**63 - 2**40, 2.0**63, 2.0**63 + 2**41, 1.8e19, 3.0, 5.0, 6.0, 9.0])
+  for ref in (np.float64, np.float32):
+    np.testing.assert_array_equal(Tensor(f.astype(ref), device=X86).cast(dtypes.uint64).numpy(), f.astype(ref).astype(np.uint64), err_msg=ref.__name__)
