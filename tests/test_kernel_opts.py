@@ -430,3 +430,16 @@ def test_a_copied_operand_that_is_itself_a_product_is_computed_once():
   Tensor.realize(x, y)
   np.testing.assert_allclose(x.numpy(), a_np @ b_np, rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(y.numpy(), p_np @ (a_np @ b_np), rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("lanes,registers,row", [(8, 16, 7), (16, 32, 28)])
+def test_a_conv_row_no_vector_divides_is_one_masked_vector_with_few_registers(lanes, registers, row):
+  # a 3x3 conv over rows of 28: with AVX2's 16 registers of 8 lanes a tile of the whole row (8 + 8 + 8 + 4 lanes) fits
+  # only 2 output channels, so the row is tiled by 7 lanes of one vector and 8 channels; AVX-512 keeps the whole row
+  x_np, w_np = _f(1, 32, 28, 28), _f(64, 32, 3, 3)
+  t = Tensor(x_np).realize().conv2d(Tensor(w_np).realize(), padding=1)
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
+  ups = [o.arg for o in opts if o.op is OptOps.UPCAST]
+  assert ups[0] == row and (lanes == 16 or ups[1] == 8), opts
+  np.testing.assert_allclose(run_plan(t, opts), _conv_ref(x_np, w_np, padding=1), rtol=1e-4, atol=1e-3)

@@ -54,10 +54,15 @@ def _lanes(p: KernelParts, kinds: tuple[AxisType, ...]) -> int:
   return n
 
 
-def _vector_amount(size: int, tile: bool, vec: int) -> int:
-  """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it."""
+def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int) -> int:
+  """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it. With
+  registers for fewer than 16 vectors of accumulators (AVX2's 16 of 8 lanes), an axis that no vector divides is
+  tiled by one vector with its last lanes masked, the most rows of the reused axis with it: a 3x3 conv's rows of 28
+  as chunks of 8, 8, 8 and 4 by 2 output channels ran at 30 GFLOPS on 2 AVX2 cores, by 7 lanes and 8 channels at 89
+  (14 as 8, 4 and 2 by 4 channels 40, by 7 and 8 channels 89)."""
   for a in ((4 * vec, 2 * vec, vec) if tile else (vec,)):
     if size % a == 0: return a
+  if tile and size > vec and acc_lanes < 16 * vec and (part := next((d for d in range(vec - 1, vec // 2, -1) if size % d == 0), 0)): return part
   if vec // 4 <= size <= 4 * vec: return size  # the whole axis, in chunks of different widths
   return next((a for a in (8, 4) if size % a == 0), 1)
 
@@ -152,7 +157,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   tile_with = [r for r in reused if r is not vec]
   if vec is not None and red is not None and tile_with and rsize(vec) % lanes == 0 and _operand_ops(red, vec, tile_with) >= COMPUTED_OPERAND_OPS:
     plan.apply(OptOps.UPCAST, vec.arg[0], lanes)
-  elif vec is not None and (amt := _vector_amount(rsize(vec), bool(tile_with) or _streams(red, vec, lanes), lanes)) > 1:
+  elif vec is not None and (amt := _vector_amount(rsize(vec), bool(tile_with) or _streams(red, vec, lanes), lanes, acc_lanes)) > 1:
     plan.apply(OptOps.UPCAST, vec.arg[0], _whole_vector_axis(rsize(vec), amt, lanes, acc_lanes, tile_with))
   elif red is not None:
     # no output vector: accumulate along a reduce axis contiguous in memory, in vector accumulators (several of them
