@@ -443,3 +443,27 @@ def test_a_conv_row_no_vector_divides_is_one_masked_vector_with_few_registers(la
   ups = [o.arg for o in opts if o.op is OptOps.UPCAST]
   assert ups[0] == row and (lanes == 16 or ups[1] == 8), opts
   np.testing.assert_allclose(run_plan(t, opts), _conv_ref(x_np, w_np, padding=1), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("lanes,registers,tile", [(8, 16, [4, 3]), (16, 32, [8, 3])])
+def test_a_linear_layers_tile_is_square_where_few_registers_hold_it(lanes, registers, tile):
+  # x @ w.T accumulates vectors along the reduce: with AVX2's 16 registers, 8 rows by 1 output would load 9 vectors
+  # per 8 multiply-adds, so the tile is 4 rows by 3 outputs (12 accumulators); AVX-512's 32 registers keep 8 by 3
+  a, w = _f(128, 256), _f(96, 256)
+  t = Tensor(a).realize() @ Tensor(w).realize().T
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
+  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == tile and Opt(OptOps.UNROLL, 1, lanes) in opts, opts
+  np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lanes,registers,tile", [(8, 16, [16, 4]), (16, 32, [64, 4])])
+def test_a_tile_along_the_outputs_takes_at_most_two_vectors_with_few_registers(lanes, registers, tile):
+  # rows times a weight contiguous along its outputs (an LLM's panel weight in a prefill chunk): with AVX2's 16
+  # registers, 2 vectors by 4 rows rather than 4 vectors by 2; AVX-512 keeps its 4 vectors by 4 rows
+  a, w = _f(64, 128), _f(128, 512)
+  t = Tensor(a).realize() @ Tensor(w).realize()
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
+  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == tile, opts
+  np.testing.assert_allclose(run_plan(t, opts), a @ w, rtol=1e-4, atol=1e-4)

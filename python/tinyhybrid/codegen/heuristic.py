@@ -60,9 +60,11 @@ def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int) -> int:
   tiled by one vector with its last lanes masked, the most rows of the reused axis with it: a 3x3 conv's rows of 28
   as chunks of 8, 8, 8 and 4 by 2 output channels ran at 30 GFLOPS on 2 AVX2 cores, by 7 lanes and 8 channels at 89
   (14 as 8, 4 and 2 by 4 channels 40, by 7 and 8 channels 89)."""
-  for a in ((4 * vec, 2 * vec, vec) if tile else (vec,)):
+  few = acc_lanes < 16 * vec  # then at most 2 vectors, so the reused axis gets 4 rows: 64-row products with a panel
+  # weight, 4 vectors by 2 rows 42.4 ms (a prefill chunk of bench/llm.py's model), 2 vectors by 4 rows 29.2
+  for a in (((2 * vec, vec) if few else (4 * vec, 2 * vec, vec)) if tile else (vec,)):
     if size % a == 0: return a
-  if tile and size > vec and acc_lanes < 16 * vec and (part := next((d for d in range(vec - 1, vec // 2, -1) if size % d == 0), 0)): return part
+  if tile and size > vec and few and (part := next((d for d in range(vec - 1, vec // 2, -1) if size % d == 0), 0)): return part
   if vec // 4 <= size <= 4 * vec: return size  # the whole axis, in chunks of different widths
   return next((a for a in (8, 4) if size % a == 0), 1)
 
@@ -107,6 +109,20 @@ TILE_ROWS = (8, 6, 4, 3, 2)  # what step 2 of the plan tries to tile a reused ax
 def _tile_rows(r: UOp, cols: int, acc_lanes: int) -> int:
   """The rows of reused axis r that step 2 of the plan tiles a register tile of `cols` vector lanes by."""
   return next((a for a in TILE_ROWS if rsize(r) % a == 0 and cols * a <= acc_lanes), 1)
+
+
+def _balanced_tile(axes: list[UOp], vectors: int, registers: int) -> list[tuple[UOp, int]] | None:
+  """For a tile of vectors along the reduce (x @ w.T): the rows of two output axes, as square as the registers allow,
+  where tiling the first as far as it goes would leave the second untiled. With AVX2's 16 registers, 8 rows by one
+  output load 9 vectors for 8 multiply-adds; 4 rows by 3 outputs (12 accumulators, the 3 outputs' vectors and one
+  row's) load 7 for 12: 128 x 2304 x 768 ran at 91 GFLOPS, and at 181. AVX-512's 8 by 3 stays."""
+  if len(axes) < 2: return None
+  first = next((a for a in TILE_ROWS if rsize(axes[0]) % a == 0 and a <= vectors), 1)
+  if any(rsize(axes[1]) % b == 0 and first * b <= vectors for b in TILE_ROWS): return None
+  fits = [(a, b) for a in TILE_ROWS if rsize(axes[0]) % a == 0 for b in TILE_ROWS if rsize(axes[1]) % b == 0 and a * b <= registers - 4]
+  if not fits: return None
+  a, b = max(fits, key=lambda ab: (ab[0] * ab[1] / (ab[0] + ab[1]), ab[0]))
+  return [(axes[0], a), (axes[1], b)]
 
 
 def _whole_vector_axis(size: int, amt: int, lanes: int, acc_lanes: int, tile_with: list[UOp]) -> int:
@@ -174,9 +190,12 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
 
   # 2. register tile: upcast the reused output axes while the accumulators fit the registers. Vectors accumulated
   # along the reduce axis are multiplied straight from memory (an FMA's memory operand): only 8 registers stay free
-  if acc_vec > 1: acc_lanes = max(acc_lanes, min(lanes * ((ren.registers if ren is not None else 32) - 8), 384))
+  registers = ren.registers if ren is not None else 32
+  if acc_vec > 1: acc_lanes = max(acc_lanes, min(lanes * (registers - 8), 384))
+  if acc_vec > 1 and (pair := _balanced_tile(tile_with, acc_lanes // acc_vec, registers)) is not None:
+    for r, amt in pair: plan.apply(OptOps.UPCAST, r.arg[0], amt)
   for r in reused:
-    if r is vec: continue
+    if r is vec or (acc_vec > 1 and pair is not None): continue
     tile = _lanes(plan.parts, (AxisType.UPCAST,)) * acc_vec
     for amt in TILE_ROWS:
       if rsize(r) % amt == 0 and tile * amt <= acc_lanes and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
