@@ -60,7 +60,7 @@ def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int) -> int:
   tiled by one vector with its last lanes masked, the most rows of the reused axis with it: a 3x3 conv's rows of 28
   as chunks of 8, 8, 8 and 4 by 2 output channels ran at 30 GFLOPS on 2 AVX2 cores, by 7 lanes and 8 channels at 89
   (14 as 8, 4 and 2 by 4 channels 40, by 7 and 8 channels 89)."""
-  few = acc_lanes < 16 * vec  # then at most 2 vectors, so the reused axis gets 4 rows: 64-row products with a panel
+  few = 1 < vec and acc_lanes < 16 * vec  # then at most 2 vectors, so the reused axis gets 4 rows: 64-row products with a panel
   # weight, 4 vectors by 2 rows 42.4 ms (a prefill chunk of bench/llm.py's model), 2 vectors by 4 rows 29.2
   for a in (((2 * vec, vec) if few else (4 * vec, 2 * vec, vec)) if tile else (vec,)):
     if size % a == 0: return a
@@ -192,10 +192,10 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   # along the reduce axis are multiplied straight from memory (an FMA's memory operand): only 8 registers stay free
   registers = ren.registers if ren is not None else 32
   if acc_vec > 1: acc_lanes = max(acc_lanes, min(lanes * (registers - 8), 384))
-  if acc_vec > 1 and (pair := _balanced_tile(tile_with, acc_lanes // acc_vec, registers)) is not None:
-    for r, amt in pair: plan.apply(OptOps.UPCAST, r.arg[0], amt)
+  square = _balanced_tile(tile_with, acc_lanes // acc_vec, registers) if acc_vec > 1 else None
+  for r, amt in square or (): plan.apply(OptOps.UPCAST, r.arg[0], amt)
   for r in reused:
-    if r is vec or (acc_vec > 1 and pair is not None): continue
+    if r is vec or square is not None: continue
     tile = _lanes(plan.parts, (AxisType.UPCAST,)) * acc_vec
     for amt in TILE_ROWS:
       if rsize(r) % amt == 0 and tile * amt <= acc_lanes and plan.apply(OptOps.UPCAST, r.arg[0], amt): break
