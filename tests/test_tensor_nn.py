@@ -90,6 +90,23 @@ def test_a_long_matrix_product_is_blocked_for_the_cache():
   assert _count_kernels(x.conv2d(w, padding=1), cache=1 << 20) == 1
 
 
+@pytest.mark.parametrize("lanes,stages", [(16, 2), (8, 1)])
+def test_a_cpu_with_8_lane_vectors_reduces_a_long_product_in_one_stage(monkeypatch, lanes, stages):
+  # with AVX2's 8 lanes a product is less bound by memory than with AVX-512's 16, and two stages cost more than they
+  # save (a ResNet-50 training step's conv weight gradients); the engine plans one there
+  from tinyhybrid import Device
+  from tinyhybrid.engine.realize import _compile_schedule
+  from tinyhybrid.runtime.compiler import is_clang
+  from tinyhybrid.schedule import kernelize as k
+  if not is_clang(): pytest.skip("vector lanes are clang's ext_vector_type")
+  monkeypatch.setattr(Device["CPU"].renderer, "vec", lanes)
+  monkeypatch.setattr(Device["CPU"].renderer, "core_cache", 1 << 20)
+  a, b = Tensor(_arr((64, 4096))).realize(), Tensor(_arr((96, 4096))).realize()
+  key, inputs, _ = k.normalize([(a @ b.T).uop])
+  cs = _compile_schedule(key, len(inputs), "CPU")
+  assert sum(it.prg.name.startswith("r_") for it in cs.items) == stages, [it.prg.name for it in cs.items]
+
+
 def test_conv_kernel_counts():
   x, w, b = Tensor(_arr((1, 2, 6, 6))), Tensor(_arr((3, 2, 3, 3))), Tensor(_arr((3,)))
   assert _count_kernels(x.conv2d(w, padding=1)) == 1, "a convolution without bias is one reduce kernel"

@@ -104,13 +104,14 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   return out
 
 
-def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: int = 0) -> ScheduleSpec:
+def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: int = 0, two_stages: bool = True) -> ScheduleSpec:
   """Plans the kernels of a normalized sink (see normalize). split_reduce (a GPU-style device): a reduce of many
   values into few becomes two kernels (split_reduces); cache (a CPU's core cache, in bytes): a matrix product reads
   an operand strided along its reduce from a copy along it (pm_rows_along_reduce), and one whose operands would stream
-  from memory is reduced in two stages (split_for_cache)."""
+  from memory is reduced in two stages (split_for_cache) unless two_stages is False."""
   if split_reduce: key = split_reduces(key)
-  if cache: key = split_for_cache(graph_rewrite(key, pm_rows_along_reduce, name="rows along the reduce"), cache)
+  if cache: key = graph_rewrite(key, pm_rows_along_reduce, name="rows along the reduce")
+  if cache and two_stages: key = split_for_cache(key, cache)
   roots = list(key.src)
   nodes = list(key.toposort())  # keeps every node's Python object (and its cached shape) alive
   ends_kernel = {u for u in nodes if u.op in (Ops.REDUCE, Ops.CONTIGUOUS, Ops.STORE)}
