@@ -467,3 +467,15 @@ def test_a_tile_along_the_outputs_takes_at_most_two_vectors_with_few_registers(l
   opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
   assert [o.arg for o in opts if o.op is OptOps.UPCAST] == tile, opts
   np.testing.assert_allclose(run_plan(t, opts), a @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("lanes,registers,tile", [(8, 16, [4, 3]), (16, 32, [8, 3])])
+def test_partial_sums_narrower_than_a_vector_still_take_a_register_each(lanes, registers, tile):
+  # a reduce of 196 (a 14x14 conv's positions) accumulates 4 lanes at a time: 8 rows by 2 outputs of them would be
+  # 16 accumulators, all of AVX2's registers; 8 by 8 would be 64 of AVX-512's 32
+  a, w = _f(64, 196), _f(96, 196)
+  t = Tensor(a).realize() @ Tensor(w).realize().T
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
+  assert Opt(OptOps.UNROLL, 1, 4) in opts and [o.arg for o in opts if o.op is OptOps.UPCAST] == tile, opts
+  np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)
