@@ -479,3 +479,15 @@ def test_partial_sums_narrower_than_a_vector_still_take_a_register_each(lanes, r
   opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
   assert Opt(OptOps.UNROLL, 1, 4) in opts and [o.arg for o in opts if o.op is OptOps.UPCAST] == tile, opts
   np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_narrow_integer_sums_take_a_whole_panel_row_with_few_registers():
+  # int_matvec's blocks: int16 codes times int16 activations summed in int16. With AVX2's 16 registers of 16 such
+  # lanes the plan takes 4 registers of the output axis (64 lanes) and no rows of the reused one
+  rng = np.random.default_rng(7)
+  c, x = rng.integers(-8, 8, (24, 8, 64)).astype(np.int16), rng.integers(-127, 128, (24, 8, 1)).astype(np.int16)
+  t = (Tensor(c).realize() * Tensor(x).realize()).sum(1, dtype=dtypes.int16)
+  k, _ = kernel_of(t)
+  opts = hand_coded_optimizations(k, CRenderer(8, registers=16))
+  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [64], opts
+  np.testing.assert_array_equal(run_plan(t, opts), (c.astype(np.int32) * x).sum(1).astype(np.int16))
