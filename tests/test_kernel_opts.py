@@ -445,15 +445,18 @@ def test_a_conv_row_no_vector_divides_is_one_masked_vector_with_few_registers(la
   np.testing.assert_allclose(run_plan(t, opts), _conv_ref(x_np, w_np, padding=1), rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("lanes,registers,tile", [(8, 16, [4, 3]), (16, 32, [8, 3])])
-def test_a_linear_layers_tile_is_square_where_few_registers_hold_it(lanes, registers, tile):
+@pytest.mark.parametrize("k,lanes,registers,sums,tile", [(256, 8, 16, 8, [4, 3]), (256, 16, 32, 16, [8, 3]), (196, 8, 16, 4, [4, 3]),
+                                                        (196, 16, 32, 4, [8, 3])])
+def test_a_linear_layers_tile_is_square_where_few_registers_hold_it(k, lanes, registers, sums, tile):
   # x @ w.T accumulates vectors along the reduce: with AVX2's 16 registers, 8 rows by 1 output would load 9 vectors
-  # per 8 multiply-adds, so the tile is 4 rows by 3 outputs (12 accumulators); AVX-512's 32 registers keep 8 by 3
-  a, w = _f(128, 256), _f(96, 256)
+  # per 8 multiply-adds, so the tile is 4 rows by 3 outputs (12 accumulators); AVX-512's 32 registers keep 8 by 3.
+  # A reduce of 196 (a 14x14 conv's positions) sums 4 lanes at a time, and each such accumulator still takes a
+  # register: 8 rows by 2 outputs would be all of AVX2's 16, 8 by 8 twice AVX-512's 32
+  a, w = _f(128, k), _f(96, k)
   t = Tensor(a).realize() @ Tensor(w).realize().T
-  k, _ = kernel_of(t)
-  opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
-  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == tile and Opt(OptOps.UNROLL, 1, lanes) in opts, opts
+  kern, _ = kernel_of(t)
+  opts = hand_coded_optimizations(kern, CRenderer(lanes, registers=registers))
+  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == tile and Opt(OptOps.UNROLL, 1, sums) in opts, opts
   np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)
 
 
@@ -467,18 +470,6 @@ def test_a_tile_along_the_outputs_takes_at_most_two_vectors_with_few_registers(l
   opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
   assert [o.arg for o in opts if o.op is OptOps.UPCAST] == tile, opts
   np.testing.assert_allclose(run_plan(t, opts), a @ w, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("lanes,registers,tile", [(8, 16, [4, 3]), (16, 32, [8, 3])])
-def test_partial_sums_narrower_than_a_vector_still_take_a_register_each(lanes, registers, tile):
-  # a reduce of 196 (a 14x14 conv's positions) accumulates 4 lanes at a time: 8 rows by 2 outputs of them would be
-  # 16 accumulators, all of AVX2's registers; 8 by 8 would be 64 of AVX-512's 32
-  a, w = _f(64, 196), _f(96, 196)
-  t = Tensor(a).realize() @ Tensor(w).realize().T
-  k, _ = kernel_of(t)
-  opts = hand_coded_optimizations(k, CRenderer(lanes, registers=registers))
-  assert Opt(OptOps.UNROLL, 1, 4) in opts and [o.arg for o in opts if o.op is OptOps.UPCAST] == tile, opts
-  np.testing.assert_allclose(run_plan(t, opts), a @ w.T, rtol=1e-4, atol=1e-4)
 
 
 def test_narrow_integer_sums_take_a_whole_panel_row_with_few_registers():
