@@ -181,3 +181,15 @@ def test_float_weights_in_panels(ggml_type):
     np.testing.assert_allclose(qw.matmul(Tensor(x)).numpy(), x @ w.astype(np.float32).T, rtol=1e-5, atol=1e-4)
   np.testing.assert_array_equal(qw.dequantized().numpy(), w.astype(np.float32))
   with pytest.raises(ValueError, match="panels"): qw.rows((0, 2))
+
+
+@pytest.mark.parametrize("lanes,has_local,int8", [(8, False, True), (16, False, False), (1, False, False), (8, True, False)])
+def test_the_output_layer_multiplies_in_int8_where_cpu_vectors_are_narrow(monkeypatch, lanes, has_local, int8):
+  # with AVX2's 8 lanes the output layer's float product dequantizes too slowly (10 of a 30 ms Q4_K_M step), so a
+  # decode step takes int_matvec for it; with AVX-512 (16 lanes), scalar code and GPU-style devices, float32
+  from tinyhybrid import Device
+  from tinyhybrid.llm.dense import _int8_output
+  ren = Device["CPU"].renderer
+  monkeypatch.setattr(ren, "vec", lanes)
+  monkeypatch.setattr(ren, "has_local", has_local)
+  assert _int8_output("CPU") is int8 and _int8_output(("CPU", "CPU:1")) is False
