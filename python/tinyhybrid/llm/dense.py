@@ -33,7 +33,6 @@ KV_DTYPES = {"f32": dtypes.float32, "f16": dtypes.float16, "q8_0": dtypes.int8} 
 NEOX_ROPE = ("qwen2", "qwen3", "gemma")
 
 
-
 def _int8_output(device: str | tuple[str, ...]) -> bool:
   """Whether a decode step's output layer multiplies by int_matvec. With AVX-512 float32 is as fast on a 32000-row
   panel weight (Q6_K: 2.3 against 2.5 ms), exact, and leaves out int_matvec's partial sums (12 MB for Q6_K's
@@ -42,6 +41,7 @@ def _int8_output(device: str | tuple[str, ...]) -> bool:
   if not isinstance(device, str): return False
   ren = Device[device].renderer
   return not ren.has_local and 1 < ren.vec < 16
+
 
 @dataclass(frozen=True)
 class DenseConfig:
