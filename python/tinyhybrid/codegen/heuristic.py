@@ -54,16 +54,21 @@ def _lanes(p: KernelParts, kinds: tuple[AxisType, ...]) -> int:
   return n
 
 
+def _few_registers(lanes: int, acc_lanes: int) -> bool:
+  """Vector registers for fewer than 16 vectors of accumulators: AVX2's 16 of 8 lanes (not AVX-512, NEON or scalar
+  code)."""
+  return 1 < lanes and acc_lanes < 16 * lanes
+
+
 def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int, rows: bool) -> int:
-  """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it. With
-  registers for fewer than 16 vectors of accumulators (AVX2's 16 of 8 lanes), an axis that no vector divides is
-  tiled by one vector with its last lanes masked, the most rows of the reused axis with it: a 3x3 conv's rows of 28
-  as chunks of 8, 8, 8 and 4 by 2 output channels ran at 30 GFLOPS on 2 AVX2 cores, by 7 lanes and 8 channels at 89
+  """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it. With few
+  registers (_few_registers), an axis that no vector divides is tiled by one vector with its last lanes masked, the
+  most rows of the reused axis with it: a 3x3 conv's rows of 28 as chunks of 8, 8, 8 and 4 by 2 output channels ran at 30 GFLOPS on 2 AVX2 cores, by 7 lanes and 8 channels at 89
   (14 as 8, 4 and 2 by 4 channels 40, by 7 and 8 channels 89). rows: the tile has a reused axis (else its vectors
   are a matrix-vector product's independent accumulators, as many as divide)."""
   # with few registers at most 2 vectors, so the reused axis gets 4 rows: 64-row products with a panel weight, 4
   # vectors by 2 rows 42.4 ms (a prefill chunk of bench/llm.py's model), 2 vectors by 4 rows 29.2
-  few = rows and 1 < vec and acc_lanes < 16 * vec
+  few = rows and _few_registers(vec, acc_lanes)
   for a in (((2 * vec, vec) if few else (4 * vec, 2 * vec, vec)) if tile else (vec,)):
     if size % a == 0: return a
   if tile and size > vec and few and (part := next((d for d in range(vec - 1, vec // 2, -1) if size % d == 0), 0)): return part
@@ -173,7 +178,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
   acc_vec = 1  # lanes each accumulator of the register tile holds
   tile_with = [r for r in reused if r is not vec]
-  if vec is not None and red is not None and dtypes.is_int(red.dtype) and red.dtype.itemsize < 4 and 1 < lanes and acc_lanes < 16 * lanes:
+  if vec is not None and red is not None and dtypes.is_int(red.dtype) and red.dtype.itemsize < 4 and _few_registers(lanes, acc_lanes):
     # narrow integer sums (int_matvec's int16 blocks) with AVX2's 16 registers: a register holds 16 of them, so up to
     # 4 registers of the vector axis and no rows (a Q4_K decode's blocks by 4 x 16 lanes 10.1 ms a step, by 64 2.6)
     wide = lanes * 4 // red.dtype.itemsize

@@ -509,8 +509,8 @@ class X86Writer(CStyleWriter):
     self.ins("vmovd", Reg(d, 128), Reg(u, 32))
     return d
 
-  def float_of_uint64(self, a: VReg, wide: bool) -> VReg:
-    """A uint64 as a float (a double where wide) without AVX-512's unsigned conversion: a value with its top bit set
+  def float_of_uint64(self, a: VReg, dt: DType) -> VReg:
+    """A uint64 as a float of dt (computed in float below double) without AVX-512's unsigned conversion: a value with its top bit set
     is halved, its lost bit kept as a sticky bit so that the one rounding stays correct, converted as signed and
     doubled back (exactly, by a multiply with 2.0 where other values get 1.0)."""
     half, low, t, one, two = (self.new("g") for _ in range(5))
@@ -522,23 +522,24 @@ class X86Writer(CStyleWriter):
     self.ins("mov", Reg(t, 64), Reg(a, 64))
     self.ins("test", Reg(a, 64), Reg(a, 64))
     self.ins("cmovs", Reg(t, 64), Reg(half, 64))
-    d, scale = self.new("x"), self.new("x")
+    d, scale, s = self.new("x"), self.new("x"), self.sfx(dt)
+    wide = s == "sd"
     self.ins("vxorps", Reg(d, 128), Reg(d, 128), Reg(d, 128))
-    self.ins("vcvtsi2sd" if wide else "vcvtsi2ss", Reg(d, 128), Reg(d, 128), Reg(t, 64))
+    self.ins(f"vcvtsi2{s}", Reg(d, 128), Reg(d, 128), Reg(t, 64))
     bits = (0x3FF0000000000000, 0x4000000000000000) if wide else (0x3F800000, 0x40000000)  # 1.0 and 2.0
     self.ins("mov", Reg(one, 64), bits[0])
     self.ins("mov", Reg(two, 64), bits[1])
     self.ins("test", Reg(a, 64), Reg(a, 64))
     self.ins("cmovs", Reg(one, 64), Reg(two, 64))
     self.ins("vmovq" if wide else "vmovd", Reg(scale, 128), Reg(one, 64 if wide else 32))
-    self.ins("vmulsd" if wide else "vmulss", Reg(d, 128), Reg(d, 128), Reg(scale, 128))
+    self.ins(f"vmul{s}", Reg(d, 128), Reg(d, 128), Reg(scale, 128))
     return d
 
-  def uint64_of_float(self, a: VReg, wide: bool) -> VReg:
+  def uint64_of_float(self, a: VReg, src: DType) -> VReg:
     """A float as a uint64 without AVX-512's unsigned conversion: from 2^63 up, the signed conversion of a - 2^63
     with the top bit set again (below 0 and past 2^64 it is undefined, as in C)."""
-    big, less = self.const(2.0 ** 63, dtypes.double if wide else dtypes.float), self.new("x")
-    s = "sd" if wide else "ss"
+    s = self.sfx(src)
+    big, less = self.const(2.0 ** 63, dtypes.double if s == "sd" else dtypes.float), self.new("x")
     self.ins(f"vsub{s}", Reg(less, 128), Reg(a, 128), Reg(big, 128))
     d, high, top = self.new("g"), self.new("g"), self.new("g")
     self.ins(f"vcvtt{s}2si", Reg(d, 64), Reg(a, 128))
@@ -570,14 +571,14 @@ class X86Writer(CStyleWriter):
         self.ins("vcvtss2sd" if dt in _WIDE else "vcvtsd2ss", Reg(d, 128), Reg(a, 128), Reg(a, 128))
       return self.set(x, d if src is dt else self.rounded(d, dt))
     if dx:  # an integer to a float
-      if src is dtypes.uint64 and not self.ren.avx512: return self.set(x, self.rounded(self.float_of_uint64(a, dt in _WIDE), dt))
+      if src is dtypes.uint64 and not self.ren.avx512: return self.set(x, self.rounded(self.float_of_uint64(a, dt), dt))
       d = self.new("x")
       mn = ("vcvtusi2sd" if dt in _WIDE else "vcvtusi2ss") if src is dtypes.uint64 else ("vcvtsi2sd" if dt in _WIDE else "vcvtsi2ss")
       self.ins("vxorps", Reg(d, 128), Reg(d, 128), Reg(d, 128))
       self.ins(mn, Reg(d, 128), Reg(d, 128), Reg(a, 64))
       return self.set(x, self.rounded(d, dt))
     if sx:  # a float to an integer (out of range is undefined, as in C)
-      if dt is dtypes.uint64 and not self.ren.avx512: return self.set(x, self.uint64_of_float(a, src in _WIDE))
+      if dt is dtypes.uint64 and not self.ren.avx512: return self.set(x, self.uint64_of_float(a, src))
       d = self.new("g")
       wide = src in _WIDE
       mn = ("vcvttsd2usi" if wide else "vcvttss2usi") if dt is dtypes.uint64 else ("vcvttsd2si" if wide else "vcvttss2si")
