@@ -482,3 +482,20 @@ def test_narrow_integer_sums_take_a_whole_panel_row_with_few_registers():
   opts = hand_coded_optimizations(k, CRenderer(8, registers=16))
   assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [64], opts
   np.testing.assert_array_equal(run_plan(t, opts), (c.astype(np.int32) * x).sum(1).astype(np.int16))
+
+
+@pytest.mark.parametrize("lanes,dtype,ctype,width", [(8, dtypes.int16, "short", 16), (16, dtypes.int16, "short", 32), (8, dtypes.int8, "signed_char", 32),
+                                                     (8, dtypes.float32, "float", 8)])
+def test_narrow_values_fill_a_register_with_more_lanes(lanes, dtype, ctype, width):
+  # `lanes` counts floats: a kernel whose every value is narrower (int_matvec's int16 blocks) takes as many lanes as
+  # fill the same register, so AVX2 adds 16 int16 sums per instruction rather than 8; a float kernel keeps its width
+  rng = np.random.default_rng(3)
+  np_dt = {dtypes.int16: np.int16, dtypes.int8: np.int8, dtypes.float32: np.float32}[dtype]
+  c, x = rng.integers(-3, 4, (4, 8, 64)).astype(np_dt), rng.integers(-3, 4, (4, 8, 1)).astype(np_dt)
+  t = (Tensor(c).realize() * Tensor(x).realize()).sum(1, dtype=dtype)
+  k, _ = kernel_of(t)
+  ren = CRenderer(lanes, registers=16)
+  opts = [Opt(OptOps.UPCAST, 2, 64)]
+  src = ren.render(finalize(k, opts, ren))
+  assert {int(n) for n in re.findall(rf"\bth_{ctype}(\d+)\b", src)} == {width}, src
+  np.testing.assert_array_equal(run_plan(t, opts), (c.astype(np.int32) * x).sum(1).astype(np_dt))

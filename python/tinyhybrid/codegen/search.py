@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tinyhybrid import viz
-from tinyhybrid.codegen.expand import expand
+from tinyhybrid.codegen.expand import cpu_lanes, expand
 from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_grid
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
@@ -61,7 +61,7 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
     return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
   if rdr is not None and rdr.vector_transcendentals: ast = decompose_transcendentals(ast, rdr.vector_transcendentals, vectors=True)
-  expanded = expand(ast, vec, rdr is not None and rdr.half_loads)
+  expanded = expand(ast, cpu_lanes(ast, vec), rdr is not None and rdr.half_loads)
   viz.stage("expand", ast, expanded)
   return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
 
