@@ -499,3 +499,49 @@ def test_narrow_values_fill_a_register_with_more_lanes(lanes, dtype, ctype, widt
   src = ren.render(finalize(k, opts, ren))
   assert {int(n) for n in re.findall(rf"\bth_{ctype}(\d+)\b", src)} == {width}, src
   np.testing.assert_array_equal(run_plan(t, opts), (c.astype(np.int32) * x).sum(1).astype(np_dt))
+
+
+def _block_sums(cols: int, n: int, rows: int = 128) -> tuple[Tensor, np.ndarray]:
+  """int_matvec's shape: int16 codes (stored a column at a time, as its panels are) times int16 activations summed in
+  blocks of n, each block's sum scaled in float and the blocks added up along the row; and NumPy's answer."""
+  rng = np.random.default_rng(5)
+  c, x = rng.integers(-8, 8, (rows, cols)).astype(np.int16), rng.integers(-127, 128, cols).astype(np.int16)
+  s = rng.standard_normal(cols // n).astype(np.float32)
+  codes = Tensor(np.ascontiguousarray(c.T)).realize().T
+  blocks = (codes.reshape(rows, cols // n, n) * Tensor(x).realize().reshape(1, cols // n, n)).sum(2, dtype=dtypes.int16)
+  y = (blocks.cast(dtypes.float32) * Tensor(s).realize().reshape(1, -1)).sum(1)
+  ref = ((c.reshape(rows, -1, n).astype(np.int64) * x.reshape(1, -1, n)).sum(2).astype(np.int16).astype(np.float32) * s).sum(1)
+  return y, ref
+
+
+@pytest.mark.parametrize("cols,n,kernels", [(256, 32, 1), (256, 16, 1), (256, 8, 2), (32, 32, 2)])
+def test_small_integer_block_sums_are_summed_inside_the_reduce_that_reads_them(cols, n, kernels):
+  # where the renderer writes a loop inside a reduce's (C), a sum of 16 to 32 integers read only by a further reduce is
+  # computed by that reduce's kernel instead of going through memory; shorter sums, a further reduce of one value, and
+  # a renderer without inner loops keep two kernels
+  y, ref = _block_sums(cols, n)
+  key, inputs, _ = normalize([y.uop])
+  assert len(create_schedule(key, len(inputs), cache=1 << 20, inner_sums=True).items) == kernels
+  assert len(create_schedule(key, len(inputs), cache=1 << 20).items) == 2
+  np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5, atol=1e-3)
+
+
+def test_an_inner_sum_is_a_loop_inside_the_reduce_loop_in_registers_of_its_width():
+  # the kernel's reduce runs over the blocks; each block's int16 sum is a loop of its own inside, 16 lanes a register
+  # on AVX2 (the float scaling then takes two registers a vector), the rows of a panel as the vectors; its steps count
+  # in the kernel's work, which decides its threads
+  y, _ = _block_sums(256, 32)
+  key, inputs, _ = normalize([y.uop])
+  (item,) = create_schedule(key, len(inputs), cache=1 << 20, inner_sums=True).items
+  k = Lowerer(item).lower()
+  assert k.work == 128 * 8 * (1 + 32)
+  ren = CRenderer(8, registers=16)
+  opts = hand_coded_optimizations(k, ren)
+  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [64], opts
+  src = ren.render(finalize(k, opts, ren))
+  lines = src.splitlines()
+  decl = next(i for i, ln in enumerate(lines) if re.search(r"th_short16 isum\d+ = ", ln))
+  indent = lambda ln: len(ln) - len(ln.lstrip())  # noqa: E731
+  inner_loop = next(ln for ln in lines[decl:] if ln.lstrip().startswith("for ("))
+  reduce_loop = next(ln for ln in reversed(lines[:decl]) if ln.lstrip().startswith("for ("))
+  assert indent(inner_loop) > indent(reduce_loop) and "acc0" in src and "th_float16" in src, src

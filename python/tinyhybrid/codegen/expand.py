@@ -66,7 +66,12 @@ def cpu_lanes(ast: UOp, vec: int) -> int:
   """The lanes of a CPU kernel's vectors, for registers of `vec` floats: more where every value it computes is
   narrower than 4 bytes (int_matvec's int16 block sums, 16 a register on AVX2: a Q4_K decode step 30.5 -> 20.5 ms of
   kernels on 2 cores)."""
-  return vec * 4 // widest if vec > 1 and (widest := _widest_value(KernelParts.of(ast).value)) < 4 else vec
+  if vec <= 1: return vec
+  k = KernelParts.of(ast)
+  # a kernel with inner sums (int_matvec's blocks) does its work in them: its other values take as many registers
+  inner = [u for u in k.reduce.src[0].toposort() if u.op is Ops.REDUCE] if k.reduce is not None else []
+  widest = max(map(_widest_value, inner)) if inner else _widest_value(k.value)
+  return vec * 4 // widest if widest < 4 else vec
 
 
 def _widest_value(value: UOp) -> int:

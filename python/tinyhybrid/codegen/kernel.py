@@ -1,7 +1,8 @@
 """The kernel IR's shared vocabulary for its passes (opt.py's actions, tc.py's tensor cores, the expander, the GPU
 mapping, the heuristics and the search): the actions (Opt, OptOps), a lowered kernel taken apart (KernelParts) and
 what is asked of its ranges. A lowered kernel is SINK(END(STORE(INDEX(PARAM 0, idx), value), *loops)): `loops` are
-the loop nest, outermost first; `value` holds at most one REDUCE(body, *reduce ranges)."""
+the loop nest, outermost first; `value` holds at most one REDUCE(body, *reduce ranges), whose body may hold inner sums:
+REDUCEs whose loops run inside its loop (schedule/kernelize._inner_sums)."""
 from __future__ import annotations
 
 import functools
@@ -72,8 +73,9 @@ class KernelParts:
     end = ast.src[0]
     body, loops = (end.src[0], list(end.src[1:])) if end.op is Ops.END else (end, [])
     stores = list(body.src) if body.op is Ops.GROUP else [body]
+    # the kernel's reduce is the outermost one (an inner sum comes before it in toposort order)
     red = [u for u in stores[0].src[1].toposort() if u.op is Ops.REDUCE]
-    return KernelParts(stores[0].src[0], stores[0].src[1], loops, red[0] if red else None, [st.src[0] for st in stores[1:]])
+    return KernelParts(stores[0].src[0], stores[0].src[1], loops, red[-1] if red else None, [st.src[0] for st in stores[1:]])
 
   def build(self) -> UOp:
     stores = [UOp(Ops.STORE, dtypes.void, (ix, self.value)) for ix in (self.out, *self.also)]
@@ -87,6 +89,11 @@ class KernelParts:
 
   @property
   def reduce_ranges(self) -> list[UOp]: return list(self.reduce.src[1:]) if self.reduce is not None else []
+  @property
+  def inner_ranges(self) -> list[UOp]:
+    """The loops of the inner sums inside the reduce."""
+    if self.reduce is None: return []
+    return list(dict.fromkeys(r for u in self.reduce.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]))
   def all_ranges(self) -> list[UOp]: return self.loops + self.reduce_ranges
 
   def find(self, axis: int) -> UOp:

@@ -242,21 +242,27 @@ class Lowerer:
     index = UOp(Ops.INDEX, buf.dtype, (self.param(buf), flat.simplify()))
     return UOp(Ops.LOAD, buf.dtype, (index,) if valid is None else (index, valid.simplify()))
 
-  def fused_reduce_index(self, u: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
-    """The index into the source of a reduce inside an elementwise kernel (schedule/kernelize.py _epilogue_fused): its
-    reduced axes get loops of their own, its other axes are the kernel's index."""
-    fused = self.loops[FUSED]
-    if fused.ranges: raise NotImplementedError("lowering: two reduces in one kernel")
+  def fused_reduce_index(self, u: UOp, idx: tuple[UOp, ...]) -> tuple[str, tuple[UOp, ...]]:
+    """The loops' kind and the index into the source of a reduce inside a kernel: its reduced axes get loops of their
+    own, its other axes are the kernel's index. In an elementwise kernel (schedule/kernelize.py _epilogue_fused) that
+    is the kernel's reduce; in a reducing kernel it is an inner sum (kernelize._inner_sums), whose loops run inside
+    the kernel's reduce loop, once per index the kernel reads it at."""
+    # (an inner sum's index only exists once the reduce it is inside of has its loops: its INDEX is made by at() of
+    # that reduce's source)
+    inner = self.item.out.op is Ops.REDUCE or bool(self.loops[FUSED].ranges)
+    kind = f"inner {len(self.loops)}" if inner else FUSED
+    loops = self.loops.setdefault(kind, ReduceLoops())
+    if loops.ranges: raise NotImplementedError("lowering: two reduces in one kernel")
     full = []
     for i, s in enumerate(shape_of(u.src[0]) or ()):
       if i not in u.arg[1]: full.append(idx[i])
       elif s == 1: full.append(_c(0))
       else:
         full.append(r := UOp(Ops.RANGE, IDX, (_c(s),), (self.next_axis, AxisType.REDUCE)))
-        fused.ranges.append(r)
-        fused.sizes.append(s)
+        loops.ranges.append(r)
+        loops.sizes.append(s)
         self.next_axis += 1
-    return tuple(full)
+    return kind, tuple(full)
 
   def reduce(self, kind: str, op: Ops, dtype: DType, src: UOp) -> UOp:
     """The reduce of its source's value over its loops (a one-hot sum collapses to the one term, and its loop goes)."""
@@ -315,9 +321,22 @@ class Lowerer:
     # a symbolic kernel's work is counted at the variables' largest values
     work = prod(max_shape(full_shape)) // self.loops[ROOT].collapsed
     arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
-    return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.loops[FUSED].ranges)), ast, self.buffers, 1, work,
+    # an inner sum's loop runs its ops again at each step of the kernel's: it counts in the work that decides the
+    # kernel's threads, and in its ops
+    inner = _inner_sum_work(val)
+    arith += sum(ops * (steps - 1) for steps, ops in inner)
+    steps = 1 + sum(steps for steps, _ in inner)
+    return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.loops[FUSED].ranges)), ast, self.buffers, 1, work * steps,
                          vars=kvars, ops=arith * work, mem=sum(b.size * b.dtype.itemsize for b in self.buffers),
                          sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes}, outs=len(dests))
+
+
+def _inner_sum_work(val: UOp) -> list[tuple[int, int]]:
+  """(steps, ops a step) of each inner sum of a lowered value (the REDUCEs inside its outermost one)."""
+  reduces = [u for u in val.toposort() if u.op is Ops.REDUCE]
+  if len(reduces) < 2: return []
+  def alu(u: UOp) -> int: return sum(1 for x in u.src[0].toposort() if x.op in GroupOp.ALU and x.dtype not in (IDX, dtypes.bool))
+  return [(prod(int(r.src[0].vmax) for r in u.src[1:]), alu(u)) for u in reduces[:-1]]
 
 
 def _stored_value(sink: UOp) -> UOp:
@@ -360,7 +379,8 @@ def _note_symbolic_size(ctx: Lowerer, x: UOp, u: UOp) -> None:
 
 
 def _fused_reduce(ctx: Lowerer, x: UOp, u: UOp) -> UOp:
-  return UOp(Ops.REDUCE, u.dtype, (at(u.src[0], ctx.fused_reduce_index(u, x.src[2:]), _gate(x)),), (FUSED, u.arg[0]))
+  kind, idx = ctx.fused_reduce_index(u, x.src[2:])
+  return UOp(Ops.REDUCE, u.dtype, (at(u.src[0], idx, _gate(x)),), (kind, u.arg[0]))
 
 
 def _reduce_of_value(ctx: Lowerer, r: UOp, v: UOp) -> UOp | None:

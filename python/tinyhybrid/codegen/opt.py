@@ -42,7 +42,7 @@ LOCALS = (AxisType.LOCAL, AxisType.GROUP_REDUCE, AxisType.WARP)
 def apply_opt(ast: UOp, opt: Opt, ren: Renderer | None = None) -> UOp:
   """ast with opt applied, for the device `ren` renders for (None: the CPU)."""
   k = KernelParts.of(ast)
-  next_axis = max((x.arg[0] for x in k.all_ranges()), default=-1) + 1
+  next_axis = max((x.arg[0] for x in k.all_ranges() + k.inner_ranges), default=-1) + 1
   if opt.op is OptOps.TC:
     if ren is None or not ren.has_local: raise KernelOptError("TC is not an action for this device")
     apply_tc(k, opt.axis, opt.arg, ren, next_axis)

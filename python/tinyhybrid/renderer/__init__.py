@@ -74,6 +74,9 @@ class Renderer:
   # it loads half vectors and widens them to float vectors (x86's F16C: one instruction): a quantized weight's fp16
   # scales, 16 rows of them at once (otherwise 16 scalar loads and conversions, most of a decode step's scaling kernel)
   half_loads: bool = False
+  # it writes a reduce's loop inside another's: a small integer sum read only by a further reduce (int_matvec's block
+  # sums) is then computed in the kernel that reads it (schedule/kernelize._inner_sums), not written to memory first
+  inner_sums: bool = False
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
   has_local: bool = False

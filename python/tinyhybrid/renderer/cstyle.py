@@ -169,6 +169,7 @@ _INFIX = {Ops.ADD: "+", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ
           Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.CDIV: "/", Ops.CMOD: "%", Ops.FDIV: "/", Ops.SUB: "-"}
 _SPECIAL_INFIX = {Ops.CDIV, Ops.CMOD}  # an integer division guards against a divisor of 0
 _INLINE = {Ops.CONST, Ops.GEP}  # nodes written where they are used, never named
+_UNNAMED = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE, Ops.DEFINE_VAR}  # the frame writes them
 MATH = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 # The CPU kernel ABI's per-device state: a kernel whose source has a comment "STATE_MARK<stride>" takes, after its buffers
 # and variables, the address of zeroed memory of state_bytes(stride, threads) that only its launches on one device use
@@ -211,6 +212,18 @@ def var_name(v: UOp) -> str:
   return "var_" + "".join(c if c.isalnum() else "_" for c in v.arg[0])
 
 
+def inner_sums(order: list[UOp]) -> set[UOp]:
+  """The REDUCEs that another REDUCE's terms read (the inner sums of schedule/kernelize._inner_sums)."""
+  under: set[UOp] = set()
+  inner: set[UOp] = set()
+  for u in reversed(order):
+    if u.op is Ops.REDUCE:
+      if u in under: inner.add(u)
+      under.update(u.src[:u.arg[1]])
+    elif u in under: under.update(u.src)
+  return inner
+
+
 class CStyleWriter:
   """One kernel's source in a C-family language (see the module doc). Subclasses set the type names and spell what
   differs; this class places the nodes and writes everything else."""
@@ -230,8 +243,12 @@ class CStyleWriter:
     self.stores, self.loops = list(end.src[0].src), list(end.src[1:])
     self.order = list(k.ast.toposort())
     spec_check_linear(self.order, "linearize")
-    self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
+    # the kernel's accumulators, and inner sums: REDUCEs that an accumulator's terms read, whose loops run inside
+    # the kernel's reduce loop (schedule/kernelize._inner_sums)
+    self.inner = inner_sums(self.order)
+    self.reduces = [u for u in self.order if u.op is Ops.REDUCE and u not in self.inner]
     self.rloops = list(self.reduces[0].src[self.reduces[0].arg[1]:]) if self.reduces else []
+    self.depth_of: dict[UOp, int] = {}  # the depth of the innermost loop each node uses (write)
     self.names: dict[UOp, str] = {}
     self.types: dict[str, str] = {}    # vector typedefs
     self.helpers: dict[str, str] = {}  # helper functions by name
@@ -413,7 +430,9 @@ class CStyleWriter:
     return f"({s[1]} == 0 ? ({t})0 : {s[1]} == -1 ? ({t})(({u64})0 - ({u64}){s[0]}) : ({t})({s[0]} / {s[1]}))"
 
   def name(self, u: UOp) -> None:
-    """Names a node: constants and GEPs stay inline, anything else gets a local."""
+    """Names a node: constants and GEPs stay inline, anything else gets a local (an inner sum: its section)."""
+    if u in self.names: return
+    if u in self.inner: return self.inner_section(u)
     t = self.ctype(u)
     if u.op in _INLINE:
       self.names[u] = self.expr(u, t)
@@ -471,12 +490,19 @@ class CStyleWriter:
     depth: dict[UOp, int] = {}
     post: set[UOp] = set()
     mul_uses: dict[UOp, int] = {}  # how often each product is used
+    inner_depth = n_out + len(self.rloops)  # an inner sum's section is in the innermost loop of the kernel's reduce
+    inner_loops = 0
     for u in self.order:
       op = u.op
-      if op is Ops.RANGE: depth[u] = self.loops.index(u) + 1 if u in self.loops else n_out + 1 + self.rloops.index(u)
+      if op is Ops.RANGE:
+        if u in self.loops: depth[u] = self.loops.index(u) + 1
+        elif u in self.rloops: depth[u] = n_out + 1 + self.rloops.index(u)
+        else:  # an inner sum's loop: deeper than the kernel's own, each at a depth of its own
+          inner_loops += 1
+          depth[u] = inner_depth + inner_loops
       elif op is Ops.REDUCE:
-        depth[u] = n_out
-        post.add(u)
+        depth[u] = inner_depth if u in self.inner else n_out
+        if u not in self.inner: post.add(u)
         for x in u.src:
           if x.op is Ops.MUL: mul_uses[x] = mul_uses.get(x, 0) + 1
       else:
@@ -490,16 +516,16 @@ class CStyleWriter:
         if after: post.add(u)
     # a float product only added into an accumulator becomes a fused multiply-add
     term_uses: dict[UOp, int] = {}
-    for acc in self.reduces:
+    for acc in self.reduces + list(self.inner):
       if acc.arg[0] is Ops.ADD:
         for t in acc.src[:acc.arg[1]]:
           if t.op is Ops.MUL and t.dtype.scalar()._is_float: term_uses[t] = term_uses.get(t, 0) + 1
     self.fused = {t for t, n in term_uses.items() if mul_uses[t] == n}
-    skip = {Ops.RANGE, Ops.PARAM, Ops.INDEX, Ops.STORE, Ops.SINK, Ops.END, Ops.GROUP, Ops.REDUCE, Ops.DEFINE_VAR}
-    # the nodes named at each depth, and after the reduce, in order
+    # the nodes named at each depth, and after the reduce, in order (an inner sum names its section)
     self.at: dict[int | None, list[UOp]] = {}
     for u in self.order:
-      if u.op not in skip and u not in self.fused: self.at.setdefault(None if u in post else depth[u], []).append(u)
+      if (u.op not in _UNNAMED or u in self.inner) and u not in self.fused: self.at.setdefault(None if u in post else depth[u], []).append(u)
+    self.depth_of = depth
     self.level(0)
     return self.finish()
 
@@ -533,6 +559,25 @@ class CStyleWriter:
       for term in acc.src[:acc.arg[1]]: self.emit(self.update(acc, term))
     for r in reversed(self.rloops): self.end_loop(r)
     if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops): self.combine()
+
+  def inner_section(self, acc: UOp) -> None:
+    """The inner sums over acc's loops, in one loop: their accumulators, the loop, their updates. What their terms
+    read outside the loop is named first, since the order may put it after acc."""
+    loops = acc.src[acc.arg[1]:]
+    group = [a for a in self.order if a in self.inner and a.src[a.arg[1]:] == loops]
+    here = set(self.at.get(self.depth_of[acc], ()))
+    for x in UOp.sink(*[t for a in group for t in a.src[:a.arg[1]]]).toposort():
+      if x in here: self.name(x)
+    for a in group:
+      self.counter += 1
+      self.names[a] = f"isum{self.counter}"
+      self.emit(self.acc_init(a))
+    for r in loops:
+      self.open_loop(r, f"ridx{self.depth_of[r] - 1}")
+      for u in self.at.get(self.depth_of[r], ()): self.name(u)
+    for a in group:
+      for term in a.src[:a.arg[1]]: self.emit(self.update(a, term))
+    for r in reversed(loops): self.end_loop(r)
 
   def store(self, st: UOp) -> None:
     index, val = st.src
@@ -676,6 +721,7 @@ class CRenderer(CStyleLanguage):
   """`vec`: the widest vector the compiler gets (1 renders scalar code only: ext_vector_type is clang's); `registers`:
   the vector registers of the CPU it is for. The defaults plan for AVX-512 (the NULL device's CPU)."""
   device = "CPU"
+  inner_sums = True
 
   def __init__(self, vec: int = 16, stream_bytes: int | None = None, registers: int = 32):
     self.vec, self.registers = vec, registers

@@ -104,11 +104,13 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   return out
 
 
-def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: int = 0, two_stages: bool = True) -> ScheduleSpec:
+def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: int = 0, two_stages: bool = True,
+                    inner_sums: bool = False) -> ScheduleSpec:
   """Plans the kernels of a normalized sink (see normalize). split_reduce (a GPU-style device): a reduce of many
   values into few becomes two kernels (split_reduces); cache (a CPU's core cache, in bytes): a matrix product reads
   an operand strided along its reduce from a copy along it (pm_rows_along_reduce), and one whose operands would stream
-  from memory is reduced in two stages (split_for_cache) unless two_stages is False."""
+  from memory is reduced in two stages (split_for_cache) unless two_stages is False; inner_sums (a renderer that
+  writes a loop inside a reduce's): small integer sums are computed by the reduce that reads them (_inner_sums)."""
   if split_reduce: key = split_reduces(key)
   if cache: key = graph_rewrite(key, pm_rows_along_reduce, name="rows along the reduce")
   if cache and two_stages: key = split_for_cache(key, cache)
@@ -122,6 +124,7 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: 
   ends_kernel |= _shared_results(nodes, ends_kernel)
   ends_kernel |= _expanded_work(nodes, ends_kernel)
   ends_kernel -= _epilogue_fused(nodes, ends_kernel)
+  if inner_sums: ends_kernel -= _inner_sums(nodes, ends_kernel, roots)
   items: list[KernelItem] = []
   realized: dict[UOp, BufferSlot] = {}
   new_slots: list[BufferSlot] = []
@@ -349,19 +352,7 @@ def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   kernel: that kernel computes the reduce itself and applies the rest to it (`relu(x @ w + b)`, `x.sum(1) * 2` are
   one kernel), so the reduce's result never goes through memory. One reduce per kernel; an assign's kernel keeps its
   reduce apart, since the reduce could read what the assign overwrites."""
-  consumers = _users(nodes)
-  # per node: the kernels (by their end) that read it, whether every path to them is epilogue work, and whether it
-  # is read at one index only (one path, or paths of index-keeping ops): else the kernel would compute it twice
-  kernels: dict[UOp, set[UOp]] = {}
-  plain: dict[UOp, bool] = {}
-  keeps_index: dict[UOp, bool] = {}
-  one_index: dict[UOp, bool] = {}
-  for u in reversed(nodes):
-    cs = consumers.get(u, ())
-    kernels[u] = set().union(*[{c} if c in ends else kernels[c] for c in cs]) if cs else set()
-    plain[u] = bool(cs) and all(c in ends or (c.op in _EPILOGUE and plain[c]) for c in cs)
-    keeps_index[u] = all(c in ends or (c.op in _SAME_INDEX and keeps_index[c]) for c in cs)
-    one_index[u] = keeps_index[u] or (len(cs) == 1 and all(c in ends or one_index[c] for c in cs))
+  kernels, plain, one_index = _readers(nodes, ends)
   fused: set[UOp] = set()
   taken: set[UOp] = set()  # kernels (by their end) that already compute a reduce of their own
   for u in nodes:
@@ -372,6 +363,48 @@ def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     fused.add(u)
     taken.add(end)
   return fused
+
+
+def _readers(nodes: list[UOp], ends: set[UOp]) -> tuple[dict[UOp, set[UOp]], dict[UOp, bool], dict[UOp, bool]]:
+  """Per node: the kernels (by their end) that read it, whether every path to them is epilogue work, and whether it
+  is read at one index only (one path, or paths of index-keeping ops): else a kernel fusing it would compute it twice."""
+  consumers = _users(nodes)
+  kernels: dict[UOp, set[UOp]] = {}
+  plain: dict[UOp, bool] = {}
+  keeps_index: dict[UOp, bool] = {}
+  one_index: dict[UOp, bool] = {}
+  for u in reversed(nodes):
+    cs = consumers.get(u, ())
+    kernels[u] = set().union(*[{c} if c in ends else kernels[c] for c in cs]) if cs else set()
+    plain[u] = bool(cs) and all(c in ends or (c.op in _EPILOGUE and plain[c]) for c in cs)
+    keeps_index[u] = all(c in ends or (c.op in _SAME_INDEX and keeps_index[c]) for c in cs)
+    one_index[u] = keeps_index[u] or (len(cs) == 1 and all(c in ends or one_index[c] for c in cs))
+  return kernels, plain, one_index
+
+
+# An integer sum of this many values each (at least, at most), read only through epilogue work by one kernel that
+# reduces further, is computed inside that kernel, by a loop inside its reduce loop (codegen/lower.py), instead of
+# going through memory: int_matvec's int16 block sums, a 32-term dot of codes and activations per block, then scaled
+# in float per block and summed along the row. On 2 AVX2 cores a Q4_K_M decode step's kernels took 20.5 ms, 16.8 with
+# its Q4_K sums inside; shorter sums pay the float scaling every few steps (with Q6_K's 8-term blocks inside too, 21.4)
+INNER_SUM_TERMS = (16, 32)
+
+
+def _inner_sums(nodes: list[UOp], ends: set[UOp], roots: list[UOp]) -> set[UOp]:
+  kernels, _, _ = _readers(nodes, ends)
+  consumers = _users(nodes)
+  def terms(u: UOp) -> int | None:
+    shape = shape_of(u.src[0]) or ()
+    n = prod(shape[i] for i in u.arg[1])
+    return n if isinstance(n, int) else None
+  # every path from the node is epilogue work within a kernel up to a reduce of more than one value (whose loop the
+  # sum's goes in)
+  into_reduce: dict[UOp, bool] = {}
+  for u in reversed(nodes):
+    cs = consumers.get(u, ())
+    into_reduce[u] = bool(cs) and all((c.op is Ops.REDUCE and terms(c) != 1) or (c.op in _EPILOGUE and c not in ends and into_reduce[c]) for c in cs)
+  return {u for u in nodes if u.op is Ops.REDUCE and u in ends and u not in roots and u.arg[0] is Ops.ADD and dtypes.is_int(u.dtype)
+          and into_reduce[u] and len(kernels[u]) == 1 and (n := terms(u)) is not None and INNER_SUM_TERMS[0] <= n <= INNER_SUM_TERMS[1]}
 
 
 # From this many outputs a reduce keeps an epilogue with exp2, log2 or sin (a GELU, a sigmoid) out of its kernel. A
