@@ -102,14 +102,16 @@ def test_int_matvec_is_exact_where_the_activations_are(ggml_type):
     x = (xq * 2.0 ** rng.integers(-6, 2, (cols // n, 1))).reshape(1, cols).astype(np.float32)
     want = x.astype(np.float64) @ ref.T
     np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
-    # the worst case for the int16 sums: every code 0 (centered, -2**(bits-1)) and every activation 127
-    zero = blocks.copy()
-    for name, (a, b) in FIELDS[ggml_type].items():
-      if name in ("qs", "qh", "ql", "hmask"): zero[:, a:b] = 0
-    zref = gguf.quants.dequantize(zero, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols).astype(np.float64)
-    wz = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, zero.tobytes(), 0, zero.nbytes), panels=True)
-    worst = np.full((1, cols), 127.0, np.float32)
-    np.testing.assert_allclose(wz.matmul(Tensor(worst)).numpy(), worst @ zref.T, rtol=0, atol=1e-6 * np.abs(worst @ zref.T).max())
+    # the worst cases for the int16 sums, every activation 127: every code 0 (centered, -2**(bits-1)), and every code
+    # at its top (the uncentered sum wraps past int16, the centered one fits)
+    for fill in (0, 255):
+      ext = blocks.copy()
+      for name, (a, b) in FIELDS[ggml_type].items():
+        if name in ("qs", "qh", "ql", "hmask"): ext[:, a:b] = fill
+      eref = gguf.quants.dequantize(ext, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols).astype(np.float64)
+      we = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, ext.tobytes(), 0, ext.nbytes), panels=True)
+      worst = np.full((1, cols), 127.0, np.float32)
+      np.testing.assert_allclose(we.matmul(Tensor(worst)).numpy(), worst @ eref.T, rtol=0, atol=1e-6 * np.abs(worst @ eref.T).max())
     # a general x: within int8 quantization's error, and the panels unpack to the file's values for every other use
     xr = rng.standard_normal((1, cols)).astype(np.float32)
     np.testing.assert_allclose(w.matmul(Tensor(xr)).numpy(), xr @ ref.T, rtol=0, atol=2e-2 * np.abs(xr @ ref.T).max())

@@ -157,8 +157,11 @@ class QuantizedWeight:
     amax = xb.abs().max(1, keepdim=True)
     xq = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int16).contiguous()
     rb = self.panel
-    c = self._codes().cast(dtypes.int16) - center  # (panels, cols, rows of a panel)
-    P = (c.reshape(rows // rb, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)  # exact in int16
+    # sum (q - center) * a as sum q * a - center * sum a, both in int16: the first wraps past int16, but the difference
+    # is the exact centered sum, which fits, and int16 arithmetic is modulo 2**16 (the center leaves the inner loop)
+    q = self._codes().cast(dtypes.int16)  # (panels, cols, rows of a panel)
+    qa = (q.reshape(rows // rb, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)
+    P = qa - (xq.reshape(blocks, n).sum(1, dtype=dtypes.int16) * center).reshape(1, blocks, 1)
     def slices_sum(t: Tensor, k: int) -> Tensor:  # (panels, m * k, lanes) -> (panels, m, lanes): k neighbours added
       t = t.reshape(t.shape[0], -1, k, t.shape[2])  # as values, so every sum but the last one stays in one kernel
       out = t[:, :, 0]
