@@ -21,14 +21,14 @@ def random_blocks(ggml_type: int, nb: int, rng: np.random.Generator) -> np.ndarr
   return blocks
 
 
-@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("bits,word", [(1, 8), (2, 8), (4, 8), (8, 8), (4, 16), (2, 16)])
 @pytest.mark.parametrize("chunk", [32, 64])
-def test_planes_round_trip(bits, chunk):
+def test_planes_round_trip(bits, word, chunk):
   codes = np.random.default_rng(bits).integers(0, 1 << bits, (3, 4 * chunk), dtype=np.uint8)
-  plane = pack_plane(Tensor(codes), bits, chunk) if bits != 8 else Tensor(codes).reshape(3, 4, chunk)
-  assert plane.shape == (3, 4, chunk * bits // 8)
-  # byte c of a chunk holds elements c, c + L, ... (L: the chunk's bytes): 16 elements at one shift are 16 bytes
-  L = chunk * bits // 8
+  plane = pack_plane(Tensor(codes), bits, chunk, word) if bits != 8 else Tensor(codes).reshape(3, 4, chunk)
+  assert plane.shape == (3, 4, chunk * bits // word) and plane.dtype.itemsize * 8 == word
+  # word c of a chunk holds elements c, c + L, ... (L: the chunk's words): 16 elements at one shift are 16 words
+  L = chunk * bits // word
   c = min(5, L - 1)
   if bits != 8: assert int(plane.numpy()[1, 2, c]) >> bits & ((1 << bits) - 1) == codes[1, 2 * chunk + L + c]
   np.testing.assert_array_equal(unpack_plane(plane, bits).numpy(), codes)
@@ -195,3 +195,28 @@ def test_the_output_layer_multiplies_in_int8_where_cpu_vectors_are_narrow(monkey
   monkeypatch.setattr(ren, "vec", lanes)
   monkeypatch.setattr(ren, "has_local", has_local)
   assert _int8_output("CPU") is int8 and _int8_output(("CPU", "CPU:1")) is False
+
+
+@pytest.mark.parametrize("eight", [True, False])
+def test_four_bit_codes_are_16_bit_words_where_int16_sums_take_16_lanes(monkeypatch, eight):
+  # on a CPU whose vectors hold 8 floats (AVX2), a panel column's 64 four-bit codes are 16 words of 16 bits, word j
+  # holding rows j, j + 16, j + 32 and j + 48: a load, a shift and a mask give 16 rows' codes as int16. Elsewhere they
+  # are 32 bytes, byte j holding rows j and j + 32. Either way the weight unpacks to the file's values, and the
+  # decode step's product is the file's product where the activations quantize exactly
+  from tinyhybrid import dtypes
+  from tinyhybrid.llm import quantized
+  monkeypatch.setattr(quantized, "eight_lanes", lambda device: eight)
+  q4_k = next(t for t, v in GGML_QUANT.items() if v[0] == "Q4_K")
+  rng = np.random.default_rng(11)
+  rows, cols = 128, 512
+  blocks = random_blocks(q4_k, rows * cols // 256, rng)
+  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(q4_k)).reshape(rows, cols).astype(np.float64)
+  w = QuantizedWeight(GGUFTensor("w", (rows, cols), q4_k, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  ((_, bits, plane),) = w.planes
+  assert bits == 4 and (plane.dtype, plane.shape[-1]) == ((dtypes.uint16, 16) if eight else (dtypes.uint8, 32))
+  np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
+  xq = rng.integers(-127, 128, (cols // 32, 32))
+  xq[:, 0] = 127
+  x = (xq / 64).reshape(1, cols).astype(np.float32)
+  want = x.astype(np.float64) @ ref.T
+  np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())

@@ -22,7 +22,7 @@ from tinyhybrid.device import Device
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine.jit import TinyJit
 from tinyhybrid.llm.gguf import GGUFTensor, gguf_read
-from tinyhybrid.llm.quantized import MappedRows, QuantizedWeight, joined
+from tinyhybrid.llm.quantized import MappedRows, QuantizedWeight, eight_lanes, joined
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import UOp, Variable, sint
 
@@ -38,9 +38,7 @@ def _int8_output(device: str | tuple[str, ...]) -> bool:
   panel weight (Q6_K: 2.3 against 2.5 ms), exact, and leaves out int_matvec's partial sums (12 MB for Q6_K's
   8-element blocks) from each JIT's memory; with 8-lane vectors (AVX2) its float product took 10 of a 30 ms step,
   and int_matvec 2.5."""
-  if not isinstance(device, str): return False
-  ren = Device[device].renderer
-  return not ren.has_local and 1 < ren.vec < 16
+  return eight_lanes(device)
 
 
 @dataclass(frozen=True)

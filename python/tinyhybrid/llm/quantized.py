@@ -8,10 +8,12 @@ file's bytes, or a few more where a type packs its group scales in fewer than 8 
 against 4.5, Q2_K 3.125 against 2.625; Q6_K and the 32-element types as the file, but MXFP4's float32 scale makes 5
 against 4.25), laid out for the kernel's loads:
 in a chunk of 64 elements, byte c holds elements c, c + L, c + 2L... (L = 64 * bits / 8), so 16 elements of a row
-are 16 consecutive bytes at one shift, a vector load, and each shift is known when the kernel is compiled. The
+are 16 consecutive bytes at one shift, a vector load, and each shift is known when the kernel is compiled (4-bit
+codes on an 8-lane CPU: 16-bit words, L = 16). The
 blocks themselves interleave codes with scales in 144- or 210-byte strides, which no vector load reads."""
 from __future__ import annotations
 
+from tinyhybrid.device import Device
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import ContextVar, prod
 from tinyhybrid.llm.gguf import GGUFTensor
@@ -37,21 +39,28 @@ def int_dot_block(fmt: Format) -> int | None:
   return n if n >= 8 else None
 
 
-def pack_plane(codes: Tensor, bits: int, chunk: int) -> Tensor:
-  """(rows, cols) codes of `bits` bits -> (rows, cols / chunk, chunk * bits / 8) bytes: byte c of a chunk holds the
-  chunk's elements c, c + L, c + 2L... (L: the chunk's bytes), lowest first."""
+def pack_plane(codes: Tensor, bits: int, chunk: int, word: int = 8) -> Tensor:
+  """(rows, cols) codes of `bits` bits -> (rows, cols / chunk, chunk * bits / word) words of `word` bits (8 or 16):
+  word c of a chunk holds the chunk's elements c, c + L, c + 2L... (L: the chunk's words), lowest first."""
   rows, cols = codes.shape
-  v = codes.reshape(rows, cols // chunk, 8 // bits, chunk * bits // 8)
+  v = codes.reshape(rows, cols // chunk, word // bits, chunk * bits // word).cast(dtypes.uint8 if word == 8 else dtypes.uint16)
   out = v[:, :, 0]
-  for s in range(1, 8 // bits): out = out | (v[:, :, s] << (bits * s))
+  for s in range(1, word // bits): out = out | (v[:, :, s] << (bits * s))
   return out
 
 
 def unpack_plane(plane: Tensor, bits: int) -> Tensor:
-  """pack_plane's inverse: (rows, chunks, bytes) -> (rows, chunks * bytes * 8 / bits) codes."""
-  rows = plane.shape[0]
-  if bits == 8: return plane.reshape(rows, -1)
-  return Tensor.stack(*[(plane >> (bits * s)) & ((1 << bits) - 1) for s in range(8 // bits)], dim=2).reshape(rows, -1)
+  """pack_plane's inverse: (rows, chunks, words) -> (rows, chunks * words * word bits / bits) codes."""
+  rows, word = plane.shape[0], plane.dtype.itemsize * 8
+  if bits == word: return plane.reshape(rows, -1)
+  return Tensor.stack(*[(plane >> (bits * s)) & ((1 << bits) - 1) for s in range(word // bits)], dim=2).reshape(rows, -1)
+
+
+def eight_lanes(device: str | tuple[str, ...]) -> bool:
+  """Whether device is a CPU whose vectors hold 8 floats (AVX2), where int16 sums fill a register with 16 lanes."""
+  if not isinstance(device, str): return False
+  ren = Device[device].renderer
+  return not ren.has_local and 1 < ren.vec < 16
 
 
 def pick_rows(t: Tensor, sel: Tensor | tuple[sint, sint]) -> Tensor:
@@ -103,8 +112,12 @@ class QuantizedWeight:
     chunk = self.panel or (64 if cols % 64 == 0 else 32)
     self.planes: list[tuple[int, int, Tensor]] = []  # (shift, bits, plane): (stored rows, chunks, bytes)
     shift = 0
+    # where int16 sums take 16 lanes a register (eight_lanes), a panel column's 4-bit codes are 16 words of 16 bits,
+    # word j holding rows j, j + 16, j + 32, j + 48: a load, a shift and a mask give 16 rows' codes as int16, which
+    # bytes give only after a widening (int_matvec's inner loop on AVX2: 340 -> 260 instructions per 16 columns)
+    word = 16 if self.panel == 64 and eight_lanes(data.device) else 8
     for bits in PLANE_BITS[FORMATS[self.ggml_type].bits]:
-      plane = q if bits == 8 else pack_plane((q >> shift) & ((1 << bits) - 1), bits, chunk)
+      plane = q if bits == 8 else pack_plane((q >> shift) & ((1 << bits) - 1), bits, chunk, word if bits == 4 else 8)
       self.planes.append((shift, bits, plane.reshape(q.shape[0], q.shape[1] // chunk, -1).contiguous()))
       shift += bits
     # the scales, a row of each per weight row: d and dmin one per block, sc and mn one per group
