@@ -545,3 +545,19 @@ def test_an_inner_sum_is_a_loop_inside_the_reduce_loop_in_registers_of_its_width
   inner_loop = next(ln for ln in lines[decl:] if ln.lstrip().startswith("for ("))
   reduce_loop = next(ln for ln in reversed(lines[:decl]) if ln.lstrip().startswith("for ("))
   assert indent(inner_loop) > indent(reduce_loop) and "acc0" in src and "th_float16" in src, src
+
+
+def test_values_computed_from_indexes_alone_leave_the_lanes_wide():
+  # a 4-bit unpacking whose shift amounts are an arange (int32 from the index, then cast) still fills AVX2's registers
+  # with 16 int16 lanes: what is computed from indexes alone is worked out per chunk and is no value of the lanes
+  rng = np.random.default_rng(9)
+  w = rng.integers(0, 1 << 16, (4, 8, 16), dtype=np.uint16)
+  shifts = Tensor.arange(0, 16, 4, dtype=dtypes.uint16).reshape(1, 1, 4, 1)
+  t = ((Tensor(w).realize().reshape(4, 8, 1, 16) >> shifts) & 15).cast(dtypes.int16).sum(1, dtype=dtypes.int16)
+  k, _ = kernel_of(t)
+  ren = CRenderer(8, registers=16)
+  opts = [Opt(OptOps.UPCAST, 3, 16), Opt(OptOps.UPCAST, 2, 4)]
+  src = ren.render(finalize(k, opts, ren))
+  assert {int(n) for n in re.findall(r"\bth_short(\d+)\b", src)} == {16}, src
+  ref = ((w.reshape(4, 8, 1, 16).astype(np.int64) >> np.arange(0, 16, 4).reshape(1, 1, 4, 1)) & 15).sum(1).astype(np.int16)
+  np.testing.assert_array_equal(run_plan(t, opts), ref)

@@ -75,15 +75,13 @@ def cpu_lanes(ast: UOp, vec: int) -> int:
 
 
 def _widest_value(value: UOp) -> int:
-  """The widest element (csize) of the values a kernel computes: its loads and the ops on them, not the indexes (nor
-  the index arithmetic a value may select by, which is worked out per chunk)."""
-  widest, stack, seen = 1, [value], set()
-  while stack:
-    if (x := stack.pop()) in seen: continue
-    seen.add(x)
-    if x.op is Ops.RANGE or x.dtype.scalar()._is_weak: continue
-    if x.dtype.scalar() is not dtypes.bool: widest = max(widest, csize(x.dtype))
-    if x.op is not Ops.LOAD: stack.extend(x.src)
+  """The widest element (csize) of the values a kernel computes from memory: its loads and the ops on them, not the
+  indexes nor what is computed from indexes alone (an arange's shift amounts), which is worked out per chunk."""
+  widest, data = 1, set()
+  for x in value.toposort():
+    if x.op is Ops.LOAD or any(s in data for s in x.src):
+      data.add(x)
+      if x.dtype.scalar() is not dtypes.bool and not x.dtype.scalar()._is_weak: widest = max(widest, csize(x.dtype))
   return widest
 
 

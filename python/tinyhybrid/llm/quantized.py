@@ -53,7 +53,10 @@ def unpack_plane(plane: Tensor, bits: int) -> Tensor:
   """pack_plane's inverse: (rows, chunks, words) -> (rows, chunks * words * word bits / bits) codes."""
   rows, word = plane.shape[0], plane.dtype.itemsize * 8
   if bits == word: return plane.reshape(rows, -1)
-  return Tensor.stack(*[(plane >> (bits * s)) & ((1 << bits) - 1) for s in range(word // bits)], dim=2).reshape(rows, -1)
+  # each element's shift computed from its index, not picked among word / bits masked terms: a kernel that takes
+  # the elements at one shift a few at a time (a prompt's product, 8 rows of a panel) shifts once by a variable
+  shifts = Tensor.arange(0, word, bits, dtype=plane.dtype, device=plane.device).reshape(1, 1, -1, 1)
+  return ((plane.reshape(*plane.shape[:2], 1, plane.shape[2]) >> shifts) & ((1 << bits) - 1)).reshape(rows, -1)
 
 
 def eight_lanes(device: str | tuple[str, ...]) -> bool:
