@@ -568,16 +568,22 @@ class CStyleWriter:
     here = set(self.at.get(self.depth_of[acc], ()))
     for x in UOp.sink(*[t for a in group for t in a.src[:a.arg[1]]]).toposort():
       if x in here: self.name(x)
-    for a in group:
-      self.counter += 1
-      self.names[a] = f"isum{self.counter}"
-      self.emit(self.acc_init(a))
+    for a in group: self.inner_begin(a)
     for r in loops:
       self.open_loop(r, f"ridx{self.depth_of[r] - 1}")
       for u in self.at.get(self.depth_of[r], ()): self.name(u)
-    for a in group:
-      for term in a.src[:a.arg[1]]: self.emit(self.update(a, term))
+    for a in group: self.inner_add(a)
     for r in reversed(loops): self.end_loop(r)
+    for a in group: self.inner_end(a)
+
+  # an inner sum's accumulator: declared, updated with its terms in its loop, and read after it
+  def inner_begin(self, acc: UOp) -> None:
+    self.counter += 1
+    self.names[acc] = f"isum{self.counter}"
+    self.emit(self.acc_init(acc))
+  def inner_add(self, acc: UOp) -> None:
+    for term in acc.src[:acc.arg[1]]: self.emit(self.update(acc, term))
+  def inner_end(self, acc: UOp) -> None: pass
 
   def store(self, st: UOp) -> None:
     index, val = st.src

@@ -86,6 +86,7 @@ class LLVMWriter(CStyleWriter):
     self.decls: dict[str, str] = {}      # intrinsics and library functions used, by name
     self.ntmp = self.nlabel = 0
     self.loop_state: dict[UOp, tuple] = {}
+    self.inner_slots: dict[UOp, str] = {}  # each inner sum's accumulator slot
     self.nontemporal = False
 
   # ** values, instructions, blocks **
@@ -249,6 +250,8 @@ class LLVMWriter(CStyleWriter):
   # ** nodes **
 
   def name(self, u: UOp) -> None:
+    if u in self.names: return
+    if u in self.inner: return self.inner_section(u)
     op, dt = u.op, u.dtype
     if op is Ops.CONST:
       self.names[u] = self.const(u.arg, dt, self.t(dt))
@@ -585,17 +588,28 @@ class LLVMWriter(CStyleWriter):
     for j, r in enumerate(self.rloops):
       self.open_loop(r, f"ridx{n_out + j}")
       for u in self.at.get(n_out + j + 1, ()): self.name(u)
-    for acc in self.reduces:
-      t, n = self.t(acc.dtype), acc.dtype.count
-      for term in acc.src[:acc.arg[1]]:
-        a = self.op(f"load {t}, ptr {slots[acc]}")
-        if term in self.fused: v = self.intrinsic("fmuladd", t, [self.val(term.src[0], n), self.val(term.src[1], n), a])
-        else: v = self.step(acc, a, self.val(term, n))
-        self.emit(f"store {t} {v}, ptr {slots[acc]}")
+    for acc in self.reduces: self.accumulate(acc, slots[acc])
     for r in reversed(self.rloops): self.end_loop(r)
     self.acc_slots = slots
     if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops): self.combine()
     for acc in self.reduces: self.names[acc] = self.op(f"load {self.t(acc.dtype)}, ptr {slots[acc]}")
+
+  def accumulate(self, acc: UOp, slot: str) -> None:
+    """acc's terms added into its accumulator's slot, one after another."""
+    t, n = self.t(acc.dtype), acc.dtype.count
+    for term in acc.src[:acc.arg[1]]:
+      a = self.op(f"load {t}, ptr {slot}")
+      if term in self.fused: v = self.intrinsic("fmuladd", t, [self.val(term.src[0], n), self.val(term.src[1], n), a])
+      else: v = self.step(acc, a, self.val(term, n))
+      self.emit(f"store {t} {v}, ptr {slot}")
+
+  # an inner sum (CStyleWriter.inner_section): a slot of its own, set to the identity before its loop
+  def inner_begin(self, acc: UOp) -> None:
+    t = self.t(acc.dtype)
+    self.inner_slots[acc] = slot = self.slot(t, f"isum{len(self.inner_slots)}")
+    self.emit(f"store {t} {self.const(reduce_identity(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar(), t)}, ptr {slot}")
+  def inner_add(self, acc: UOp) -> None: self.accumulate(acc, self.inner_slots[acc])
+  def inner_end(self, acc: UOp) -> None: self.names[acc] = self.op(f"load {self.t(acc.dtype)}, ptr {self.inner_slots[acc]}")
 
   def combine(self) -> None:
     """Two-stage reduce, as CWriter.combine: each core leaves its accumulators in its slot of the state; the last core
@@ -654,6 +668,7 @@ class LLVMWriter(CStyleWriter):
 class LLVMRenderer(Renderer):
   """LLVM IR for this host's CPU (see the module doc): `vec` lanes of its vector unit, `registers` vector registers."""
   device = "CPU"
+  inner_sums = True
 
   def __init__(self, vec: int = 16, registers: int = 32, stream_bytes: int | None = None):
     self.vec, self.registers = vec, registers
