@@ -100,7 +100,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
     # a CPU with 8-lane vectors runs a long product faster in one stage: a ResNet-50 training step at batch 8 took
     # 3.46-3.58 s with its conv weight gradients in two stages, 2.95-3.05 s in one (2 AVX2 cores, either cache size)
     spec = create_schedule(key, n_inputs, split_reduce=ren.has_local and bool(SPLIT_REDUCEOP), cache=0 if ren.has_local else ren.core_cache,
-                           two_stages=not 1 < ren.vec < 16, inner_sums=ren.inner_sums)
+                           two_stages=not ren.eight_lanes, inner_sums=ren.inner_sums)
     if vg.on:
       vg.name = f"schedule of {len(spec.items)} kernels"
       viz.stage("kernelize", key, UOp.sink(*[it.out for it in spec.items]))

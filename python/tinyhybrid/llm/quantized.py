@@ -60,10 +60,8 @@ def unpack_plane(plane: Tensor, bits: int) -> Tensor:
 
 
 def eight_lanes(device: str | tuple[str, ...]) -> bool:
-  """Whether device is a CPU whose vectors hold 8 floats (AVX2), where int16 sums fill a register with 16 lanes."""
-  if not isinstance(device, str): return False
-  ren = Device[device].renderer
-  return not ren.has_local and 1 < ren.vec < 16
+  """Whether device (one, not shards) is a CPU whose vectors hold 8 floats (AVX2, Renderer.eight_lanes)."""
+  return isinstance(device, str) and Device[device].renderer.eight_lanes
 
 
 def pick_rows(t: Tensor, sel: Tensor | tuple[sint, sint]) -> Tensor:
@@ -113,7 +111,7 @@ class QuantizedWeight:
       q = q.reshape(rows // self.panel, self.panel, cols).permute(0, 2, 1).reshape(-1, self.panel)  # a column's rows of a panel
       scales = {k: t.reshape(rows // self.panel, self.panel, -1).permute(0, 2, 1) for k, t in scales.items()}
     chunk = self.panel or (64 if cols % 64 == 0 else 32)
-    self.planes: list[tuple[int, int, Tensor]] = []  # (shift, bits, plane): (stored rows, chunks, bytes)
+    self.planes: list[tuple[int, int, Tensor]] = []  # (shift, bits, plane): (stored rows, chunks, words)
     shift = 0
     # where int16 sums take 16 lanes a register (eight_lanes), a panel column's 4-bit codes are 16 words of 16 bits,
     # word j holding rows j, j + 16, j + 32, j + 48: a load, a shift and a mask give 16 rows' codes as int16, which
