@@ -69,8 +69,7 @@ def cpu_lanes(ast: UOp, vec: int) -> int:
   if vec <= 1: return vec
   k = KernelParts.of(ast)
   # a kernel with inner sums (int_matvec's blocks) does its work in them: its other values take as many registers
-  inner = [u for u in k.reduce.src[0].toposort() if u.op is Ops.REDUCE] if k.reduce is not None else []
-  widest = max(map(_widest_value, inner)) if inner else _widest_value(k.value)
+  widest = max(map(_widest_value, inner)) if (inner := k.inner_sums) else _widest_value(k.value)
   return vec * 4 // widest if widest < 4 else vec
 
 

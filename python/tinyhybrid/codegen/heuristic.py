@@ -179,7 +179,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   acc_vec = 1  # lanes each accumulator of the register tile holds
   tile_with = [r for r in reused if r is not vec]
   # the sums the work is in: the inner sums where the reduce has them (int_matvec's blocks), else the reduce's own
-  hot = next((u for u in red.src[0].toposort() if u.op is Ops.REDUCE), red) if red is not None else None
+  hot = next(iter(p.inner_sums), red)
   if vec is not None and hot is not None and dtypes.is_int(hot.dtype) and hot.dtype.itemsize < 4 and _few_registers(lanes, acc_lanes):
     # narrow integer sums (int_matvec's int16 blocks) with AVX2's 16 registers: a register holds 16 of them, so up to
     # 4 registers of the vector axis and no rows (a Q4_K decode's blocks by 4 x 16 lanes 10.1 ms a step, by 64 2.6)

@@ -90,10 +90,11 @@ class KernelParts:
   @property
   def reduce_ranges(self) -> list[UOp]: return list(self.reduce.src[1:]) if self.reduce is not None else []
   @property
-  def inner_ranges(self) -> list[UOp]:
-    """The loops of the inner sums inside the reduce."""
-    if self.reduce is None: return []
-    return list(dict.fromkeys(r for u in self.reduce.src[0].toposort() if u.op is Ops.REDUCE for r in u.src[1:]))
+  def inner_sums(self) -> list[UOp]:
+    """The REDUCEs inside the reduce's body, whose loops run inside its loop (schedule/kernelize._inner_sums)."""
+    return [u for u in self.reduce.src[0].toposort() if u.op is Ops.REDUCE] if self.reduce is not None else []
+  @property
+  def inner_ranges(self) -> list[UOp]: return list(dict.fromkeys(r for u in self.inner_sums for r in u.src[1:]))
   def all_ranges(self) -> list[UOp]: return self.loops + self.reduce_ranges
 
   def find(self, axis: int) -> UOp:

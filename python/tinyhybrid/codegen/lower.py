@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.codegen.kernel import KernelParts
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import KernelItem
 from tinyhybrid.uop.buffers import BufferSlot, view_base
@@ -320,10 +321,10 @@ class Lowerer:
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
     work = prod(max_shape(full_shape)) // self.loops[ROOT].collapsed
-    arith = sum(1 for u in val.toposort() if u.op in GroupOp.ALU and u.dtype not in (IDX, dtypes.bool))
+    arith = _arith(val)
     # an inner sum's loop runs its ops again at each step of the kernel's: it counts in the work that decides the
     # kernel's threads, and in its ops
-    inner = _inner_sum_work(val)
+    inner = [(prod(int(r.src[0].vmax) for r in u.src[1:]), _arith(u.src[0])) for u in KernelParts.of(ast).inner_sums]  # (steps, ops a step)
     arith += sum(ops * (steps - 1) for steps, ops in inner)
     steps = 1 + sum(steps for steps, _ in inner)
     return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.loops[FUSED].ranges)), ast, self.buffers, 1, work * steps,
@@ -331,12 +332,9 @@ class Lowerer:
                          sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes}, outs=len(dests))
 
 
-def _inner_sum_work(val: UOp) -> list[tuple[int, int]]:
-  """(steps, ops a step) of each inner sum of a lowered value (the REDUCEs inside its outermost one)."""
-  reduces = [u for u in val.toposort() if u.op is Ops.REDUCE]
-  if len(reduces) < 2: return []
-  def alu(u: UOp) -> int: return sum(1 for x in u.src[0].toposort() if x.op in GroupOp.ALU and x.dtype not in (IDX, dtypes.bool))
-  return [(prod(int(r.src[0].vmax) for r in u.src[1:]), alu(u)) for u in reduces[:-1]]
+def _arith(u: UOp) -> int:
+  """The arithmetic ops computing u (not its index arithmetic nor its conditions)."""
+  return sum(1 for x in u.toposort() if x.op in GroupOp.ALU and x.dtype not in (IDX, dtypes.bool))
 
 
 def _stored_value(sink: UOp) -> UOp:

@@ -77,11 +77,6 @@ class Renderer:
   # it writes a reduce's loop inside another's: a small integer sum read only by a further reduce (int_matvec's block
   # sums) is then computed in the kernel that reads it (schedule/kernelize._inner_sums), not written to memory first
   inner_sums: bool = False
-
-  @property
-  def eight_lanes(self) -> bool:
-    """Whether it renders for a CPU whose vectors hold 8 floats (AVX2): 16 registers of them, and 16 lanes of int16."""
-    return not self.has_local and 1 < self.vec < 16
   # kernels of a GPU-style device run as a grid of work-groups: output loops become GLOBAL (the group's position)
   # and LOCAL (the work-item's place in its group) ranges, and work-items of a group share local memory and barriers
   has_local: bool = False
@@ -91,6 +86,11 @@ class Renderer:
   group_items: int = 16              # work-items per group the default plan aims for (codegen/gpu.py)
   local_mem: int = 0                 # bytes of local memory per work-group
   tensor_cores: list[TensorCore] = []  # the matrix instructions the TC action can use (codegen/tc.py)
+
+  @property
+  def eight_lanes(self) -> bool:
+    """Whether it renders for a CPU whose vectors hold 8 floats (AVX2): 16 registers of them, and 16 lanes of int16."""
+    return not self.has_local and 1 < self.vec < 16
 
   def supported_dtypes(self) -> set[DType]:
     """The dtypes this renderer's kernels can read, write and compute in (tinygrad's Renderer.supported_dtypes)."""

@@ -122,9 +122,10 @@ def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: 
   ends_kernel |= {r for r in roots if not buffer_view(r) and ((base := strip_reshapes(r)) not in ends_kernel or
                   (base is not r and not (concrete(shape_of(r)) and concrete(shape_of(base)))))}
   ends_kernel |= _shared_results(nodes, ends_kernel)
-  ends_kernel |= _expanded_work(nodes, ends_kernel)
-  ends_kernel -= _epilogue_fused(nodes, ends_kernel)
-  if inner_sums: ends_kernel -= _inner_sums(nodes, ends_kernel, roots)
+  consumers = _users(nodes)
+  ends_kernel |= _expanded_work(nodes, ends_kernel, consumers)
+  ends_kernel -= _epilogue_fused(nodes, ends_kernel, consumers)
+  if inner_sums: ends_kernel -= _inner_sums(nodes, ends_kernel, roots, consumers)
   items: list[KernelItem] = []
   realized: dict[UOp, BufferSlot] = {}
   new_slots: list[BufferSlot] = []
@@ -347,12 +348,12 @@ def _operand_values(u: UOp) -> int | None:
   return n
 
 
-def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
+def _epilogue_fused(nodes: list[UOp], ends: set[UOp], consumers: dict[UOp, set[UOp]]) -> set[UOp]:
   """Reduces whose result is read only by elementwise work (and movement that reads each value once) ending in one
   kernel: that kernel computes the reduce itself and applies the rest to it (`relu(x @ w + b)`, `x.sum(1) * 2` are
   one kernel), so the reduce's result never goes through memory. One reduce per kernel; an assign's kernel keeps its
   reduce apart, since the reduce could read what the assign overwrites."""
-  kernels, plain, one_index = _readers(nodes, ends)
+  kernels, plain, one_index = _readers(nodes, ends, consumers)
   fused: set[UOp] = set()
   taken: set[UOp] = set()  # kernels (by their end) that already compute a reduce of their own
   for u in nodes:
@@ -365,10 +366,9 @@ def _epilogue_fused(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   return fused
 
 
-def _readers(nodes: list[UOp], ends: set[UOp]) -> tuple[dict[UOp, set[UOp]], dict[UOp, bool], dict[UOp, bool]]:
+def _readers(nodes: list[UOp], ends: set[UOp], consumers: dict[UOp, set[UOp]]) -> tuple[dict[UOp, set[UOp]], dict[UOp, bool], dict[UOp, bool]]:
   """Per node: the kernels (by their end) that read it, whether every path to them is epilogue work, and whether it
   is read at one index only (one path, or paths of index-keeping ops): else a kernel fusing it would compute it twice."""
-  consumers = _users(nodes)
   kernels: dict[UOp, set[UOp]] = {}
   plain: dict[UOp, bool] = {}
   keeps_index: dict[UOp, bool] = {}
@@ -390,9 +390,8 @@ def _readers(nodes: list[UOp], ends: set[UOp]) -> tuple[dict[UOp, set[UOp]], dic
 INNER_SUM_TERMS = (16, 32)
 
 
-def _inner_sums(nodes: list[UOp], ends: set[UOp], roots: list[UOp]) -> set[UOp]:
-  kernels, _, _ = _readers(nodes, ends)
-  consumers = _users(nodes)
+def _inner_sums(nodes: list[UOp], ends: set[UOp], roots: list[UOp], consumers: dict[UOp, set[UOp]]) -> set[UOp]:
+  kernels, _, _ = _readers(nodes, ends, consumers)
   def terms(u: UOp) -> int | None:
     shape = shape_of(u.src[0]) or ()
     n = prod(shape[i] for i in u.arg[1])
@@ -474,7 +473,7 @@ def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   return shared
 
 
-def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
+def _expanded_work(nodes: list[UOp], ends: set[UOp], users: dict[UOp, set[UOp]]) -> set[UOp]:
   """Elementwise results read through an EXPAND (every value read many times, e.g. by a convolution's or a matmul's
   loop) that take more than one operation each, or read more than one buffer: they get a buffer. Fused into the
   reader they would be recomputed, and their inputs loaded, on every read: a batch norm before a convolution, once per
@@ -482,7 +481,6 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
   gradient, once per row of it. A decode of packed data stays fused (_unpacking). One operation over two buffers read
   by elementwise work only (`(a * b)` of two rows, times a matrix) is done once per output anyway: it stays fused."""
   out: set[UOp] = set()
-  users: dict[UOp, set[UOp]] | None = None
   for u in nodes:
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
@@ -491,9 +489,7 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
     if not _reads(s, ends):  # from indices and constants only (an arange's arithmetic, a lazily initialized weight)
       if _ops_in(s, ends, CHEAP_INDEX_OPS) >= CHEAP_INDEX_OPS: out.add(s)
     elif _ops_in(s, ends) >= 2: out.add(s)
-    elif _reads(s, ends) >= 2:
-      if users is None: users = _users(nodes)
-      if _feeds_a_reduce(u, users, ends): out.add(s)
+    elif _reads(s, ends) >= 2 and _feeds_a_reduce(u, users, ends): out.add(s)
   return out
 
 
