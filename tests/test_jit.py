@@ -120,6 +120,39 @@ def test_intermediates_of_a_capture_share_memory_and_replays_stay_right():
   assert held <= 3 * 256 * 256 * 4 + 4096, held
 
 
+def test_captures_keep_their_intermediates_in_shared_memory():
+  # two functions of the same shape (an LLM's prompt and decode steps): the second capture's plan takes the memory the
+  # first one's holds, since no replay runs inside another; interleaved replays, and one capture freeing its
+  # intermediates, leave both right
+  def make(k):
+    @TinyJit
+    def f(x, w):
+      for i in range(4): x = (x @ w.T + i * k).relu().contiguous().realize()
+      return x.sum(1)
+    return f
+
+  w_np = (RNG.standard_normal((256, 256)) / 16).astype(np.float32)
+  w, alloc = Tensor(w_np).realize(), Device[Device.DEFAULT].allocator
+  def check(f, k, x_np):
+    ref = x_np
+    for i in range(4): ref = np.maximum(ref @ w_np.T + i * k, 0)
+    np.testing.assert_allclose(f(Tensor(x_np).realize(), w).numpy(), ref.sum(1), rtol=1e-4, atol=1e-3)
+  f, g = make(1), make(2)
+  for _ in range(3): check(f, 1, RNG.standard_normal((256, 256)).astype(np.float32))
+  used = alloc.used
+  for _ in range(3): check(g, 2, RNG.standard_normal((256, 256)).astype(np.float32))
+  # what g's capture holds of its own: the input it ran with and its output; its two intermediates are in f's memory
+  assert alloc.used - used <= 256 * 256 * 4 + 256 * 4 + 4096, alloc.used - used
+  for _ in range(2):
+    for fn, k in ((f, 1), (g, 2)): check(fn, k, RNG.standard_normal((256, 256)).astype(np.float32))
+  f.captured.free_intermediates()
+  check(g, 2, RNG.standard_normal((256, 256)).astype(np.float32))
+  check(f, 1, RNG.standard_normal((256, 256)).astype(np.float32))
+  g.captured.free_intermediates()
+  check(f, 1, RNG.standard_normal((256, 256)).astype(np.float32))
+  check(g, 2, RNG.standard_normal((256, 256)).astype(np.float32))
+
+
 def test_a_capture_writing_part_of_a_live_buffer_keeps_the_rest():
   # the cache exists before the capture, and the capture's first use of it is an assign into one row: the other rows
   # are the caller's, and no intermediate of the replay may borrow their memory

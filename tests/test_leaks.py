@@ -60,6 +60,26 @@ def test_rss_flat_over_ten_thousand_jit_replays():
   assert grown < 2**20, f"resident memory grew {grown / 2**20:.2f} MiB over 10^4 JIT replays"
 
 
+def test_freed_buffers_go_back_to_the_system():
+  # malloc keeps a freed block of a few MiB in the process once a larger block was freed before it (its threshold for
+  # blocks of their own grows): an LLM's warm-up buffers stayed resident after free_cache. The allocator maps them.
+  from tinyhybrid import Device
+  alloc = Device["CPU"].allocator
+  big = np.ones(4 << 20, np.float32)  # 16 MiB, freed: malloc's threshold grows past the buffers below
+  del big
+  gc.collect()
+  alloc.free_cache()
+  before = rss()
+  bufs = [Tensor.full((1 << 20,), float(i)).contiguous().realize() for i in range(6)]  # 4 MiB each, every page touched
+  assert [b[-1].item() for b in bufs] == [float(i) for i in range(6)]
+  assert rss() - before > 20 * 2**20
+  del bufs
+  gc.collect()
+  alloc.free_cache()
+  kept = rss() - before
+  assert kept < 4 * 2**20, f"{kept / 2**20:.1f} MiB of freed buffers stayed resident"
+
+
 def _fresh_graph(tag: str) -> UOp:
   x, y = UOp.variable(f"lx_{tag}", 0, 50, dtypes.weakint), UOp.variable(f"ly_{tag}", 1, 9, dtypes.weakint)
   return UOp(Ops.SINK, dtypes.void, (((x * 4 + y * 8) // (y * 2)) + 0, (x + 0) * 1 % y))

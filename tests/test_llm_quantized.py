@@ -121,6 +121,26 @@ def test_int_matvec_is_exact_where_the_activations_are(ggml_type):
     with pytest.raises(ValueError, match="panels"): w.rows((0, 2))
 
 
+def test_stored_block_sums_of_many_panels_take_pieces_of_memory(monkeypatch):
+  # Q6_K's 8-element blocks are summed through memory (shorter than the scheduler's inner sums): a product of many
+  # panels does that in pieces of at most PARTIAL_BYTES, which a TinyJit's plan puts in one piece's memory (the 0.5B
+  # model's output layer held 12 MB of them in each capture); the pieces give the one product's values
+  import tinyhybrid.llm.quantized as quantized
+  from tinyhybrid import TinyJit
+  q6_k = next(t for t, v in GGML_QUANT.items() if v[0] == "Q6_K")
+  rng = np.random.default_rng(6)
+  rows, cols = 512, 512  # 8 panels of 64 rows, 64 blocks of 8 a row: 64 KB of int16 sums
+  blocks = random_blocks(q6_k, rows * cols // 256, rng)
+  w = QuantizedWeight(GGUFTensor("w", (rows, cols), q6_k, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  x = rng.standard_normal((1, cols)).astype(np.float32)
+  whole = w.matmul(Tensor(x)).numpy()
+  monkeypatch.setattr(quantized, "PARTIAL_BYTES", 16 << 10)
+  product = TinyJit(lambda t: w.matmul(t).realize())
+  for _ in range(3): np.testing.assert_array_equal(product(Tensor(x)).numpy(), whole)
+  captured = product.captured
+  assert len(captured.jit_cache) > 4 and max(captured.objs[i].nbytes for i in captured.shared) <= 16 << 10
+
+
 def test_int16_sums_cannot_overflow():
   # int_dot_block's bound, checked against the worst products: |centered code| * 127 * elements <= 32767
   from tinyhybrid.llm.quantized import int_dot_block

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
@@ -151,10 +152,11 @@ class _Slot:
   members: list[Transient]
 
 
-def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]]) -> list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]]:
-  """The runs with a buffer for each Transient: itself while it lives. Those that died live, for the replay, from the
-  first run that uses them to the last; transients whose spans do not overlap share a new buffer (first fit, the
-  smallest that is large enough). The plan reads only the runs, so it is the same whatever addresses the device's
+def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]]) \
+    -> tuple[list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]], set[int]]:
+  """The runs with a buffer for each Transient: itself while it lives, and the ids of the scratch buffers given to
+  the others. Those that died live, for the replay, from the first run that uses them to the last; transients whose
+  spans do not overlap share a scratch buffer (first fit, the smallest that is large enough). The plan reads only the runs, so it is the same whatever addresses the device's
   allocator gave. A live transient lends its memory to none: a run may write only part of it (an assign into a row of
   a cache), and the rest is the caller's."""
   span: dict[Transient, list[int]] = {}
@@ -170,8 +172,30 @@ def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp
       slot.members.append(t)
     else: slots.append(_Slot(t.device, t.nbytes, span[t][1], [t]))
   home: dict[Transient, Buffer] = {}
-  for s in slots: home.update(dict.fromkeys(s.members, Buffer(s.device, s.nbytes, dtypes.uint8).ensure_allocated()))
-  return [(dev, prg, [(home.get(a) or a.ref()) if isinstance(a, Transient) else a for a in args], threads) for dev, prg, args, threads in runs]  # type: ignore[misc]
+  live = {id(b) for _, _, args, _ in runs for a in args if (b := a.ref() if isinstance(a, Transient) else a) is not None}
+  for s in sorted(slots, key=lambda s: -s.nbytes): home.update(dict.fromkeys(s.members, _scratch_buffer(s.device, s.nbytes, live)))
+  rehomed = [(dev, prg, [(home.get(a) or a.ref()) if isinstance(a, Transient) else a for a in args], threads) for dev, prg, args, threads in runs]
+  return rehomed, set(map(id, home.values()))  # type: ignore[return-value]
+
+
+# The memory of every capture's plan, by device: a replay's intermediates are dead before it returns, so two captures
+# may keep theirs in the same buffer. Their replays touch it in submission order (an HCQ device's dependency tracker
+# orders submits by the memory they declare; the other queues run in order), so an LLM's prompt and decode captures
+# hold one plan's memory, not three (a 0.5B Q4_K_M model: 42 -> 16 MiB). Weak: a buffer goes with the last capture
+# that uses it. One capture's free_intermediates frees it for all: each takes memory again at its next call.
+_scratch: dict[str, list[weakref.ref[Buffer]]] = {}
+
+
+def _scratch_buffer(device: str, nbytes: int, taken: set[int]) -> Buffer:
+  """The smallest scratch buffer of device of at least nbytes that this plan does not use yet (taken: ids of the
+  buffers it uses, which this one joins), else a new one that later plans may share."""
+  pool = _scratch[device] = [r for r in _scratch.get(device, []) if r() is not None]
+  fits = [b for r in pool if (b := r()) is not None and b.nbytes >= nbytes and id(b) not in taken]
+  if fits: buf = min(fits, key=lambda b: b.nbytes)
+  else: pool.append(weakref.ref(buf := Buffer(device, nbytes, dtypes.uint8)))
+  taken.add(id(buf))
+  return buf.ensure_allocated()
+
 
 
 @dataclass(frozen=True)
@@ -194,7 +218,7 @@ class CapturedJit(Generic[ReturnType]):
     return CapturedKernels(tuple(self.jit_cache))
 
   def __init__(self, ret: ReturnType, capture: Capture, inputs: list[Buffer], sig: list[tuple], prune: bool = False, name: str = "jit"):
-    runs = _rehome(capture.runs)
+    runs, scratch = _rehome(capture.runs)
     if prune:  # kernels that read no input, directly or through another kept kernel's buffers, ran once already
       needed, kept = {id(b) for b in inputs}, []
       for run in runs:
@@ -219,6 +243,7 @@ class CapturedJit(Generic[ReturnType]):
     self.input_slots = [slot(b) for b in inputs]
     self.freed: list[int] = []  # the slots whose buffers free_intermediates freed
     self.jit_cache = [ExecItem(prg, [slot(a) for a in args], threads) for _, prg, args, threads in runs]
+    self.shared = [i for i, b in enumerate(self.objs) if id(b) in scratch]  # another capture's free_intermediates may free them
     self.devices = [d for d, _, _, _ in runs]
     self.var_slots = {k: s for k, s in slot_of.items() if isinstance(k, UOp)}
     self.rng = [(b, redraw) for b, redraw in capture.rng if id(b) in slot_of]  # the random calls a kernel reads
@@ -272,7 +297,7 @@ class CapturedJit(Generic[ReturnType]):
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> ReturnType:
     args, written = self.args, self.written
-    for slot in self.freed:  # memory again for the buffers free_intermediates let go of
+    for slot in (*self.freed, *self.shared):  # memory again for the buffers free_intermediates let go of
       args[slot] = self.objs[slot].ensure_allocated().address  # type: ignore[union-attr]
     self.freed.clear()
     for slot, b in zip(self.input_slots, inputs):

@@ -340,8 +340,9 @@ class DenseTransformer:
     second call), then forgets the tokens it ran."""
     for n in (*self.chunks, 1):
       for _ in range(3): self.logits([0] * n, 0)
+      # the first runs' buffers, which the next size's would not fit: the captures keep theirs in memory they share
+      Device[Device.DEFAULT].allocator.free_cache()
     self.cached.clear()
-    Device[Device.DEFAULT].allocator.free_cache()  # the first runs' buffers: each JIT now holds its own
 
   def logits(self, tokens: list[int], start_pos: int, chunk_size: int | None = None) -> np.ndarray:
     """Runs tokens at positions start_pos.. (the cache must hold the ones before), in chunks of at most chunk_size,

@@ -19,6 +19,7 @@ from tinyhybrid.helpers import ContextVar, prod
 from tinyhybrid.llm.gguf import GGUFTensor
 from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Format, Parts, block_fields, dequantize, join
 from tinyhybrid.nn.quant import parts as take_apart
+from tinyhybrid.schedule.kernelize import INNER_SUM_TERMS
 from tinyhybrid.tensor import Tensor
 from tinyhybrid.uop.ops import sint
 
@@ -27,6 +28,8 @@ PLANE_BITS = {2: (2,), 3: (2, 1), 4: (4,), 5: (4, 1), 6: (4, 2), 8: (8,)}
 INT16_MAX = 32767
 # a decode step's products with int8 activations (int_matvec); INT_MATVEC=0 multiplies them in float32
 INT_MATVEC = ContextVar("INT_MATVEC", 1)
+# the most bytes of int16 block sums one piece of int_matvec stores (blocks shorter than INNER_SUM_TERMS' sums)
+PARTIAL_BYTES = 1 << 20
 
 
 def int_dot_block(fmt: Format) -> int | None:
@@ -166,15 +169,26 @@ class QuantizedWeight:
     fmt, (rows, cols) = FORMATS[self.ggml_type], self.shape
     n = int_dot_block(fmt)
     assert n is not None and self.panel, "int_matvec reads a weight stored in panels"
-    blocks, groups, center = cols // n, cols // fmt.group, 1 << (fmt.bits - 1)
-    xb = x.reshape(blocks, n).cast(dtypes.float32)
+    xb = x.reshape(cols // n, n).cast(dtypes.float32)
     amax = xb.abs().max(1, keepdim=True)
     xq = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int16).contiguous()
-    rb = self.panel
+    panels = rows // self.panel
+    # blocks shorter than the scheduler's inner sums have their int16 sums stored (a panel's blocks by its rows) and
+    # summed by a second kernel: a product of many panels does that a piece at a time, so that the pieces share one
+    # piece's memory (the 32000-row output layer's Q6_K sums: 12 MB in each TinyJit's memory, now 1)
+    step = max(1, PARTIAL_BYTES // (cols // n * self.panel * 2)) if n < INNER_SUM_TERMS[0] else panels
+    if step >= panels: return self._int_matvec_panels(x, xq, amax, 0, panels)
+    return Tensor.cat(*[self._int_matvec_panels(x, xq, amax, p, min(p + step, panels)) for p in range(0, panels, step)], dim=-1)
+
+  def _int_matvec_panels(self, x: Tensor, xq: Tensor, amax: Tensor, first: int, end: int) -> Tensor:
+    """int_matvec's product with the panels first..end-1 (x: the row, xq and amax: its int16 blocks and their maxima)."""
+    fmt, cols, rb = FORMATS[self.ggml_type], self.cols, self.panel
+    n = cols // xq.shape[0]
+    blocks, groups, center, rows = cols // n, cols // fmt.group, 1 << (fmt.bits - 1), (end - first) * rb
     # sum (q - center) * a as sum q * a - center * sum a, both in int16: the first wraps past int16, but the difference
     # is the exact centered sum, which fits, and int16 arithmetic is modulo 2**16 (the center leaves the inner loop)
-    q = self._codes().cast(dtypes.int16)  # (panels, cols, rows of a panel)
-    qa = (q.reshape(rows // rb, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)
+    q = self._codes()[first:end].cast(dtypes.int16)  # (panels, cols, rows of a panel)
+    qa = (q.reshape(end - first, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)
     P = qa - (xq.reshape(blocks, n).sum(1, dtype=dtypes.int16) * center).reshape(1, blocks, 1)
     def slices_sum(t: Tensor, k: int) -> Tensor:  # (panels, m * k, lanes) -> (panels, m, lanes): k neighbours added
       t = t.reshape(t.shape[0], -1, k, t.shape[2])  # as values, so every sum but the last one stays in one kernel
@@ -185,7 +199,7 @@ class QuantizedWeight:
     xsum = x.reshape(1, groups, fmt.group).cast(dtypes.float32).sum(2, keepdim=True)
     # per block b of the file: d_b * sum over its groups of sc_g * (dots_g + (center - bias) * X_g), less
     # dmin_b * sum of mn_g * X_g (the group's exact float sum of x): scales read as stored, one multiply per group
-    sc = {k: t.cast(dtypes.float32) for k, t in self.scales.items()}
+    sc = {k: t[first:end].cast(dtypes.float32) for k, t in self.scales.items()}
     inner = dots + (center - fmt.bias) * xsum if center != fmt.bias else dots
     per_block = groups // sc["d"].shape[1]
     y = sc["d"] * slices_sum(sc["sc"] * inner if "sc" in sc else inner, per_block)
