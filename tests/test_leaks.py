@@ -37,8 +37,8 @@ def test_rss_flat_over_a_million_uop_cycles():
 
 
 def test_rss_flat_over_ten_thousand_jit_replays():
-  # 16 kernels a replay, 17 CPU ring slots with its timeline signal: the 8 MiB ring (16384 slots of 512 bytes) has been
-  # written through, every page of it resident, after ~1000 replays. Before that, RSS grows by the pages first touched.
+  # 16 kernels a replay, 17 CPU ring slots with its timeline signal: the 1 MiB ring (2048 slots of 512 bytes) has been
+  # written through, every page of it resident, after ~120 replays. Before that, RSS grows by the pages first touched.
   @TinyJit
   def step(a: Tensor, b: Tensor) -> Tensor:
     x = a
@@ -78,6 +78,51 @@ def test_freed_buffers_go_back_to_the_system():
   alloc.free_cache()
   kept = rss() - before
   assert kept < 4 * 2**20, f"{kept / 2**20:.1f} MiB of freed buffers stayed resident"
+
+
+def test_the_cpu_command_ring_stays_small_once_written_through():
+  # every command slot of the CPU queue's ring is written in turn, so all of it becomes resident: 20000 commands
+  # (an LLM's warm-up and a few dozen decode steps) in a fresh process
+  code = """
+import numpy as np
+from tinyhybrid import Tensor, TinyJit
+from tinyhybrid.device import Device
+def rss(): return int(open("/proc/self/statm").read().split()[1]) * %d
+@TinyJit
+def step(a):
+  for i in range(19): a = (a + i).contiguous()
+  return a
+x = Tensor(np.zeros(16, np.float32)).realize()
+for _ in range(3): step(x)
+Device["CPU"].synchronize()
+before = rss()
+for _ in range(1000): out = step(x)
+assert out.numpy()[0] == sum(range(19))
+print((rss() - before) / 2**20)
+""" % PAGE
+  import subprocess
+  import sys
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "DEV": "CPU"})
+  assert r.returncode == 0, r.stderr[-2000:]
+  grown = float(r.stdout.split()[-1])
+  assert grown < 3, f"{grown:.1f} MiB resident after 20000 commands"
+
+
+def test_importing_leaves_out_what_only_downloads_and_progress_bars_use():
+  # http, ssl, email and tqdm cost every process ~8 MB resident; fetch, BEAM's bars and a model's load bring them in
+  # when they run. tinygrad scripts still import tqdm and trange from the helpers.
+  code = """
+import sys
+import tinyhybrid, tinyhybrid.llm.model, tinyhybrid.nn.state
+print(sorted(m for m in ("tqdm", "email", "ssl", "http.client", "urllib.request") if m in sys.modules))
+from tinyhybrid.helpers import tqdm, trange
+print(sum(1 for _ in tqdm(range(3), disable=True)), list(trange(2, disable=True)))
+"""
+  import subprocess
+  import sys
+  r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stdout.split("\n")[:2] == ["[]", "3 [0, 1]"], r.stdout
 
 
 def _fresh_graph(tag: str) -> UOp:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 from tinyhybrid import _core
-from tqdm import tqdm, trange  # noqa: F401 (tinygrad scripts import them from here)
 
 T = TypeVar("T")
 
@@ -224,6 +223,7 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
   as in tinygrad. A download that fails leaves nothing behind."""
   if url.startswith(("/", ".")): return pathlib.Path(url)
   import urllib.request  # here: http and ssl cost every process that imports tinyhybrid 5 MB and 15 ms
+  from tqdm import tqdm
   from tinyhybrid.runtime import diskcache
   if name is not None and (isinstance(name, pathlib.Path) or "/" in name): path = pathlib.Path(name)
   else:
@@ -629,4 +629,9 @@ def __getattr__(name: str) -> Any:
   if name == "Target":
     from tinyhybrid.device import Target
     return Target
+  # tinygrad scripts import its progress bars from here: tqdm's, imported when asked for (it brings email and
+  # importlib.metadata, 3 MB in every process)
+  if name in ("tqdm", "trange"):
+    import tqdm
+    return getattr(tqdm, name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

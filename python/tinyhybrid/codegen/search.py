@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.expand import cpu_lanes, expand
@@ -202,6 +201,7 @@ def beam_search(k: LoweredKernel, dev: Compiled, width: int) -> list[Opt]:
         seen.add(got[1])
         cands.append((p, *got))
     out = []
+    from tqdm import tqdm  # here: importing it costs every process 3 MB
     with tqdm(total=len(cands), desc=desc, leave=False) as bar:
       for i in range(0, len(cands), 8):
         batch = cands[i:i + 8]

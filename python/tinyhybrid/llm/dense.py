@@ -14,7 +14,7 @@ import dataclasses
 import math
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, overload
+from typing import Any, Callable, Iterable, Iterator, overload
 
 import numpy as np
 
@@ -275,8 +275,11 @@ class DenseTransformer:
     if "output.weight" in w: self.token_embd, self.output = MappedRows(w["token_embd.weight"]), QuantizedWeight(w["output.weight"], panels=True)
     else: self.token_embd = self.output = QuantizedWeight(w["token_embd.weight"])
     self.output_norm = _vec(w["output_norm.weight"])
-    from tqdm import tqdm  # each layer's weights are read from the file and repacked here: the load's time
-    self.blocks = [Block(cfg, w, i) for i in tqdm(range(cfg.n_layers), desc="loading", unit="layer", disable=not progress, leave=False)]
+    layers: Iterable[int] = range(cfg.n_layers)
+    if progress:  # each layer's weights are read from the file and repacked here: the load's time
+      from tqdm import tqdm
+      layers = tqdm(layers, desc="loading", unit="layer", leave=False)
+    self.blocks = [Block(cfg, w, i) for i in layers]
     self.cos, self.sin = rope_tables(cfg, w["rope_freqs.weight"].data.numpy() if "rope_freqs.weight" in w else None)
     Tensor.realize(self.output_norm, *[t for b in self.blocks for t in (b.attn_norm, b.ffn_norm, b.qkv_bias, b.q_norm, b.k_norm) if t is not None])
     self.embed_scale = math.sqrt(cfg.dim) if cfg.arch == "gemma" else 1.0

@@ -56,6 +56,11 @@ class CPUAllocator(Allocator):
     self._queued_copy(np.frombuffer(dest, dtype=np.uint8).ctypes.data, src.ctypes.data, src.nbytes, "copyout")
 
 
+# commands the host may write ahead of the workers (512 bytes each): a submit longer than the ring waits for them as it
+# goes. Every slot is written in turn, so the whole ring stays resident: 1 MiB, where the core's 16384 slots held 8
+# (an LLM decode step is ~720 commands)
+RING_SLOTS = 2048
+
 # one for every CPU device of the process: devices with work at the same time split the cores
 _CORES = hcq.CoreShare(int(NUM_CPU_THREADS.value))
 
@@ -94,7 +99,7 @@ class CPUDevice(Compiled):
       renderer, self.toolchain = LLVMRenderer(unit.lanes, registers=unit.registers), LLVM_TOOLCHAIN
     else: renderer, self.toolchain = CRenderer(unit.lanes if is_clang() else 1, registers=unit.registers), C_TOOLCHAIN
     super().__init__(name, CPUAllocator(self), renderer, self._build_kernels)
-    self.hcq_queue = self.queue = hcq.CPUQueue(int(NUM_CPU_THREADS.value), name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
+    self.hcq_queue = self.queue = hcq.CPUQueue(int(NUM_CPU_THREADS.value), RING_SLOTS, name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value))
     register(self.queue)
     self._copy_queue: hcq.CPUQueue | None = None
     self.max_threads = self.queue.num_threads
