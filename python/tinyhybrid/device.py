@@ -45,7 +45,8 @@ class Allocator:
     if (free := self._cache.get(nbytes)):
       self._cached -= nbytes
       return free.pop()
-    if nbytes >= self.MAPPED_BYTES: return np.frombuffer(mmap.mmap(-1, nbytes), dtype=np.uint8)
+    if nbytes >= self.MAPPED_BYTES:  # private, as malloc's: a forked child's writes stay its own
+      return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype=np.uint8)
     raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % self.ALIGN
     return raw[off:off + nbytes]

@@ -156,9 +156,9 @@ def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp
     -> tuple[list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]], set[int]]:
   """The runs with a buffer for each Transient: itself while it lives, and the ids of the scratch buffers given to
   the others. Those that died live, for the replay, from the first run that uses them to the last; transients whose
-  spans do not overlap share a scratch buffer (first fit, the smallest that is large enough). The plan reads only the runs, so it is the same whatever addresses the device's
-  allocator gave. A live transient lends its memory to none: a run may write only part of it (an assign into a row of
-  a cache), and the rest is the caller's."""
+  spans do not overlap share a scratch buffer (first fit, the smallest that is large enough). The plan reads only the
+  runs, so it is the same whatever addresses the device's allocator gave. A live transient lends its memory to none: a
+  run may write only part of it (an assign into a row of a cache), and the rest is the caller's."""
   span: dict[Transient, list[int]] = {}
   for i, (_, _, args, _) in enumerate(runs):
     for a in args:
@@ -195,7 +195,6 @@ def _scratch_buffer(device: str, nbytes: int, taken: set[int]) -> Buffer:
   else: pool.append(weakref.ref(buf := Buffer(device, nbytes, dtypes.uint8)))
   taken.add(id(buf))
   return buf.ensure_allocated()
-
 
 
 @dataclass(frozen=True)
