@@ -218,7 +218,7 @@ def test_variable_is_a_type():
 def test_truth_and_numbers_of_expressions():
   v = Variable("a", 1, 10)
   assert bool(v > 0) is True and bool(v < 1) is False and bool(v.bind(5) >= 1) is True
-  assert bool(v < 5) is True  # undecided: true, as any object (tinygrad raises); resolve() takes a default
+  with pytest.raises(ValueError): bool(v < 5)  # undecided (tinygrad's); resolve() takes a default
   assert resolve(v < 5) is True and resolve(v < 5, False) is False and resolve(v < 11, False) is True and resolve(False) is False
   assert int((v - v + 4).simplify()) == 4 and int(UOp.const(dtypes.int, 7)) == 7 and float(UOp.const(dtypes.float, 1.5)) == 1.5
   with pytest.raises(ValueError): int(v)

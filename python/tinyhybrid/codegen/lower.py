@@ -13,7 +13,7 @@ from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import KernelItem
 from tinyhybrid.uop.buffers import BufferSlot, view_base
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp, sint
+from tinyhybrid.uop.ops import UOp, resolve, sint
 from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
 from tinyhybrid.uop.shape import max_shape, shape_of
 
@@ -29,14 +29,15 @@ def _c(v: sint) -> UOp:
   return UOp.const(IDX, v)
 
 
-# Shapes and movement args may hold sints: index expressions of the kernel's variables. Python treats a UOp as true and
-# as unequal to any int, so the code below takes a symbolic size or offset as "not 0, not 1" and keeps it.
+# Shapes and movement args may hold sints: index expressions of the kernel's variables. bool() of an undecided
+# comparison is a ValueError (tinygrad's), so the code below asks resolve(), which takes a symbolic size or offset as
+# "not 0, not 1" and keeps it.
 
 def _strides(shape: tuple[sint, ...]) -> list[sint]:
   out: list[sint] = []
   acc: sint = 1
   for s in reversed(shape):
-    out.append(acc if s != 1 else 0)
+    out.append(acc if resolve(s != 1) else 0)
     acc *= s
   return out[::-1]
 
@@ -44,7 +45,7 @@ def _strides(shape: tuple[sint, ...]) -> list[sint]:
 def _flat(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
   acc = _c(0)
   for i, st in zip(idx, _strides(shape)):
-    if st: acc = acc + i * st
+    if resolve(st != 0): acc = acc + i * st
   return acc
 
 
@@ -85,8 +86,8 @@ def _reshape_index(idx: tuple[UOp, ...], new: tuple, old: tuple) -> tuple[UOp, .
   def generic() -> tuple[UOp, ...]: return tuple(x.simplify() for x in _unflatten(_flat(idx, new), old))
   if any(isinstance(s, int) and s <= 0 for s in new + old): return generic()
   out: list[UOp] = [_c(0)] * len(old)
-  ni = [d for d, s in enumerate(new) if s != 1]
-  oi = [d for d, s in enumerate(old) if s != 1]
+  ni = [d for d, s in enumerate(new) if resolve(s != 1)]
+  oi = [d for d, s in enumerate(old) if resolve(s != 1)]
   a = b = 0
   while a < len(ni):
     if b >= len(oi): return generic()
@@ -138,10 +139,10 @@ def _permute(idx: tuple[UOp, ...], src: tuple, u: UOp) -> tuple[UOp, ...]:
 INDEX_MAPS: dict[Ops, Callable[[tuple[UOp, ...], tuple, UOp], tuple[UOp, ...]]] = {
   Ops.RESHAPE: lambda idx, src, u: _reshape_index(idx, shape_of(u) or (), src),
   Ops.PERMUTE: _permute,
-  Ops.EXPAND: lambda idx, src, u: tuple(_c(0) if s == 1 and n != 1 else i for i, s, n in zip(idx, src, u.arg)),
-  Ops.SHRINK: lambda idx, src, u: tuple(i + b if b else i for i, (b, _) in zip(idx, u.arg)),
+  Ops.EXPAND: lambda idx, src, u: tuple(_c(0) if s == 1 and resolve(n != 1) else i for i, s, n in zip(idx, src, u.arg)),
+  Ops.SHRINK: lambda idx, src, u: tuple(i + b if resolve(b != 0) else i for i, (b, _) in zip(idx, u.arg)),
   Ops.FLIP: lambda idx, src, u: tuple((s - 1) - i if f else i for i, s, f in zip(idx, src, u.arg)),
-  Ops.PAD: lambda idx, src, u: tuple((i - b).simplify() if b else i for i, (b, _) in zip(idx, u.arg)),
+  Ops.PAD: lambda idx, src, u: tuple((i - b).simplify() if resolve(b != 0) else i for i, (b, _) in zip(idx, u.arg)),
 }
 
 
@@ -149,8 +150,8 @@ def _pad_inside(idx: tuple[UOp, ...], src: tuple, u: UOp) -> UOp | None:
   """Where an index into a PAD's result is inside its source (None: everywhere it is reached)."""
   cond: UOp | None = None
   for ix, s, (b, a) in zip(idx, src, u.arg):
-    if b: cond = _and(cond, (ix < b).logical_not())
-    if a: cond = _and(cond, ix < b + s)
+    if resolve(b != 0): cond = _and(cond, (ix < b).logical_not())
+    if resolve(a != 0): cond = _and(cond, ix < b + s)
   if cond is None or ((cond := cond.simplify()).op is Ops.CONST and cond.arg is True): return None
   return cond
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tinyhybrid.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype
 from tinyhybrid.gradient import grad_rule, with_gradient
 from tinyhybrid.uop import GroupOp, Ops
-from tinyhybrid.uop.ops import UOp, sint_eq
+from tinyhybrid.uop.ops import UOp, resolve, sint_eq
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -160,11 +160,11 @@ class ElementwiseMixin:
     padded = [(1,) * (n - len(s)) + s for s in shapes]
     out = []
     for dims in zip(*padded):
-      big = {d for d in dims if d != 1}
+      big = {d for d in dims if resolve(d != 1)}
       if len(big) > 1:
         if not all(sint_eq(d, next(iter(big))) for d in big): raise ValueError(f"cannot broadcast shapes {shapes}")
         # equal sints built in other orders (i+j, j+i): the first, so the graph (and the schedule cache key) is the same every run
-        out.append(next(d for d in dims if d != 1))
+        out.append(next(d for d in dims if resolve(d != 1)))
       else: out.append(big.pop() if big else 1)
     return tuple(out)
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import Ops
-from tinyhybrid.uop.ops import UOp, bound_value, check_shape, movement, sint, sint_eq, ssimplify, valid_dim
+from tinyhybrid.uop.ops import UOp, bound_value, check_shape, movement, resolve, sint, sint_eq, ssimplify, valid_dim
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -87,7 +87,7 @@ class MovementMixin:
     cur = (1,) * (len(new) - self.ndim) + self.shape
     new = tuple(c if n == -1 else n for c, n in zip(cur, new))
     # (a sint is != any other value, itself included: such a mismatch is checked again symbolically)
-    if any(c != n and c != 1 for c, n in zip(cur, new)) and not all(sint_eq(c, n) or c == 1 for c, n in zip(cur, new)):
+    if any(resolve(c != n) and resolve(c != 1) for c, n in zip(cur, new)) and not all(sint_eq(c, n) or c == 1 for c, n in zip(cur, new)):
       raise ValueError(f"expand: cannot expand {self.shape} to {new}")
     t = self.reshape(cur) if cur != self.shape else self
     if new == cur: return t
@@ -231,11 +231,11 @@ class MovementMixin:
     return t.reshape(tuple(prod(size[n] for n in g) for g in rhs))
 
   def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
-    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    if dim is None: return self.reshape(tuple(s for s in self.shape if resolve(s != 1)))
     given = [self._resolve_dim(d) for d in ((dim,) if isinstance(dim, int) else dim)]
     if len(set(given)) != len(given):
       raise RuntimeError(f"squeeze: a dimension appears more than once in {tuple(given)} (shape {self.shape})")
-    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in given or s != 1))
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in given or resolve(s != 1)))
 
   def unsqueeze(self: Tensor, dim: int) -> Tensor:
     d = self._resolve_dim(dim, extra=True)

@@ -18,7 +18,7 @@ import numpy as np
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.gradient import grad_rule, with_gradient
 from tinyhybrid.helpers import ceildiv, prod
-from tinyhybrid.uop.ops import bound_value
+from tinyhybrid.uop.ops import bound_value, smax
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -186,7 +186,7 @@ class NNMixin:
       x = self.shrink(tuple([None] * np_ + [(0, o * k) for o, k in zip(o_, k_)]))
       x = x.reshape(pre + tuple(v for o, k in zip(o_, k_) for v in (o, k)))
     else:
-      f_ = [max(1, ceildiv(o * s - d, i)) for o, s, d, i in zip(o_, s_, d_, i_)]
+      f_ = [smax(1, ceildiv(o * s - d, i)) for o, s, d, i in zip(o_, s_, d_, i_)]
       L_ = [i * f + d for i, f, d in zip(i_, f_, d_)]
       x = self.repeat([1] * np_ + [ceildiv(k * L, i) for k, L, i in zip(k_, L_, i_)])
       x = x.shrink(tuple([None] * np_ + [(0, k * L) for k, L in zip(k_, L_)]))

@@ -124,7 +124,8 @@ class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a 
     # (broadcast, expand, lowering) reads `d != 1` on a sint as "may differ" and must not raise
     s = self.simplify()
     lo, hi = s.vmin, s.vmax
-    return bool(lo) if lo == hi else True
+    if lo != hi: raise ValueError(f"bool() of a UOp that is not one value: it ranges {lo} to {hi} in {s.render()}")
+    return bool(lo)
   def __int__(self) -> int:
     if not (self.dtype._is_int or self.dtype is dtypes.bool): raise TypeError(f"int(): {self.dtype} UOp is not an int")
     return self._eval(int)
