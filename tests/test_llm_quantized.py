@@ -240,3 +240,31 @@ def test_four_bit_codes_are_16_bit_words_where_int16_sums_take_16_lanes(monkeypa
   x = (xq / 64).reshape(1, cols).astype(np.float32)
   want = x.astype(np.float64) @ ref.T
   np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("eight", [True, False])
+def test_q6_k_high_bits_pair_two_columns_in_16_bit_words_where_int16_sums_take_16_lanes(monkeypatch, eight):
+  # Q6_K's 2-bit plane beside those 4-bit words (AVX2): a word holds rows j, j + 16, j + 32, j + 48 of two neighbouring
+  # columns, so the kernel takes 16 rows' high bits with 16-bit shifts (bytes took shifts x86 lacks). The weight
+  # unpacks to the file's values, and the decode step's product (its 8-element blocks) and a prompt's are the file's
+  from tinyhybrid import dtypes
+  from tinyhybrid.llm import quantized
+  monkeypatch.setattr(quantized, "eight_lanes", lambda device: eight)
+  q6_k = next(t for t, v in GGML_QUANT.items() if v[0] == "Q6_K")
+  rng = np.random.default_rng(12)
+  rows, cols = 128, 512
+  blocks = random_blocks(q6_k, rows * cols // 256, rng)
+  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(q6_k)).reshape(rows, cols).astype(np.float64)
+  w = QuantizedWeight(GGUFTensor("w", (rows, cols), q6_k, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  (_, low_bits, low), (_, high_bits, high) = w.planes
+  assert (low_bits, high_bits) == (4, 2)
+  if eight: assert high.dtype == dtypes.uint16 and high.shape == (low.shape[0] // 2, 1, 16)
+  else: assert high.dtype == dtypes.uint8 and high.shape == (low.shape[0], 1, 16)
+  np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
+  xq = rng.integers(-127, 128, (cols // 8, 8))
+  xq[:, 0] = 127
+  x = (xq / 64).reshape(1, cols).astype(np.float32)
+  want = x.astype(np.float64) @ ref.T
+  np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
+  x3 = rng.standard_normal((3, cols)).astype(np.float32)
+  np.testing.assert_allclose(w.matmul(Tensor(x3)).numpy(), x3 @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x3 @ ref.T).max())
