@@ -217,6 +217,21 @@ def test_the_output_layer_multiplies_in_int8_where_cpu_vectors_are_narrow(monkey
   assert _int8_output("CPU") is int8 and _int8_output(("CPU", "CPU:1")) is False
 
 
+def _panel_weight_with_its_exact_product(name: str, block: int, seed: int) -> tuple[QuantizedWeight, np.ndarray, np.ndarray, np.ndarray]:
+  """A 128 x 512 weight of type `name` in panels, the file's values (gguf's dequantizer), and an activation row whose
+  blocks of `block` quantize exactly to int8 with the float64 product it must give."""
+  ggml_type = next(t for t, v in GGML_QUANT.items() if v[0] == name)
+  rng = np.random.default_rng(seed)
+  rows, cols = 128, 512
+  blocks = random_blocks(ggml_type, rows * cols // 256, rng)
+  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols).astype(np.float64)
+  w = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  xq = rng.integers(-127, 128, (cols // block, block))
+  xq[:, 0] = 127
+  x = (xq / 64).reshape(1, cols).astype(np.float32)
+  return w, ref, x, x.astype(np.float64) @ ref.T
+
+
 @pytest.mark.parametrize("eight", [True, False])
 def test_four_bit_codes_are_16_bit_words_where_int16_sums_take_16_lanes(monkeypatch, eight):
   # on a CPU whose vectors hold 8 floats (AVX2), a panel column's 64 four-bit codes are 16 words of 16 bits, word j
@@ -226,19 +241,10 @@ def test_four_bit_codes_are_16_bit_words_where_int16_sums_take_16_lanes(monkeypa
   from tinyhybrid import dtypes
   from tinyhybrid.llm import quantized
   monkeypatch.setattr(quantized, "eight_lanes", lambda device: eight)
-  q4_k = next(t for t, v in GGML_QUANT.items() if v[0] == "Q4_K")
-  rng = np.random.default_rng(11)
-  rows, cols = 128, 512
-  blocks = random_blocks(q4_k, rows * cols // 256, rng)
-  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(q4_k)).reshape(rows, cols).astype(np.float64)
-  w = QuantizedWeight(GGUFTensor("w", (rows, cols), q4_k, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  w, ref, x, want = _panel_weight_with_its_exact_product("Q4_K", 32, 11)
   ((_, bits, plane),) = w.planes
   assert bits == 4 and (plane.dtype, plane.shape[-1]) == ((dtypes.uint16, 16) if eight else (dtypes.uint8, 32))
   np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
-  xq = rng.integers(-127, 128, (cols // 32, 32))
-  xq[:, 0] = 127
-  x = (xq / 64).reshape(1, cols).astype(np.float32)
-  want = x.astype(np.float64) @ ref.T
   np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
 
 
@@ -250,21 +256,12 @@ def test_q6_k_high_bits_pair_two_columns_in_16_bit_words_where_int16_sums_take_1
   from tinyhybrid import dtypes
   from tinyhybrid.llm import quantized
   monkeypatch.setattr(quantized, "eight_lanes", lambda device: eight)
-  q6_k = next(t for t, v in GGML_QUANT.items() if v[0] == "Q6_K")
-  rng = np.random.default_rng(12)
-  rows, cols = 128, 512
-  blocks = random_blocks(q6_k, rows * cols // 256, rng)
-  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(q6_k)).reshape(rows, cols).astype(np.float64)
-  w = QuantizedWeight(GGUFTensor("w", (rows, cols), q6_k, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  w, ref, x, want = _panel_weight_with_its_exact_product("Q6_K", 8, 12)
   (_, low_bits, low), (_, high_bits, high) = w.planes
   assert (low_bits, high_bits) == (4, 2)
   if eight: assert high.dtype == dtypes.uint16 and high.shape == (low.shape[0] // 2, 1, 16)
   else: assert high.dtype == dtypes.uint8 and high.shape == (low.shape[0], 1, 16)
   np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
-  xq = rng.integers(-127, 128, (cols // 8, 8))
-  xq[:, 0] = 127
-  x = (xq / 64).reshape(1, cols).astype(np.float32)
-  want = x.astype(np.float64) @ ref.T
   np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
-  x3 = rng.standard_normal((3, cols)).astype(np.float32)
+  x3 = np.random.default_rng(13).standard_normal((3, 512)).astype(np.float32)
   np.testing.assert_allclose(w.matmul(Tensor(x3)).numpy(), x3 @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x3 @ ref.T).max())
