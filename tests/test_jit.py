@@ -153,6 +153,27 @@ def test_captures_keep_their_intermediates_in_shared_memory():
   check(g, 2, RNG.standard_normal((256, 256)).astype(np.float32))
 
 
+def test_a_replay_inside_a_capture_keeps_its_intermediates_apart_from_the_outer_ones():
+  # the outer capture runs the inner one's kernels on the inner's scratch memory: its own intermediates, of the same
+  # size and alive across that replay, must take other memory
+  @TinyJit
+  def inner(x):
+    h = (x * 2 + 1).contiguous().realize()
+    return (h * h).sum(1).realize()
+
+  @TinyJit
+  def outer(x):
+    a = (x - 3).contiguous().realize()  # alive across inner's replay, as large as inner's intermediate
+    b = inner(x)
+    return (a.sum(1) + b).realize()
+
+  for _ in range(3): inner(Tensor(RNG.standard_normal((64, 64)).astype(np.float32)).realize())
+  for _ in range(4):
+    x_np = RNG.standard_normal((64, 64)).astype(np.float32)
+    want = (x_np - 3).sum(1) + ((x_np * 2 + 1) ** 2).sum(1)
+    np.testing.assert_allclose(outer(Tensor(x_np).realize()).numpy(), want, rtol=1e-4, atol=1e-3)
+
+
 def test_a_capture_writing_part_of_a_live_buffer_keeps_the_rest():
   # the cache exists before the capture, and the capture's first use of it is an assign into one row: the other rows
   # are the caller's, and no intermediate of the replay may borrow their memory
