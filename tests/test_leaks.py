@@ -80,6 +80,25 @@ def test_freed_buffers_go_back_to_the_system():
   assert kept < 4 * 2**20, f"{kept / 2**20:.1f} MiB of freed buffers stayed resident"
 
 
+def test_large_buffers_ask_for_huge_pages():
+  # a weight a kernel streams crosses a 4 KiB page boundary 256 times a MiB: from 2 MiB a buffer's mapping is advised
+  # for transparent huge pages (smaps' VmFlags "hg"); a smaller one is not
+  from tinyhybrid import Device
+  alloc = Device["CPU"].allocator
+  def flags(mem: np.ndarray) -> list[str]:
+    addr = mem.ctypes.data
+    with open("/proc/self/smaps") as f: lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+      lo, _, hi = line.split()[0].partition("-")
+      if "-" in line.split()[0] and int(lo, 16) <= addr < int(hi, 16):
+        return next(ln.split()[1:] for ln in lines[i + 1:] if ln.startswith("VmFlags:"))
+    raise AssertionError("no mapping holds the buffer")
+  big, small = alloc.alloc(4 << 20), alloc.alloc(1 << 20)
+  assert "hg" in flags(big) and "hg" not in flags(small)
+  alloc.free(big, cache=False)
+  alloc.free(small, cache=False)
+
+
 def test_the_cpu_command_ring_stays_small_once_written_through():
   # every command slot of the CPU queue's ring is written in turn, so all of it becomes resident: 20000 commands
   # (an LLM's warm-up and a few dozen decode steps) in a fresh process

@@ -35,6 +35,10 @@ class Allocator:
   # would stay with the process once its threshold for such blocks had grown past them (an LLM's warm-up peaked 5% of
   # the model higher for it)
   MAPPED_BYTES = 1 << 18
+  # from this size a buffer asks for 2 MiB pages where the kernel gives them on request (transparent huge pages in
+  # "madvise" mode, as Debian's): a kernel streaming a weight crosses a page boundary every 4 KiB otherwise, and
+  # a decode step of the 0.5B model ran 2-5% faster (F16, Q8_0, Q4_K_M) with its weights on them
+  HUGE_BYTES = 1 << 21
 
   def __init__(self) -> None:
     self.used = 0
@@ -46,7 +50,11 @@ class Allocator:
       self._cached -= nbytes
       return free.pop()
     if nbytes >= self.MAPPED_BYTES:  # private, as malloc's: a forked child's writes stay its own
-      return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype=np.uint8)
+      m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+      if nbytes >= self.HUGE_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        try: m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError: pass  # a kernel without transparent huge pages
+      return np.frombuffer(m, dtype=np.uint8)
     raw = np.empty(max(nbytes, 1) + self.ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % self.ALIGN
     return raw[off:off + nbytes]
