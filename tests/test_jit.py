@@ -153,6 +153,32 @@ def test_captures_keep_their_intermediates_in_shared_memory():
   check(g, 2, RNG.standard_normal((256, 256)).astype(np.float32))
 
 
+def test_threads_replaying_captures_that_share_memory_get_their_own_results():
+  # two captures of one shape share their intermediates' memory; replays from two threads at once submit one whole
+  # replay at a time, so neither reads the other's intermediates (an in-order queue would interleave their kernels)
+  import threading
+  def make(k):
+    @TinyJit
+    def f(x):
+      h = (x * k + 1).contiguous().realize()
+      return (h * h).sum(1).realize()
+    return f
+  fs = [make(2.0), make(3.0)]
+  for f in fs:
+    for _ in range(3): f(Tensor(np.ones((128, 128), np.float32)).realize())
+  errors: list[str] = []
+  def run(i):
+    rng = np.random.default_rng(i)
+    for _ in range(40):
+      x_np = rng.standard_normal((128, 128)).astype(np.float32)
+      got = fs[i](Tensor(x_np).realize()).numpy()
+      if not np.allclose(got, ((x_np * (2.0 + i) + 1) ** 2).sum(1), rtol=1e-4, atol=1e-3): errors.append(f"thread {i}")
+  threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  assert not errors, errors
+
+
 def test_a_replay_inside_a_capture_keeps_its_intermediates_apart_from_the_outer_ones():
   # the outer capture runs the inner one's kernels on the inner's scratch memory: its own intermediates, of the same
   # size and alive across that replay, must take other memory

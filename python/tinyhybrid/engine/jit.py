@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
@@ -184,6 +185,9 @@ def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp
 # hold one plan's memory, not three (a 0.5B Q4_K_M model: 42 -> 16 MiB). Weak: a buffer goes with the last capture
 # that uses it. One capture's free_intermediates frees it for all: each takes memory again at its next call.
 _scratch: dict[str, list[weakref.ref[Buffer]]] = {}
+# one replay's submits at a time: two threads replaying captures that share scratch memory must not interleave their
+# kernels on an in-order queue (OpenCL's, CUDA's) that no tracker orders by memory
+_REPLAYS = threading.RLock()
 
 
 def _scratch_buffer(device: str, nbytes: int, taken: set[int]) -> Buffer:
@@ -295,6 +299,23 @@ class CapturedJit(Generic[ReturnType]):
         self.freed.append(slot)
 
   def __call__(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> ReturnType:
+    with _REPLAYS:
+      first = len(profile_events)
+      self._run(inputs, var_vals)
+    if PROFILE:
+      for d in dict.fromkeys(self.devices): Device[d].synchronize()  # the runs' events are recorded once they are done
+    if PROFILE and (ran := profile_events[first:]):
+      # the replay as one span around the kernels it ran, from their own (queue) timestamps
+      profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))
+    engine.count_runs(len(self.jit_cache), self.ops, self.mem)
+    if capturing: self._record(inputs, var_vals)
+    for t, u, base, i in self.input_outs: t.uop = u.substitute({base: UOp(Ops.BUFFER, base.dtype, (), inputs[i])})
+    # a returned view of a symbolic shape follows this call's values
+    for t in self.symbolic_outs: t.uop = map_binds(t.uop, lambda b: b.src[0].bind(var_vals[b.src[0]]) if b.src[0] in var_vals else b)
+    return self.ret
+
+  def _run(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> None:
+    """Patches the argument words for this call and submits the replay."""
     args, written = self.args, self.written
     for slot in (*self.freed, *self.shared):  # memory again for the buffers free_intermediates let go of
       args[slot] = self.objs[slot].ensure_allocated().address  # type: ignore[union-attr]
@@ -307,19 +328,7 @@ class CapturedJit(Generic[ReturnType]):
       if (slot := self.var_slots.get(var)) is not None: args[slot] = val & engine.U64_MASK  # type: ignore[assignment]
     for buf, redraw in self.rng:  # a random call made in the capture draws anew on every replay
       buf.copyin(base_buffer(redraw()).arg.numpy())
-    first = len(profile_events)
     for runner in self.runners: runner(args)
-    if PROFILE:
-      for d in dict.fromkeys(self.devices): Device[d].synchronize()  # the runs' events are recorded once they are done
-    if PROFILE and (ran := profile_events[first:]):
-      # the replay as one span around the kernels it ran, from their own (queue) timestamps
-      profile_events.append(ProfileEvent(f"jit {self.name}", ran[0].device, min(e.start_ns for e in ran), max(e.end_ns for e in ran), kind="jit"))
-    engine.count_runs(len(self.jit_cache), self.ops, self.mem)
-    if capturing: self._record(inputs, var_vals)
-    for t, u, base, i in self.input_outs: t.uop = u.substitute({base: UOp(Ops.BUFFER, base.dtype, (), inputs[i])})
-    # a returned view of a symbolic shape follows this call's values
-    for t in self.symbolic_outs: t.uop = map_binds(t.uop, lambda b: b.src[0].bind(var_vals[b.src[0]]) if b.src[0] in var_vals else b)
-    return self.ret
 
   def _record(self, inputs: list[Buffer], var_vals: dict[UOp, int]) -> None:
     """A replay inside another TinyJit's capture: its kernels become part of that capture, with this call's inputs."""
