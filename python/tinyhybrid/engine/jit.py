@@ -273,7 +273,7 @@ class CapturedJit(Generic[ReturnType]):
   def __setstate__(self, state: dict[str, Any]) -> None:
     self.__dict__.update(state)
     self.args = [a.src[1].arg & engine.U64_MASK if isinstance(a, UOp) else a.ensure_allocated().address for a in self.objs]
-    self.freed = []
+    self.freed, self.shared = [], []  # a loaded capture's buffers are its own
     self.runners = batch_runners(self.devices, [(ei.prg, ei.slots, ei.threads) for ei in self.jit_cache], len(self.args))
 
   def free_intermediates(self) -> None:
