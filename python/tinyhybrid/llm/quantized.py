@@ -189,8 +189,7 @@ class QuantizedWeight:
   def _int_matvec_panels(self, x: Tensor, xq: Tensor, amax: Tensor, first: int, end: int) -> Tensor:
     """int_matvec's product with the panels first..end-1 (x: the row, xq and amax: its int16 blocks and their maxima)."""
     fmt, cols, rb = FORMATS[self.ggml_type], self.cols, self.panel
-    n = cols // xq.shape[0]
-    blocks, groups, center, rows = cols // n, cols // fmt.group, 1 << (fmt.bits - 1), (end - first) * rb
+    (blocks, n), groups, center, rows = xq.shape, cols // fmt.group, 1 << (fmt.bits - 1), (end - first) * rb
     # sum (q - center) * a as sum q * a - center * sum a, both in int16: the first wraps past int16, but the difference
     # is the exact centered sum, which fits, and int16 arithmetic is modulo 2**16 (the center leaves the inner loop)
     q = self._codes()[first:end].cast(dtypes.int16)  # (panels, cols, rows of a panel)
