@@ -25,6 +25,7 @@ from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, bound_value, check_shape, movement, sint
 from tinyhybrid.uop.shape import max_shape, shape_of
 from tinyhybrid.mixin.api import TensorAPI
+from tinyhybrid.mixin import uop_api
 from tinyhybrid.uop.buffers import base_buffer, buffer_uop, buffer_view, contiguous_buffer, strip_reshapes, view_base
 from tinyhybrid.schedule.multi import check_shardable, copy_to, is_realized_multi, multi_devices, select_shard
 from tinyhybrid.uop.sharding import shard_bounds
@@ -126,7 +127,7 @@ class Tensor(TensorAPI):
                                                       and all(n.op in _CONST_GRAPH for n in data.toposort()))):
         self.device = None  # type: ignore[assignment]
       elif device is None and (own := data.device) is not None: self.device = own  # a graph's own device (or devices)
-      if (op := data.op) is _BIND or op is _DEFINE_VAR or data.dtype is _WEAKINT:
+      if (op := data.op) is _BIND or op is _DEFINE_VAR or (data.dtype is _WEAKINT and data.device is None):
         # a bound Variable (or a sint expression of them) as a scalar tensor whose value is the variable's; like a
         # Python int it stays weakly typed (the other operand's int type wins) until it is stored
         try: bound_value(data)
@@ -869,3 +870,4 @@ def _reads_buffer_differently(value: UOp, target: UOp) -> bool:
 def _np_out_dtype(dt: DType) -> np.dtype: return np.dtype(np.float32) if dt is dtypes.bfloat16 or dt in dtypes.fp8s else np_storage(dt)
 
 
+uop_api.install(UOp, Tensor)

@@ -90,10 +90,15 @@ class KernelDSL:
     return UOp(Ops.STACK, self.dtype, tuple(lanes))
 
   def reshape(self: Any, *shape: Any) -> UOp:
+    """A placeholder's (or a tensor graph's) elements as another shape; one dimension may be -1, the rest's quotient."""
     from tinyhybrid.uop.ops import UOp
     new = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-    if self.op not in _INDEXABLE or prod(new) != prod(self.shape): raise ValueError(f"reshape: {self.shape} cannot become {new} here")
-    return UOp(Ops.RESHAPE, self.dtype, (self,), new)
+    old = self.shape
+    if [type(d) is int and d == -1 for d in new].count(True) == 1 and (known := prod(d for d in new if not (type(d) is int and d == -1))):
+      new = tuple(prod(old or ()) // known if type(d) is int and d == -1 else d for d in new)
+    # a node with no shape (an index expression, a loop) has no elements to reshape
+    if (self.op not in _INDEXABLE and old is None) or prod(new) != prod(old or ()): raise ValueError(f"reshape: {old} cannot become {new} here")
+    return self if new == old else UOp(Ops.RESHAPE, self.dtype, (self,), new)
 
   def unshard(self: Any, axis: int) -> UOp:
     """A value on several devices, one piece each (MSTACK of the pieces), as one value split on `axis` across them."""
@@ -101,5 +106,8 @@ class KernelDSL:
     if self.op is not Ops.MSTACK: raise ValueError(f"unshard: a {self.op} is not on several devices")
     return UOp(Ops.MSTACK, self.dtype, self.src, (self.arg[0], axis))
 
-  def flatten(self: Any) -> UOp: return self.reshape(prod(self.shape))
+  def flatten(self: Any, start_dim: int = 0, end_dim: int = -1) -> UOp:
+    shape = self.shape or ()
+    start, end = start_dim % max(len(shape), 1), end_dim % max(len(shape), 1)
+    return self.reshape(shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:])
   def numel(self: Any) -> int: return prod(self.shape)

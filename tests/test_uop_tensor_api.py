@@ -1,0 +1,80 @@
+"""The Tensor API on a tensor's graph node, as tinygrad's UOp has it (mixin/uop_api.py): `t.uop.sum(axis=0)` is the
+node of `t.sum(axis=0)`. Values against NumPy, through Tensor(node)."""
+import numpy as np
+import pytest
+
+from tinyhybrid import Tensor, dtypes
+from tinyhybrid.uop.ops import KernelInfo, UOp
+
+X = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 7.5
+
+
+def value(u: UOp) -> np.ndarray: return Tensor(u).numpy()
+
+
+@pytest.mark.parametrize("name,kwargs,want", [
+  ("sum", {}, X.sum()), ("sum", {"axis": 1}, X.sum(1)), ("sum", {"axis": -1}, X.sum(-1)), ("sum", {"axis": (0, 2)}, X.sum((0, 2))),
+  ("sum", {"axis": 1, "keepdim": True}, X.sum(1, keepdims=True)), ("prod", {"axis": 0}, X.prod(0)), ("max", {"axis": 2}, X.max(2)),
+  ("min", {}, X.min()), ("mean", {"axis": 1}, X.mean(1)), ("std", {}, X.std(ddof=1)), ("var", {"axis": 2}, X.var(2, ddof=1)),
+  ("argmax", {"axis": 1}, X.argmax(1))])
+def test_reductions_of_a_node_are_the_tensors(name, kwargs, want):
+  got = value(getattr(Tensor(X).uop, name)(**kwargs))
+  assert got.shape == np.shape(want)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_reduce_with_an_accumulation_type():
+  h = Tensor([1.0, 2, 3], dtype=dtypes.float16).uop.sum(axis=0, dtype=dtypes.float32)
+  assert h.dtype is dtypes.float32 and Tensor(h).item() == 6.0
+
+
+def test_movement_of_a_node():
+  u = Tensor(X).uop
+  np.testing.assert_equal(value(u.permute(2, 0, 1)), X.transpose(2, 0, 1))
+  np.testing.assert_equal(value(u.shrink(((0, 1), None, (1, 3)))), X[0:1, :, 1:3])
+  np.testing.assert_equal(value(u.pad(((0, 0), (1, 0), (0, 2)))), np.pad(X, ((0, 0), (1, 0), (0, 2))))
+  np.testing.assert_equal(value(u.flip(1)), X[:, ::-1])
+  np.testing.assert_equal(value(u.reshape(4, -1)), X.reshape(4, 6))
+  np.testing.assert_equal(value(u.flatten(1)), X.reshape(2, 12))
+  np.testing.assert_equal(value(u.flatten()), X.reshape(-1))
+  np.testing.assert_equal(value(u.shrink(((0, 1), None, None)).expand(3, 3, 4)), np.broadcast_to(X[:1], (3, 3, 4)))
+  assert u.T.shape == (4, 3, 2)
+
+
+def test_a_nodes_operands_may_be_nodes_and_numbers():
+  u, w = Tensor(X).uop, Tensor(X[0].T.copy()).uop  # (2, 3, 4) @ (4, 3)
+  np.testing.assert_allclose(value(u.matmul(w)), X @ X[0].T, rtol=1e-5)
+  np.testing.assert_allclose(value(u.softmax(-1)), np.exp(X) / np.exp(X).sum(-1, keepdims=True), rtol=1e-5)
+  np.testing.assert_equal(value(u + 1), X + 1)  # a bare constant takes the node's shape
+  np.testing.assert_equal(value(2 * u), 2 * X)
+  np.testing.assert_equal(value(u.maximum(0.0)), np.maximum(X, 0))
+  a, b = u.chunk(2, dim=2)
+  np.testing.assert_equal(value(a.cat(b, dim=2)), X)
+
+
+def test_where_of_a_node_with_number_branches():
+  cond = Tensor([True, False, True]).uop
+  assert Tensor(cond.where(1, 0)).tolist() == [1, 0, 1]
+  assert Tensor(cond.where(1.5, 0)).tolist() == [1.5, 0, 1.5]
+
+
+def test_builders_on_the_class():
+  assert Tensor(UOp.arange(5)).tolist() == [0, 1, 2, 3, 4]
+  np.testing.assert_equal(value(UOp.eye(3)), np.eye(3, dtype=np.float32))
+
+
+def test_a_custom_kernel_from_nodes():
+  def add_one(B: UOp, A: UOp) -> UOp:
+    i = UOp.range(A.numel(), 0)
+    return B.flatten()[i].store(A.flatten()[i] + 1).end(i).sink(arg=KernelInfo(name="add_one"))
+  a = Tensor(X)
+  out = Tensor.empty_like(a).uop.custom_kernel(a.uop, fxn=add_one)
+  assert isinstance(out, list) and all(isinstance(o, UOp) for o in out)
+  np.testing.assert_equal(value(out[0]), X + 1)
+
+
+def test_names_a_node_has_keep_their_own_meaning():
+  # UOp arithmetic and the kernel DSL stay as they were: a loop index reshaped is an error, not a tensor op
+  i = UOp.range(4, 0)
+  with pytest.raises(ValueError, match="cannot become"): i.reshape(2, 2)
+  assert (i + 1).op.name == "ADD" and (i + 1).shape is None
