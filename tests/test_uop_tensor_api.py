@@ -78,3 +78,20 @@ def test_names_a_node_has_keep_their_own_meaning():
   i = UOp.range(4, 0)
   with pytest.raises(ValueError, match="cannot become"): i.reshape(2, 2)
   assert (i + 1).op.name == "ADD" and (i + 1).shape is None
+
+
+@pytest.mark.parametrize("scalar", [lambda: Tensor(2.0, dtype=dtypes.float32), lambda: Tensor([2.0]).reshape(()).contiguous().realize()],
+                         ids=["constant", "buffer"])
+def test_a_0d_source_broadcasts_in_alu_and_its_gradient_sums(scalar):
+  # tinygrad: an ALU of a node and a 0-d node needs no EXPAND; the 0-d source's gradient is the sum over the broadcast
+  from tinyhybrid.uop import Ops
+  x, w = Tensor([1.0, 2.0, 3.0]), scalar()
+  m = x.uop.alu(Ops.MUL, w.uop)
+  assert m.src[1] is w.uop and m.shape == (3,)
+  np.testing.assert_equal(Tensor(m).numpy(), [2.0, 4.0, 6.0])
+  gx, gw = Tensor(m).sum().gradient(x, w)
+  assert gw.shape == () and gw.item() == 6.0
+  np.testing.assert_equal(gx.numpy(), [2.0, 2.0, 2.0])
+  s = w.sin()  # used directly and through a broadcast: both edges' gradients, each at s's shape
+  dw = (Tensor(x.uop.alu(Ops.MUL, s.uop)).sum() + s).gradient(w)[0]
+  np.testing.assert_allclose(dw.item(), 7 * np.cos(2.0), rtol=1e-6)

@@ -214,7 +214,8 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
     for s, g in zip(src, rule(grads[u], out, [wrap(x, out) for x in src], *params)):
       if g is None or not on_path[s]: continue
       if g.dtype is not s.dtype and s.dtype._is_float and not s.dtype._is_weak: g = g.cast(s.dtype)
-      if shape_of(s) != g.shape: g = g.reshape(shape_of(s))  # type: ignore[arg-type]  # a node with a gradient has a shape
+      if (shape := shape_of(s)) != g.shape:  # a node with a gradient has a shape
+        g = g.sum() if shape == () else g.reshape(shape)  # type: ignore[arg-type]  # (a 0-d source broadcast by its ALU)
       grads[s] = grads[s] + g if s in grads else g
   for t in targets:
     if t not in grads and t in on_path: grads[t] = wrap(t).zeros_like()

@@ -393,6 +393,11 @@ def _pad_mask(c: UOp, v: UOp, z: UOp) -> UOp | None:
   return None if _lowering(v) else v if v.op is Ops.LOAD else c.where(v, z)
 
 
+def _broadcast_index(src: UOp, idx: tuple[UOp, ...]) -> tuple[UOp, ...]:
+  """An ALU's index as its source's: none for a 0-d source, which broadcasts (uop/shape.py)."""
+  return () if idx and src.op is not Ops.CONST and shape_of(src) == () else idx
+
+
 def _unsupported(u: UOp) -> Any: raise NotImplementedError(f"lowering: {u.op} inside a kernel")
 
 
@@ -406,7 +411,7 @@ pm_lower = PatternMatcher([_index_of(NOT_PARAM, _realized), _index_of(GroupOp.Mo
   _index_of(Ops.IOTA, lambda x, u: x.src[2].cast(u.dtype)),
   _index_of((Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), lambda x, u: at(u.src[0], x.src[2:], _gate(x))),
   _index_of(Ops.REDUCE, _fused_reduce),
-  _index_of((*GroupOp.ALU, Ops.CAST, Ops.BITCAST), lambda x, u: UOp(u.op, u.dtype, tuple(at(s, x.src[2:], _gate(x)) for s in u.src), u.arg)),
+  _index_of((*GroupOp.ALU, Ops.CAST, Ops.BITCAST), lambda x, u: UOp(u.op, u.dtype, tuple(at(s, _broadcast_index(s, x.src[2:]), _gate(x)) for s in u.src), u.arg)),
   _index_of(NOT_PARAM, lambda u: _unsupported(u)),
   # once their sources are kernel IR: a reduce, and a PAD's mask
   (UPat(Ops.REDUCE, src=(UPat(name="v"),), name="r"), _reduce_of_value),

@@ -42,9 +42,10 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
     return s if axis is None else s[:axis] + (s[axis] * len(u.src),) + s[axis + 1:]
   if op in _SAME_AS_SRC:
     if op in GroupOp.ALU:
-      # a bare scalar CONST (a Python number in UOp arithmetic, `t.uop + 1`) takes the other sources' shape, as the
-      # shaped constant tinygrad's UOp makes of it would; the Tensor API broadcasts its constants itself
-      shapes = [x for x, src in zip(src_shapes, u.src) if x is not None and not (x == () and src.op is Ops.CONST)] or [()]
+      # a 0-d source broadcasts to the others' shape, as in tinygrad (a Python number in UOp arithmetic, `t.uop + 1`,
+      # or a 0-d tensor's node given to .alu): codegen reads it at no index, its gradient is summed to 0-d. The Tensor
+      # API broadcasts with EXPANDs itself
+      shapes = [x for x in src_shapes if x is not None and x != ()] or [()]
       if any(x != shapes[0] for x in shapes) and not all(shape_eq(x, shapes[0]) for x in shapes): raise ValueError(f"{op.name}: sources have different shapes {shapes}")
       return shapes[0]
     return s
