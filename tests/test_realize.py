@@ -299,3 +299,34 @@ def test_cheap_index_arithmetic_is_recomputed_where_it_is_read():
   GlobalCounters.reset()
   (Tensor.ones(8, 64) @ w).realize()
   assert GlobalCounters.kernel_count >= 2
+
+
+def test_writes_written_with_uops_run_before_the_memory_is_read():
+  # tinygrad's `t.uop = t.uop.after(t.uop.store(v))`: the memory after the stores, which may be to views and to other
+  # memory, in order
+  t = Tensor.zeros(6).contiguous().realize()
+  t.uop = t.uop.after(t.uop.store((t + 1).uop))
+  np.testing.assert_equal(t.numpy(), np.ones(6))
+  t.uop = t.uop.after(t[:2].uop.after(t[:2].uop.store(Tensor([7.0, 8.0]).uop)))
+  np.testing.assert_equal(t.numpy(), [7, 8, 1, 1, 1, 1])
+  a, b, c = Tensor.zeros(4).contiguous(), Tensor.zeros(4).contiguous(), Tensor.arange(4).float().contiguous()
+  Tensor.realize(a, b, c)
+  a2 = Tensor(a.uop.after(a.uop.store((c * 2).uop), b.uop.store(c.uop)))
+  np.testing.assert_equal(a2.numpy(), [0, 2, 4, 6])
+  np.testing.assert_equal(b.numpy(), [0, 1, 2, 3])
+  np.testing.assert_equal(a.numpy(), [0, 2, 4, 6])
+  np.testing.assert_equal((a2 + 1).numpy(), [1, 3, 5, 7])  # done once: a second realize does not write again
+  np.testing.assert_equal(b.numpy(), [0, 1, 2, 3])
+  # read inside a larger graph before it ran: refused with its reason (it would read the memory before the write)
+  with pytest.raises(NotImplementedError, match="realize the tensor of x.after"):
+    (Tensor(a.uop.after(a.uop.store((a + 1).uop))) * 2).realize()
+
+
+def test_a_weak_target_takes_the_assigned_type():
+  # Tensor(5) is weakly an int: an int16 value assigned to it stores it as int16 (tinygrad's), not an error
+  t = Tensor(5)
+  t.assign(Tensor(7, dtype=dtypes.int16))
+  assert t.dtype is dtypes.int16 and t.item() == 7
+  v = Tensor(5).reshape(1, 1).expand(2, 2)[:, 1:2]
+  v.assign(Tensor.ones(2, 1, dtype=dtypes.int).contiguous().realize())
+  assert v.tolist() == [[1], [1]]

@@ -364,6 +364,7 @@ class Tensor(TensorAPI):
     if isinstance(x, (bool, int, float)): x = self.const_like(x)
     elif not isinstance(x, Tensor): x = Tensor(x, device=self.device, dtype=self.dtype)  # a list, numpy array, bytes
     if x.dtype in dtypes.weaks: x = x.cast(least_upper_dtype(self.dtype, x.dtype))  # a weak value takes the tensor's type
+    elif self.dtype in dtypes.weaks and least_upper_dtype(self.dtype, x.dtype) is x.dtype: self.uop = self.cast(x.dtype).uop  # and v.v.
     if x.uop.device is None and type(self.device) is str: x = Tensor(x.uop, device=self.device)  # constants only: any device
     # tinygrad's checks and words: an assign never casts (a silent cast can lose precision) nor moves the value
     if x.dtype is not self.dtype: raise RuntimeError(f"assign dtype mismatch {self.dtype} != {x.dtype}")
@@ -647,10 +648,32 @@ def _realize(tensors: list[Tensor]) -> None:
   realizes their shards here."""
   for t in tensors:  # weakness ends where storage begins: a weak value is stored as the type it commits to
     if t.dtype in dtypes.weaks: t.uop = _committed(t.uop)
+    if t.uop.op is Ops.AFTER and _run_stores(t.uop): _apply_becomes({t.uop: t.uop.src[0]})
   if any(type(t.device) is tuple for t in tensors):
     realize_sharded([t for t in tensors if type(t.device) is tuple])
     tensors = [t for t in tensors if type(t.device) is not tuple]
   for st in _plan(tensors): engine.run_step(st)
+
+
+def _run_stores(after: UOp) -> bool:
+  """Runs the writes a graph written with UOps ends in, tinygrad's `t.uop.after(t.uop.store(v))` (an AFTER of the
+  memory and the void STOREs to make first, which may write other memory and nest as AFTERs of views), each as the
+  assign it is, in order. Whether there were any: the AFTER is then its memory. (Our own AFTERs, a realized view with
+  the graph that computed it, have no STORE among their sources.)"""
+  writes: list[UOp] = []
+  def collect(u: UOp) -> bool:
+    found = False
+    for dep in u.src[1:]:
+      if dep.op is Ops.STORE and dep.dtype is dtypes.void: writes.append(dep)
+      elif dep.op is Ops.AFTER and collect(dep): pass
+      else: continue
+      found = True
+    return found
+  if not collect(after): return False
+  for st in writes:
+    target, value = st.src
+    Tensor(target).assign(Tensor(value, device=target.device)).realize()
+  return True
 
 
 def _realize_graphs(graphs: list[UOp], devices: list[str], contiguous: bool) -> list[UOp]:

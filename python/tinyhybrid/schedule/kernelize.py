@@ -91,6 +91,9 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   def rebuild(root: UOp) -> UOp:
     # (the walk leaves out the AFTERs and what was rebuilt before; a node's sources are then rebuilt or left out)
     if root.op is Ops.AFTER:  # (as deep as AFTERs nest in views: one or two)
+      if any(d.op is Ops.STORE and d.dtype is dtypes.void for d in root.src[1:]):
+        raise NotImplementedError("a write made with UOps (x.after(x.store(v))) read inside a larger graph: realize the tensor of "
+                                  "x.after(...) itself first (its writes run when it is realized)")
       afters[root] = None
       return rebuild(root.src[0])
     for u in root.toposort(gate=lambda n: n.op is not Ops.AFTER and n not in new):
