@@ -3,6 +3,7 @@ IR (codegen/custom.py) and run (engine/custom.py). Values against NumPy; accumul
 gradients through grad_fxn, shards, TinyJit, and the forms refused with their reason."""
 import numpy as np
 import pytest
+import torch
 
 from tinyhybrid import GlobalCounters, Tensor, TinyJit, dtypes
 from tinyhybrid.uop import AddrSpace, AxisType
@@ -80,6 +81,33 @@ def test_gradient_through_grad_fxn():
   g = 2 * (a_np @ b_np)
   np.testing.assert_allclose(a.grad.numpy(), g @ b_np.T, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(b.grad.numpy(), a_np.T @ g, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("used", ["c", "d", "both", "product"])
+def test_a_kernel_with_several_outputs_gets_the_gradient_of_each_used_one(used):
+  # tinygrad's convention: grad_fxn(g, call) when one output has a gradient, grad_fxn(*gs, call=call) for several
+  seen: list[int] = []
+  def backward(*gs, call):
+    seen.append(len(gs))
+    _, _, a, b = call.src[1:]
+    if used in ("c", "d"):  # one gradient: the used output's
+      return (None, None, gs[0] * (1 if used == "c" else b), gs[0] * (1 if used == "c" else a))
+    gc, gd = gs
+    return None, None, gc + gd * b, gc + gd * a
+  def one(g, call): return backward(g, call=call)
+  rng = np.random.default_rng(3)
+  a_np, b_np = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+  a, b = Tensor(a_np, requires_grad=True), Tensor(b_np, requires_grad=True)
+  c, d = Tensor.custom_kernel(Tensor.empty(4, 4), Tensor.empty(4, 4), a, b, fxn=add_and_mul,
+                              grad_fxn=one if used in ("c", "d") else backward)[:2]
+  loss = {"c": c.sum(), "d": d.sum(), "both": c.sum() + d.sum(), "product": (c * d).sum()}[used]
+  loss.backward()
+  ta, tb = torch.tensor(a_np, requires_grad=True), torch.tensor(b_np, requires_grad=True)
+  tc, td = ta + tb, ta * tb
+  {"c": tc.sum(), "d": td.sum(), "both": tc.sum() + td.sum(), "product": (tc * td).sum()}[used].backward()
+  np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-5, atol=1e-6)
+  assert seen == [1 if used in ("c", "d") else 2]  # called once, with every used output's gradient
 
 
 def test_sharded_tensors_run_per_device():

@@ -52,6 +52,14 @@ def test_a_nodes_operands_may_be_nodes_and_numbers():
   np.testing.assert_equal(value(a.cat(b, dim=2)), X)
 
 
+def test_operators_uop_arithmetic_lacks():
+  u, w = Tensor(X).uop, Tensor(X[0].T.copy()).uop
+  np.testing.assert_allclose(value(u @ w), X @ X[0].T, rtol=1e-5)
+  np.testing.assert_allclose(value(w.T @ w), X[0] @ X[0].T, rtol=1e-5)
+  np.testing.assert_allclose(value(u ** 2), X ** 2, rtol=1e-6)
+  assert Tensor(~Tensor([1, 2]).uop).tolist() == [-2, -3]
+
+
 def test_where_of_a_node_with_number_branches():
   cond = Tensor([True, False, True]).uop
   assert Tensor(cond.where(1, 0)).tolist() == [1, 0, 1]

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Generic, TypeVar, cast, overload
 
 from tinyhybrid.device import Buffer
-from tinyhybrid.gradient import grad_rule, with_gradient
+from tinyhybrid.gradient import grad_rule, outputs_grad_rule, with_gradient
 from tinyhybrid.helpers import DEBUG
 from tinyhybrid.nn.state import get_state_dict
 from tinyhybrid.schedule.multi import select_shard
@@ -34,20 +34,28 @@ class CallView:
 
 @grad_rule
 def _grad_from_fxn(g: Tensor, out: Tensor, inputs: tuple[Tensor, ...], key: int, body: UOp) -> tuple[Tensor | None, ...]:
-  got = _grad_fxns[key](g, CallView(body, inputs))
+  return _checked_grads(_grad_fxns[key](g, CallView(body, inputs)), inputs)
+
+
+def _checked_grads(got: Any, inputs: tuple[Tensor, ...]) -> tuple[Tensor | None, ...]:
+  """What a grad_fxn returned: one gradient (a Tensor, a UOp or None) per argument."""
   if not isinstance(got, (tuple, list)) or len(got) != len(inputs):
     raise RuntimeError(f"grad_fxn must return one gradient per argument ({len(inputs)}), got {got!r}")
   return tuple(None if x is None else x if isinstance(x, Tensor) else Tensor(x, device=t.device) for x, t in zip(got, inputs))
 
 
-@grad_rule
-def _grad_from_kernel(g: Tensor, out: Tensor, inputs: tuple[Tensor, ...], key: int, body: UOp,
+@outputs_grad_rule
+def _grad_from_kernel(gs: list[Tensor | None], out: Tensor, inputs: tuple[Tensor, ...], key: int, body: UOp,
                       written_only: tuple[tuple[int, tuple[int, ...], Any], ...]) -> tuple[Tensor | None, ...]:
-  """_grad_from_fxn for a custom kernel, whose arguments that it only writes are not among `inputs` (nothing is
-  computed from them): grad_fxn sees them as zeros of their shape, in their place."""
+  """_grad_from_fxn for a custom kernel, given the gradient of each output that has one, as tinygrad does: one is
+  grad_fxn(g, call), several grad_fxn(*gs, call=call). Arguments the kernel only writes are not among `inputs`
+  (nothing is computed from them): grad_fxn sees them as zeros of their shape, in their place."""
+  real = [g for g in gs if g is not None]
   args, rest = list(inputs), dict((i, (shape, dtype)) for i, shape, dtype in written_only)
-  full = tuple(Tensor.zeros(*rest[i][0], dtype=rest[i][1], device=g.device) if i in rest else args.pop(0) for i in range(len(inputs) + len(rest)))
-  grads = _grad_from_fxn(g, out, full, key, body)
+  full = tuple(Tensor.zeros(*rest[i][0], dtype=rest[i][1], device=real[0].device) if i in rest else args.pop(0) for i in range(len(inputs) + len(rest)))
+  call = CallView(body, full)
+  got = _grad_fxns[key](real[0], call) if len(real) == 1 else _grad_fxns[key](*real, call=call)
+  grads = _checked_grads(got, full)
   return tuple(x for i, x in enumerate(grads) if i not in rest)
 
 
@@ -108,11 +116,11 @@ def custom_kernel(args: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: C
   # says what it was computed from (the function decorator's implicit inputs) and carries grad_fxn as its gradient
   if grad_fxn is not None: _grad_fxns.setdefault(id(grad_fxn), grad_fxn)
   written_only = tuple((i, tuple(args[i].shape), args[i].dtype) for i in sorted(fresh))
-  def history(t: Tensor) -> Tensor:
+  def history(t: Tensor, j: int) -> Tensor:
     h = anchor.reshape((1,) * t.ndim).expand(t.shape).cast(t.dtype)
-    return h if grad_fxn is None else with_gradient(h, read, _grad_from_kernel, id(grad_fxn), sink, written_only)
-  return [Tensor(UOp(Ops.AFTER, t.dtype, (buffer_uop(b, tuple(t.shape)), history(t).uop)), device=t.device)  # type: ignore[arg-type]
-          for b, t in zip(bufs, args)]
+    return h if grad_fxn is None else with_gradient(h, read, _grad_from_kernel, id(grad_fxn), sink, written_only, j)
+  return [Tensor(UOp(Ops.AFTER, t.dtype, (buffer_uop(b, tuple(t.shape)), history(t, j).uop)), device=t.device)  # type: ignore[arg-type]
+          for j, (b, t) in enumerate(zip(bufs, args))]
 
 
 def _implicit_buffers(ret: list[UOp], inputs: list[UOp]) -> list[UOp]:

@@ -36,6 +36,17 @@ def grad_rule(rule: Rule) -> Rule:
   return rule
 
 
+def outputs_grad_rule(rule: Rule) -> Rule:
+  """A grad_rule for one computation with several outputs (a custom kernel's): each output's node carries it with the
+  same params and inputs and its output index last, and the rule runs once, given every output's gradient in output
+  order (None where an output has none) in place of g: rule(gs, out, inputs, *params)."""
+  _outputs_rules.add(rule)
+  return grad_rule(rule)
+
+
+_outputs_rules: set[Rule] = set()
+
+
 def with_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Rule, *params: Any) -> Tensor:
   """out, whose gradient is rule(g, out, inputs, *params) (one entry per input, None for none) instead of the chain
   rule through the nodes between out and inputs. rule is a grad_rule, params are plain constants (they go in the tag,
@@ -198,20 +209,36 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
     t = root._wrap(u)
     if across: t.device = d if (d := u.device) is not None else (root if user is None else user).device
     return t
+  # the outputs of one computation with an outputs_grad_rule, in graph order: the rule runs at the first of them, the
+  # last one reached from the root, when every output's gradient is complete
+  outputs: dict[tuple, list[UOp]] = {}
+  for u in nodes:
+    if u.tag is not None and on_path[u] and (c := _custom(u)) is not None and c[0] in _outputs_rules:
+      outputs.setdefault((c[0], c[1][:-1], c[2]), []).append(u)
+  last_output = {group[0]: group for group in outputs.values()}
   rule: Rule | None
   for u in reversed(nodes):
-    if u not in grads or not on_path[u]: continue
+    if not on_path[u] or (u not in grads and u not in last_output): continue
     custom = _custom(u) if u.tag is not None else None
     # a target between the node and its rule's inputs needs the chain rule through the pieces
     if custom is not None and not target_set.isdisjoint(_interior(u, custom[2])): custom = None
-    if custom is not None: rule, params, src = custom
+    if custom is not None:
+      rule, params, src = custom
+      if rule in _outputs_rules:
+        if (group := last_output.get(u)) is None: continue  # its gradient goes with the other outputs'
+        gs: list[Tensor | None] = [None] * (1 + max(m.tag[2][-1] for m in group))
+        for m in group: gs[m.tag[2][-1]] = grads.get(m)
+        if not any(g is not None for g in gs): continue
+        g_in: Any = gs
+        params = params[:-1]
+      else: g_in = grads[u]
     else:
       if u.op in _NO_GRAD: continue
-      rule, params, src = _RULES.get(u.op), (), u.src
+      rule, params, src, g_in = _RULES.get(u.op), (), u.src, grads[u]
       if rule is None: raise NotImplementedError(f"no gradient for {u.op.name}")
     if not any(on_path[s] for s in src): continue
-    out = wrap(u, grads[u])
-    for s, g in zip(src, rule(grads[u], out, [wrap(x, out) for x in src], *params)):
+    out = wrap(u, grads[u] if u in grads else next(g for g in g_in if g is not None))
+    for s, g in zip(src, rule(g_in, out, [wrap(x, out) for x in src], *params)):
       if g is None or not on_path[s]: continue
       if g.dtype is not s.dtype and s.dtype._is_float and not s.dtype._is_weak: g = g.cast(s.dtype)
       if (shape := shape_of(s)) != g.shape:  # a node with a gradient has a shape

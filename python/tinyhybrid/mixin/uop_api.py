@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 _TENSOR_METHODS = ("contiguous", "contiguous_backward", "detach", "clone", "custom_kernel", "gradient", "sequential",
                    "element_size", "nbytes")
 _STATE = frozenset({"manual_seed"})  # the global random seed: a Tensor class setting
+_OPERATORS = ("__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__invert__")  # those UOp arithmetic lacks
 
 
 def _api_names(tensor: type) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def _api_names(tensor: type) -> dict[str, Any]:
   for cls in TensorAPI.__mro__:
     for name, member in vars(cls).items():
       if not name.startswith("_") and name not in _STATE: found.setdefault(name, member)
-  for name in _TENSOR_METHODS: found[name] = vars(tensor)[name]
+  found.update({name: getattr(tensor, name) for name in _TENSOR_METHODS + _OPERATORS})
   return found
 
 
