@@ -317,9 +317,20 @@ def test_writes_written_with_uops_run_before_the_memory_is_read():
   np.testing.assert_equal(a.numpy(), [0, 2, 4, 6])
   np.testing.assert_equal((a2 + 1).numpy(), [1, 3, 5, 7])  # done once: a second realize does not write again
   np.testing.assert_equal(b.numpy(), [0, 1, 2, 3])
-  # read inside a larger graph before it ran: refused with its reason (it would read the memory before the write)
-  with pytest.raises(NotImplementedError, match="realize the tensor of x.after"):
-    (Tensor(a.uop.after(a.uop.store((a + 1).uop))) * 2).realize()
+  # read inside a larger graph: the graph reads the memory after the write
+  np.testing.assert_equal((Tensor(a.uop.after(a.uop.store((a + 1).uop))) * 2).numpy(), [2, 6, 10, 14])
+  np.testing.assert_equal(a.numpy(), [1, 3, 5, 7])
+
+
+def test_a_write_made_with_uops_into_a_value_still_to_compute_lands_in_its_memory():
+  # a KV cache update as tinygrad's LLM code writes it: the cache a lazy Tensor.zeros, the write at a bound offset
+  from tinyhybrid.uop.ops import UOp
+  cache = Tensor.zeros(8)
+  sp = UOp.variable("sp", 0, 4).bind(2)
+  x = Tensor([5.0, 6.0, 7.0])
+  total = Tensor(cache.uop.after(cache[sp:sp + 3].uop.store(x.uop)))[:sp + 3].sum()
+  assert total.item() == 18.0
+  np.testing.assert_equal(cache.numpy(), [0, 0, 5, 6, 7, 0, 0, 0])
 
 
 def test_a_weak_target_takes_the_assigned_type():
@@ -330,3 +341,15 @@ def test_a_weak_target_takes_the_assigned_type():
   v = Tensor(5).reshape(1, 1).expand(2, 2)[:, 1:2]
   v.assign(Tensor.ones(2, 1, dtype=dtypes.int).contiguous().realize())
   assert v.tolist() == [[1], [1]]
+
+
+def test_a_tinyjit_replays_a_write_made_with_uops():
+  from tinyhybrid import TinyJit
+  from tinyhybrid.uop.ops import UOp
+  cache = Tensor.zeros(12).contiguous().realize()
+  @TinyJit
+  def step(x: Tensor, sp: UOp) -> Tensor: return Tensor(cache.uop.after(cache[sp:sp + 2].uop.store(x.uop)))[:sp + 2].sum().realize()
+  v = UOp.variable("sp", 0, 10)
+  for i in range(5):
+    assert step(Tensor([i + 1.0, i + 1.0]).realize(), v.bind(2 * i)).item() == 2 * sum(range(1, i + 2))
+  np.testing.assert_equal(cache.numpy(), [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 0])

@@ -648,31 +648,52 @@ def _realize(tensors: list[Tensor]) -> None:
   realizes their shards here."""
   for t in tensors:  # weakness ends where storage begins: a weak value is stored as the type it commits to
     if t.dtype in dtypes.weaks: t.uop = _committed(t.uop)
-    if t.uop.op is Ops.AFTER and _run_stores(t.uop): _apply_becomes({t.uop: t.uop.src[0]})
+    if t.uop.op is Ops.AFTER: _as_assigns(t.uop)
   if any(type(t.device) is tuple for t in tensors):
     realize_sharded([t for t in tensors if type(t.device) is tuple])
     tensors = [t for t in tensors if type(t.device) is not tuple]
-  for st in _plan(tensors): engine.run_step(st)
+  while True:
+    try: steps = _plan(tensors)
+    except engine.UnrunWrites as e:  # deeper in a graph than its root
+      if not _as_assigns(e.after): raise
+    else: break
+  for st in steps: engine.run_step(st)
 
 
-def _run_stores(after: UOp) -> bool:
-  """Runs the writes a graph written with UOps ends in, tinygrad's `t.uop.after(t.uop.store(v))` (an AFTER of the
-  memory and the void STOREs to make first, which may write other memory and nest as AFTERs of views), each as the
-  assign it is, in order. Whether there were any: the AFTER is then its memory. (Our own AFTERs, a realized view with
-  the graph that computed it, have no STORE among their sources.)"""
+def _as_assigns(after: UOp) -> bool:
+  """Makes the writes of a graph written with UOps (tinygrad's `t.uop.after(t.uop.store(v))`: an AFTER of memory and
+  the void STOREs to make first, which may write other memory and nest as AFTERs of views) the assigns they are, in
+  order, in every live tensor's graph: a write to the AFTER's own memory becomes its assign node (that memory after
+  the write), a write through a view is pending on that memory (read after it, as every view write), and a write to
+  other memory runs now. Whether there were any. (Our own AFTERs, a realized view with the graph that computed it,
+  have no STORE among their sources.)"""
   writes: list[UOp] = []
+  nest: list[UOp] = []
   def collect(u: UOp) -> bool:
     found = False
     for dep in u.src[1:]:
       if dep.op is Ops.STORE and dep.dtype is dtypes.void: writes.append(dep)
-      elif dep.op is Ops.AFTER and collect(dep): pass
-      else: continue
+      elif not (dep.op is Ops.AFTER and collect(dep)): continue
       found = True
+    if found: nest.append(u)
     return found
   if not collect(after): return False
+  memory = after.src[0]
+  made: dict[UOp, UOp] = {}
+  if not buffer_view(memory):  # writes into a value still to be computed (Tensor.zeros(16)): into its memory, made now
+    made[memory] = Tensor(memory).contiguous().realize().uop
+    for t in list(_all_tensors):
+      if t.uop is memory: t.uop = made[memory]
+    writes, memory = [st.substitute(made) for st in writes], made[memory]
+  targets: dict[UOp, Tensor] = {}  # a second write to the same memory assigns after the first (which then runs)
   for st in writes:
     target, value = st.src
-    Tensor(target).assign(Tensor(value, device=target.device)).realize()
+    t = targets.setdefault(target, Tensor(target))
+    t.assign(Tensor(value, device=target.device))
+  own = targets.pop(memory, None)
+  _apply_becomes({u: own.uop if own is not None and u is after else u.src[0].substitute(made) if made else u.src[0] for u in nest})
+  for t in targets.values():
+    if contiguous_buffer(t.uop.src[0]) is not None: t.realize()
   return True
 
 

@@ -23,7 +23,7 @@ from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_ba
 from tinyhybrid.helpers import BEAM, CAPTURING, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
 from tinyhybrid.renderer import Estimates
 from tinyhybrid.schedule import schedule_cache  # (normalized sink, device, planning switches) -> CompiledSchedule
-from tinyhybrid.schedule.kernelize import create_schedule, normalize
+from tinyhybrid.schedule.kernelize import UnrunWrites, create_schedule, normalize  # noqa: F401 (UnrunWrites: what prepare raises, for its callers)
 from tinyhybrid.uop.buffers import BufferSlot, base_buffer, buffer_uop, contiguous_buffer, strip_reshapes
 from tinyhybrid.schedule.localize import localize
 from tinyhybrid.schedule.memory import plan_memory
@@ -288,7 +288,7 @@ class Prepared:
 
 def prepare(device: str, roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> Prepared:
   """Normalizes one device's roots and looks their plan up in the schedule cache; var_vals (if given) receives the
-  bound variables' values."""
+  bound variables' values. Raises UnrunWrites for a graph that reads memory after writes made with UOps."""
   if var_vals is None: var_vals = {}
   key, inputs, nodes = normalize(roots, var_vals)
   return Prepared(device, roots, key, inputs, nodes, var_vals, schedule_cache.get(_cache_key(key, device)))

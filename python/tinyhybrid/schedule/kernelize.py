@@ -81,6 +81,14 @@ def normalize(roots: list[UOp], var_vals: dict[UOp, int] | None = None) -> tuple
   return map_binds(sink, lambda b: b.src[0], subs), inputs, nodes
 
 
+class UnrunWrites(NotImplementedError):
+  """A graph reads memory after writes made with UOps (tinygrad's `x.after(x.store(v))`) that are not assigns yet:
+  the caller makes them assigns (tensor.py) and plans again."""
+  def __init__(self, after: UOp):
+    super().__init__("a write made with UOps (x.after(x.store(v))) must become an assign before its graph is planned")
+    self.after = after
+
+
 def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   """The roots with each AFTER (a realized view, with the graph that computed it kept for autograd) replaced by its
   view, and the AFTERs replaced. Only the live part is walked and rebuilt: the history, often a whole forward and
@@ -91,9 +99,7 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   def rebuild(root: UOp) -> UOp:
     # (the walk leaves out the AFTERs and what was rebuilt before; a node's sources are then rebuilt or left out)
     if root.op is Ops.AFTER:  # (as deep as AFTERs nest in views: one or two)
-      if any(d.op is Ops.STORE and d.dtype is dtypes.void for d in root.src[1:]):
-        raise NotImplementedError("a write made with UOps (x.after(x.store(v))) read inside a larger graph: realize the tensor of "
-                                  "x.after(...) itself first (its writes run when it is realized)")
+      if any(d.op is Ops.STORE and d.dtype is dtypes.void for d in root.src[1:]): raise UnrunWrites(root)
       afters[root] = None
       return rebuild(root.src[0])
     for u in root.toposort(gate=lambda n: n.op is not Ops.AFTER and n not in new):
