@@ -69,6 +69,16 @@ def test_several_outputs_and_a_tensor_given_twice():
   assert Tensor.custom_kernel(x, x, fxn=add_one)[0].tolist() == [1, 2, 3, 4]  # read and written in place
 
 
+def test_stores_in_loops_one_after_another():
+  # tinygrad's sink of two ended loops: each loop's stores are a kernel, run in order (the second reads the first's)
+  def two_loops(C: UOp, D: UOp, A: UOp) -> UOp:
+    i, j = UOp.range(A.shape[0], 0), UOp.range(D.shape[0], 1)
+    return UOp.sink(C[i].store(A[i] * 2.0).end(i), D[j].store(C[j] + A[j + 1]).end(j), arg=KernelInfo(name="two_loops"))
+  a = Tensor([1.0, 2.0, 3.0, 4.0]).contiguous()
+  c, d = Tensor.custom_kernel(Tensor.empty(4), Tensor.empty(3), a, fxn=two_loops)[:2]
+  assert c.tolist() == [2.0, 4.0, 6.0, 8.0] and d.tolist() == [4.0, 7.0, 10.0]
+
+
 def test_gradient_through_grad_fxn():
   def backward(grad, call):
     _, a, b = call.src[1:]

@@ -6,7 +6,7 @@ read of a placeholder's state is resolved to a value: the last store to that ele
 of the state), or a load of the argument. A store in loop k whose value combines (+, *, max) the element's value
 from the previous iteration with x is the reduce of x over k, combined with the value before the loop. Registers
 (REG placeholders) become values that way and are never stored; every store to an argument (GLOBAL) is one of the
-kernel's stores, all under the same loops."""
+kernel's stores, and stores under different loops (loops one after another in the sink) are kernels of their own."""
 from __future__ import annotations
 
 import re
@@ -124,14 +124,13 @@ def lower_custom(sink: UOp, args: Sequence[tuple[DType, int]]) -> list[tuple[Low
   different values becomes one kernel per value, run in the order of their stores."""
   conv = _Converter(args)
   outs = [o for o in conv.outputs(sink, ()) if o[0].arg.addrspace is AddrSpace.GLOBAL]
-  loop_sets = {tuple(conv.value(r) for r in o[3]) for o in outs}
-  if len(loop_sets) > 1: raise ValueError("custom kernel: every store to an argument must be in the same loops")
-  loops = loop_sets.pop() if loop_sets else ()
   info = sink.arg if isinstance(sink.arg, KernelInfo) else KernelInfo(name="custom")
   name = re.sub(r"\W", "_", info.name) or "custom"
-  by_value: dict[UOp, list[UOp]] = {}
-  for p, flat, val, _ in outs: by_value.setdefault(val, []).append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, p.dtype, (conv.param(p), flat)), val)))
-  return [_kernel(info, name if n == 0 else f"{name}_{n}", stores, loops, args) for n, stores in enumerate(by_value.values())]
+  # stores in different loops (two loops one after the other in the sink) are kernels of their own, in store order
+  by_value: dict[tuple[tuple[UOp, ...], UOp], list[UOp]] = {}
+  for p, flat, val, loops in outs:
+    by_value.setdefault((tuple(conv.value(r) for r in loops), val), []).append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, p.dtype, (conv.param(p), flat)), val)))
+  return [_kernel(info, name if n == 0 else f"{name}_{n}", stores, loops, args) for n, ((loops, _), stores) in enumerate(by_value.items())]
 
 
 def _kernel(info: KernelInfo, name: str, stores: list[UOp], loops: tuple[UOp, ...], args: Sequence[tuple[DType, int]]) -> tuple[LoweredKernel, list[int]]:
