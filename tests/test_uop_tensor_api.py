@@ -60,6 +60,15 @@ def test_operators_uop_arithmetic_lacks():
   assert Tensor(~Tensor([1, 2]).uop).tolist() == [-2, -3]
 
 
+def test_a_node_is_indexed_as_its_tensor():
+  # the kernel DSL's indexing (placeholders, test_custom_kernel.py) stays; a tensor's node takes Tensor indexing
+  t = Tensor(X)
+  for idx in [(1,), (slice(0, 1), 2), (Ellipsis, slice(None, None, 2)), (None, 1, slice(1, 3)), (0, [2, 0])]:
+    np.testing.assert_equal(value(t.uop[idx]), X[tuple(np.newaxis if i is None else i for i in idx)])
+  np.testing.assert_equal(value(Tensor.arange(12).reshape(3, 4).uop[Tensor([0, 2]).uop]), np.arange(12).reshape(3, 4)[[0, 2]])
+  with pytest.raises(TypeError, match="cannot be indexed"): UOp.range(4, 0)[0]
+
+
 def test_where_of_a_node_with_number_branches():
   cond = Tensor([True, False, True]).uop
   assert Tensor(cond.where(1, 0)).tolist() == [1, 0, 1]

@@ -34,9 +34,9 @@ def _api_names(tensor: type) -> dict[str, Any]:
 def install(uop: type, tensor: type) -> None:
   """Gives `uop` every Tensor API method it lacks, each run through `tensor`."""
   def to_tensor(x: Any) -> Any:
-    # a node with a device is a value (a tensor's graph); one without is a constant or a symbolic size, which the Tensor
-    # methods take as they are
-    if isinstance(x, uop) and cast(Any, x).device is not None: return tensor(x)
+    # a node with a device or a shape is a value (a tensor's graph); one without is a constant or a symbolic size,
+    # which the Tensor methods take as they are
+    if isinstance(x, uop) and (cast(Any, x).shape or cast(Any, x).device is not None): return tensor(x)
     if isinstance(x, (list, tuple)) and any(isinstance(v, uop) for v in x): return type(x)(to_tensor(v) for v in x)
     return x
 
@@ -57,6 +57,8 @@ def install(uop: type, tensor: type) -> None:
     build.__name__ = build.__qualname__ = name
     return staticmethod(build)
 
+  # the kernel DSL's __getitem__ defers to this for a node that is no placeholder
+  setattr(uop, "_tensor_getitem", lifted("__getitem__", getattr(tensor, "__getitem__")))  # noqa: B009, B010 (a name mypy can not see)
   for name, member in _api_names(tensor).items():
     if hasattr(uop, name): continue
     if isinstance(member, property): setattr(uop, name, property(lambda self, n=name: to_uop(getattr(tensor(self), n))))

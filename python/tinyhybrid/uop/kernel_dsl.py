@@ -47,9 +47,13 @@ class KernelDSL:
 
   def __getitem__(self: Any, idx: Any) -> UOp:
     """An element of a placeholder (or of its reshape, or of its state after some stores): INDEX(self, *indices).
-    Trailing full slices (`src[i, :]`) leave a row to index further."""
+    Trailing full slices (`src[i, :]`) leave a row to index further. A tensor's graph node is indexed as the Tensor
+    is (`t.uop[1:3]`, through the Tensor API that mixin/uop_api.py gives UOps)."""
     from tinyhybrid.uop.ops import UOp
-    if self.op not in (*_INDEXABLE, Ops.INDEX):
+    base = self
+    while base.op in (*_INDEXABLE, Ops.INDEX) and base.op is not Ops.PARAM: base = base.src[0]
+    if base.op is not Ops.PARAM:
+      if (as_tensor := getattr(self, "_tensor_getitem", None)) is not None and (self.shape or self.device is not None): return as_tensor(idx)
       raise TypeError(f"a {self.op} cannot be indexed: index a placeholder (UOp.placeholder) or a Tensor")
     idx = list(idx) if isinstance(idx, tuple) else [idx]
     while idx and isinstance(idx[-1], slice) and idx[-1] == slice(None): idx.pop()
