@@ -15,7 +15,6 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 import numpy as np
-import safetensors
 
 from tinyhybrid.device import Buffer, BufferSpec, Device
 from tinyhybrid.dtype import np_storage
@@ -124,6 +123,7 @@ _SAFE_DTYPES: dict[str, DType] = {
 
 def _safe_parse(data: bytes, name: str) -> tuple[dict[str, dict[str, Any]], int, dict[str, Any]]:
   """The library's entries ({name: {"dtype", "shape", "data"}}), the data start and the JSON header of a file."""
+  import safetensors  # (the library's Rust module is 0.7 MB resident: imported where a file is read or written)
   try: entries = dict(safetensors.deserialize(data))
   except safetensors.SafetensorError as e: raise ValueError(f"{name}: not a valid safetensors file: {e}") from None
   # the library validated the header but does not hand it out: read it for the file's order and the metadata
@@ -134,6 +134,7 @@ def _safe_parse(data: bytes, name: str) -> tuple[dict[str, dict[str, Any]], int,
 def _safe_header(fn: str | os.PathLike) -> tuple[int, dict[str, Any]]:
   """The data start and JSON header of a .safetensors file, checked by the library (header, dtypes, offsets against
   the file's size) without reading the data."""
+  import safetensors
   try:
     with safetensors.safe_open(str(fn), framework="numpy"): pass
     with open(fn, "rb") as f: header = json.loads(f.read(size := int.from_bytes(f.read(8), "little")))
@@ -171,6 +172,7 @@ def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike, metadata: dict[
   """Writes tensors to a .safetensors file; metadata is text only (str to str), as the format defines it."""
   if metadata is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
     raise TypeError(f"safe_save: metadata must map str to str, got {metadata!r}")
+  import safetensors
   arrays = {k: _raw_bytes(t) for k, t in tensors.items()}  # kept alive here: the specs below only point at them
   specs = {k: safetensors.TensorSpec(dtype=TORCH_NAMES[t.dtype], shape=list(t.shape), data_ptr=arrays[k].ctypes.data,
                                      data_len=arrays[k].nbytes) for k, t in tensors.items()}
