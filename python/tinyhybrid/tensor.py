@@ -692,8 +692,8 @@ def _as_assigns(after: UOp) -> bool:
     t.assign(Tensor(value, device=target.device))
   own = targets.pop(memory, None)
   _apply_becomes({u: own.uop if own is not None and u is after else u.src[0].substitute(made) if made else u.src[0] for u in nest})
-  for t in targets.values():
-    if contiguous_buffer(t.uop.src[0]) is not None: t.realize()
+  for t in targets.values():  # (a write through a view waits on its memory; one to DISK has run already)
+    if t.uop.op is Ops.STORE and contiguous_buffer(t.uop.src[0]) is not None: t.realize()
   return True
 
 
