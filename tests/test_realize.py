@@ -343,6 +343,16 @@ def test_a_weak_target_takes_the_assigned_type():
   assert v.tolist() == [[1], [1]]
 
 
+def test_a_plan_runs_writes_made_with_uops():
+  # linear_with_vars, as tinygrad's tests plan a graph, makes them assigns as a realize does
+  t = Tensor.zeros(4).contiguous().realize()
+  out = Tensor(t.uop.after(t[1:3].uop.store(Tensor([5.0, 6.0]).uop))) * 2
+  linear, var_vals = out.linear_with_vars()
+  engine.run_linear(linear, var_vals)
+  np.testing.assert_equal(out.numpy(), [0, 10, 12, 0])
+  np.testing.assert_equal(t.numpy(), [0, 5, 6, 0])
+
+
 def test_a_tinyjit_replays_a_write_made_with_uops():
   from tinyhybrid import TinyJit
   from tinyhybrid.uop.ops import UOp

@@ -618,7 +618,7 @@ class Tensor(TensorAPI):
     (tinygrad's Tensor.linear_with_vars); engine.realize.run_linear runs it, and the tensors then read their results.
     Sharded tensors, and graphs that copy between devices, are planned when the plan runs (Linear.across)."""
     tensors, across = [self, *lst], [t for t in (self, *lst) if type(t.device) is tuple]
-    linear = engine.Linear(_plan([t for t in tensors if type(t.device) is not tuple], across=across))
+    linear = engine.Linear(_plan_with_writes([t for t in tensors if type(t.device) is not tuple], across=across))
     if across: linear.across.append(functools.partial(_realize, across))
     return linear, {v.arg[0]: val for st in linear.steps for v, val in st.var_vals.items()}
 
@@ -648,16 +648,20 @@ def _realize(tensors: list[Tensor]) -> None:
   realizes their shards here."""
   for t in tensors:  # weakness ends where storage begins: a weak value is stored as the type it commits to
     if t.dtype in dtypes.weaks: t.uop = _committed(t.uop)
-    if t.uop.op is Ops.AFTER: _as_assigns(t.uop)
   if any(type(t.device) is tuple for t in tensors):
     realize_sharded([t for t in tensors if type(t.device) is tuple])
     tensors = [t for t in tensors if type(t.device) is not tuple]
+  for st in _plan_with_writes(tensors): engine.run_step(st)
+
+
+def _plan_with_writes(tensors: list[Tensor], across: list[Tensor] | None = None) -> list[engine.Step]:
+  """_plan, once the writes made with UOps that the tensors' graphs read are assigns (_as_assigns)."""
+  for t in tensors:
+    if t.uop.op is Ops.AFTER: _as_assigns(t.uop)  # (at the root a realized view hides it from planning)
   while True:
-    try: steps = _plan(tensors)
+    try: return _plan(tensors, across=across)
     except engine.UnrunWrites as e:  # deeper in a graph than its root
       if not _as_assigns(e.after): raise
-    else: break
-  for st in steps: engine.run_step(st)
 
 
 def _as_assigns(after: UOp) -> bool:
