@@ -187,3 +187,12 @@ def test_the_cache_is_kept_under_its_size(tmp_path: Path, monkeypatch: pytest.Mo
   assert left == ["new.so", "old2.so"], left  # the least recently read went first, and the link to one of them
   assert sum(p.stat().st_size for p in d.iterdir()) <= (1 << 20) * 4 // 5
   assert keep.exists() and new.exists()
+
+
+def test_cache_keys_hash_as_hashlib_does():
+  # CPython's own SHA-256 (no OpenSSL loaded): the same digests, so keys written before stay valid
+  import hashlib
+
+  from tinyhybrid import digest
+  for data in (b"", b"abc", bytes(range(256)) * 1000, memoryview(b"a view")):
+    assert digest.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()

@@ -132,13 +132,15 @@ print((rss() - before) / 2**20)
 
 
 def test_importing_leaves_out_what_only_downloads_and_progress_bars_use():
-  # http, ssl, email and tqdm cost every process ~8 MB resident, safetensors' Rust module 0.7 MB; fetch, BEAM's bars,
-  # a model's load and a .safetensors file bring them in when they run. tinygrad scripts still import tqdm and trange
-  # from the helpers.
+  # http, ssl, email and tqdm cost every process ~8 MB resident, safetensors' Rust module 0.7 MB, hashlib's OpenSSL
+  # 3.6 MB (a kernel's cache key is CPython's own SHA-256); fetch, BEAM's bars, a model's load and a .safetensors file
+  # bring them in when they run. tinygrad scripts still import tqdm and trange from the helpers.
   code = """
 import sys
 import tinyhybrid, tinyhybrid.llm.model, tinyhybrid.nn.state
-print(sorted(m for m in ("tqdm", "email", "ssl", "http.client", "urllib.request", "safetensors") if m in sys.modules))
+from tinyhybrid import Tensor
+assert (Tensor([1.0, 2.0]) * 3 + 1).tolist() == [4.0, 7.0]  # a kernel compiled and cached
+print(sorted(m for m in ("tqdm", "email", "ssl", "http.client", "urllib.request", "safetensors", "hashlib") if m in sys.modules))
 from tinyhybrid.helpers import tqdm, trange
 print(sum(1 for _ in tqdm(range(3), disable=True)), list(trange(2, disable=True)))
 """

@@ -8,7 +8,6 @@ import decimal
 import functools
 import gc
 import gzip
-import hashlib
 import importlib
 import marshal
 import os
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 from tinyhybrid import _core
+from tinyhybrid import digest
 
 T = TypeVar("T")
 
@@ -228,7 +228,7 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
   if name is not None and (isinstance(name, pathlib.Path) or "/" in name): path = pathlib.Path(name)
   else:
     key = "\0".join([url, str(gunzip), *(f"{k.strip()}:{v.strip()}" for k, v in sorted((headers or {}).items()))])
-    path = diskcache.cache_root() / "downloads" / (subdir or "") / (name or hashlib.sha256(key.encode()).hexdigest()[:24])
+    path = diskcache.cache_root() / "downloads" / (subdir or "") / (name or digest.sha256(key.encode()).hexdigest()[:24])
   if allow_caching and path.exists(): return path
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = diskcache.temp_beside(path)
@@ -240,7 +240,7 @@ def fetch(url: str, name: str | pathlib.Path | None = None, subdir: str | None =
           f.write(chunk)
           bar.update(len(chunk))
     if gunzip: tmp.write_bytes(gzip.decompress(tmp.read_bytes()))
-    if sha256 is not None and (got := hashlib.sha256(tmp.read_bytes()).hexdigest()) != sha256.lower():
+    if sha256 is not None and (got := digest.sha256(tmp.read_bytes()).hexdigest()) != sha256.lower():
       raise RuntimeError(f"fetch {url}: sha256 {got}, expected {sha256}")
     os.replace(tmp, path)
   finally: tmp.unlink(missing_ok=True)
@@ -589,7 +589,7 @@ class Profiling(contextlib.ContextDecorator):
 # so, as there, only a cache this user wrote should be read
 def _kv_path(table: str, key: Any) -> pathlib.Path:
   from tinyhybrid.runtime import diskcache
-  return diskcache.subdir("kv") / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', table)}-{hashlib.sha256(pickle.dumps(key)).hexdigest()[:32]}"
+  return diskcache.subdir("kv") / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', table)}-{digest.sha256(pickle.dumps(key)).hexdigest()[:32]}"
 
 
 def diskcache_get(table: str, key: Any) -> Any:
@@ -617,7 +617,7 @@ def diskcache(fn: Callable[..., T]) -> Callable[..., T]:
   """Memoizes fn on disk by its arguments (which must pickle)."""
   @functools.wraps(fn)
   def cached(*args: Any, **kwargs: Any) -> T:
-    table, key = f"cache_{fn.__name__}", hashlib.sha256(pickle.dumps((args, kwargs))).hexdigest()
+    table, key = f"cache_{fn.__name__}", digest.sha256(pickle.dumps((args, kwargs))).hexdigest()
     if (ret := diskcache_get(table, key)) is not None: return ret
     return diskcache_put(table, key, fn(*args, **kwargs))
   return cached

@@ -5,7 +5,6 @@ action with another amount; the N fastest plans go on until a round finds nothin
 disk by the kernel's source, the device and the compiler, so a second run pays nothing."""
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from tinyhybrid.runtime import diskcache
 from tinyhybrid.device import CompileError
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import KernelInfo
+from tinyhybrid.digest import sha256
 
 if TYPE_CHECKING:
   from tinyhybrid.device import Compiled
@@ -174,7 +174,7 @@ def _cache_path(k: LoweredKernel, dev: Compiled, width: int) -> Path:
   src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
   parts: tuple[str, ...] = (src, dev.name, str(dev.max_threads), dev.compiler_key(), str(width), str(dev.renderer.vec))
   if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver
-  key = hashlib.sha256("\0".join(parts).encode())
+  key = sha256("\0".join(parts).encode())
   return diskcache.subdir("beam") / f"{k.name}-{key.hexdigest()[:24]}.json"
 
 

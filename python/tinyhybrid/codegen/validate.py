@@ -18,13 +18,13 @@ proven kernel is marked (LoweredKernel.proven) and remembered on disk by its sou
 so a kernel is proven once, not once per process."""
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Callable
 
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.digest import sha256
 
 if TYPE_CHECKING:
   import z3
@@ -293,7 +293,7 @@ def _key(k: LoweredKernel, src: str) -> str:
   the variables (neither is in the source: both arrive as arguments)."""
   parts = [_FORMAT, src, *(f"{b.size}:{b.dtype.name}" for b in k.buffers), *(repr(v.arg) for v in k.vars),
            *(f"{i}={e.render(simplify=False)}:{sorted(repr(v.arg) for v in e.toposort() if v.op is Ops.DEFINE_VAR)}" for i, es in sorted(k.sizes.items()) for e in es)]
-  return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+  return sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def check_kernel(k: LoweredKernel, src: str) -> None:

@@ -14,7 +14,6 @@ as plain uint32 tensor arithmetic, runs inside an ordinary kernel and fuses like
 tinygrad's, the counter lives on the host, so values never depend on the order in which lazy results are realized."""
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from tinyhybrid.dtype import DType, dtypes, to_dtype
 from tinyhybrid.helpers import is_training, prod
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.digest import sha256
 
 if TYPE_CHECKING:
   from tinyhybrid.tensor import Tensor
@@ -115,7 +115,7 @@ class RandomMixin:
     from tinyhybrid.tensor import Tensor
     dev = Device.canonicalize(device)
     if dev not in R._device_keys:
-      R._device_keys[dev] = int.from_bytes(hashlib.sha256(len(R._device_keys).to_bytes(4, "big")).digest(), "big") & _M32
+      R._device_keys[dev] = int.from_bytes(sha256(len(R._device_keys).to_bytes(4, "big")).digest(), "big") & _M32
     ctr = R._device_counters.get(dev, 0)
     R._device_counters[dev] = (ctr + num) % (1 << 64)
     # a seed's high word (tinygrad's seeds are 32-bit) goes into k0, so 64-bit seeds differ too

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import platform
 import re
@@ -20,6 +19,7 @@ from typing import Any
 from tinyhybrid.device import CompileError
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.runtime.elf import ElfError, LoadedObject, NeedsLinker, load_object
+from tinyhybrid.digest import sha256
 
 CFLAGS = ("-O2", "-march=native", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno")
 IN_PROCESS = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
@@ -111,7 +111,7 @@ C_TOOLCHAIN = CToolchain()
 def kernel_symbol(name: str, src: str, toolchain: Toolchain = C_TOOLCHAIN) -> str:
   """The exported name of a kernel's function: its name and a hash of its source and the toolchain, so kernels of one
   name built together stay apart, and a library found in the cache is the one wanted."""
-  return f"{name}_{hashlib.sha256(chr(0).join((src, toolchain.key())).encode()).hexdigest()[:24]}"
+  return f"{name}_{sha256(chr(0).join((src, toolchain.key())).encode()).hexdigest()[:24]}"
 
 
 def compile_shared(kernels: list[tuple[str, str]], toolchain: Toolchain = C_TOOLCHAIN) -> list[tuple[Path, str]]:
@@ -128,7 +128,7 @@ def compile_shared(kernels: list[tuple[str, str]], toolchain: Toolchain = C_TOOL
     name, sym, src, path = missing[0]
     toolchain.build([(name, sym, src)], path, f"kernel {name}")
   elif missing:
-    batch = hashlib.sha256(chr(0).join(sym for _, sym, _, _ in missing).encode()).hexdigest()[:24]
+    batch = sha256(chr(0).join(sym for _, sym, _, _ in missing).encode()).hexdigest()[:24]
     lib = d / f"batch-{batch}{LIB_SUFFIX}"
     try:
       if not diskcache.valid(lib): toolchain.build([(name, sym, src) for name, sym, src, _ in missing], lib, f"{len(missing)} kernels")

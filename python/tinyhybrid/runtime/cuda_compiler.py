@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import hashlib
 import os
 import re
 import shutil
@@ -26,6 +25,7 @@ from typing import Any
 from tinyhybrid.helpers import once
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.device import CompileError
+from tinyhybrid.digest import sha256
 
 _NVRTC_CDEF = """
 typedef int nvrtcResult; typedef struct _nvrtcProgram* nvrtcProgram;
@@ -195,7 +195,7 @@ Compiler = CUDACompiler | PTXCompiler
 
 
 def _key(compiler: Compiler, name: str, src: str) -> Path:
-  h = hashlib.sha256("\0".join((src, name, compiler.ident, _FORMAT)).encode()).hexdigest()[:32]
+  h = sha256("\0".join((src, name, compiler.ident, _FORMAT)).encode()).hexdigest()[:32]
   return diskcache.subdir("cuda") / f"{name}-{h}.cubin"
 
 
@@ -220,7 +220,7 @@ def build_kernels(compiler: Compiler, kernels: list[tuple[str, str]]) -> list[by
     if failed is not None:
       for i in b.values(): compiler.compile(kernels[i][1])  # which one: its error names it
       raise failed
-    batch = diskcache.subdir("cuda") / f"batch-{hashlib.sha256(blob).hexdigest()[:32]}.cubin"
+    batch = diskcache.subdir("cuda") / f"batch-{sha256(blob).hexdigest()[:32]}.cubin"
     diskcache.write(batch, blob)
     for i in b.values():
       diskcache.link(paths[i], batch)

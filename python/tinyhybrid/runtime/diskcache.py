@@ -4,13 +4,13 @@ is sealed with a trailer holding its length and hash, checked when it is read, a
 deleted so it is built again. The cache is kept under CACHE_SIZE MiB by evicting the entries read least recently."""
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import threading
 import time
 import uuid
 from pathlib import Path
+from tinyhybrid.digest import sha256
 
 _TRAILER = struct.Struct("<8sQ32s")  # magic, payload length, sha256 of the payload
 _MAGIC = b"THCACHE1"
@@ -37,7 +37,7 @@ def temp_beside(path: Path) -> Path:
   return path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:12]}.tmp")
 
 
-def _trailer(payload: bytes | memoryview) -> bytes: return _TRAILER.pack(_MAGIC, len(payload), hashlib.sha256(payload).digest())
+def _trailer(payload: bytes | memoryview) -> bytes: return _TRAILER.pack(_MAGIC, len(payload), sha256(payload).digest())
 
 
 def install(tmp: Path, path: Path) -> None:

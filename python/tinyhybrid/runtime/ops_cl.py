@@ -7,7 +7,6 @@ clGetProgramInfo); PoCL's own cache of what it compiles at launch is kept next t
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram, CompileError
 from tinyhybrid.helpers import PROFILE, once
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.renderer.opencl import CLProperties, OpenCLRenderer
+from tinyhybrid.digest import sha256
 
 _CDEF = """
 typedef int32_t cl_int; typedef uint32_t cl_uint; typedef uint64_t cl_ulong; typedef uint64_t cl_bitfield;
@@ -337,7 +337,7 @@ class CLDevice(Compiled):
   # ** programs **
 
   def _cache_path(self, name: str, src: str) -> Path:
-    key = hashlib.sha256("\0".join((src, name, self.props.ident, _OPTIONS.decode(), _FORMAT)).encode()).hexdigest()[:32]
+    key = sha256("\0".join((src, name, self.props.ident, _OPTIONS.decode(), _FORMAT)).encode()).hexdigest()[:32]
     return diskcache.subdir("cl") / f"{name}-{key}.bin"
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
@@ -396,7 +396,7 @@ class CLDevice(Compiled):
     data = ffi.new("unsigned char[]", sizes[0])
     check(lib.clGetProgramInfo(prog, _PROGRAM_BINARIES, ffi.sizeof("void*"), ffi.new("unsigned char*[1]", [data]), ffi.NULL), "clGetProgramInfo")
     blob = bytes(ffi.buffer(data, sizes[0]))
-    batch = diskcache.subdir("cl") / f"batch-{hashlib.sha256(blob).hexdigest()[:32]}.bin"
+    batch = diskcache.subdir("cl") / f"batch-{sha256(blob).hexdigest()[:32]}.bin"
     diskcache.write(batch, blob)
     for path in paths: diskcache.link(path, batch)  # each kernel's entry is a link to the batch
     self._programs[os.path.realpath(batch)] = prog

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import operator
 import types
 from typing import Any, Callable
@@ -13,6 +12,7 @@ from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import AddrSpace, AxisType, GroupOp, Ops  # noqa: F401 (AxisType: tinygrad's import path)
 from tinyhybrid.uop.kernel_dsl import KernelDSL
+from tinyhybrid.digest import sha256
 
 
 class NotANumber(ValueError, TypeError):
@@ -76,7 +76,7 @@ class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a 
     in one that unpickled them, have equal keys (tinygrad's)."""
     digest: dict[UOp, bytes] = {}
     for u in self.toposort():
-      digest[u] = hashlib.sha256(f"{u.op}|{u.dtype}|{u.arg!r}|{u.tag!r}".encode() + b"".join(digest[s] for s in u.src)).digest()
+      digest[u] = sha256(f"{u.op}|{u.dtype}|{u.arg!r}|{u.tag!r}".encode() + b"".join(digest[s] for s in u.src)).digest()
     return digest[self]
 
   @property
