@@ -112,3 +112,15 @@ def test_a_0d_source_broadcasts_in_alu_and_its_gradient_sums(scalar):
   s = w.sin()  # used directly and through a broadcast: both edges' gradients, each at s's shape
   dw = (Tensor(x.uop.alu(Ops.MUL, s.uop)).sum() + s).gradient(w)[0]
   np.testing.assert_allclose(dw.item(), 7 * np.cos(2.0), rtol=1e-6)
+
+
+def test_buf_uop_is_the_memory_under_a_node():
+  from tinyhybrid.uop import Ops
+  t = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  base = t.uop.buf_uop
+  assert base.op is Ops.BUFFER and t.reshape(2, 2)[1:].uop.buf_uop is base and base.buf_uop is base
+  a, b = [Tensor(Tensor([0]).realize().uop.buf_uop) for _ in range(2)]  # tinygrad's test_assign_changes_buffer_alt
+  Tensor.realize(a.contiguous().assign(1), b.contiguous().assign(2))
+  assert (a + b).item() == 3
+  s = Tensor.arange(4).float().contiguous().shard(("CPU:1", "CPU:2"), axis=0).realize()
+  assert s.uop.buf_uop.op is Ops.MSTACK and all(x.op is Ops.BUFFER for x in s.uop.buf_uop.src)

@@ -150,6 +150,15 @@ class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a 
     return u
 
   @property
+  def buf_uop(self) -> UOp:
+    """The memory under this node (tinygrad's buf_uop): the BUFFER or PARAM under its views and realized AFTERs (for
+    a value still to be computed, the first node down its first sources that is one), an MSTACK's shards' memory."""
+    if self.op is Ops.MSTACK: return UOp(Ops.MSTACK, self.dtype, tuple(x.buf_uop for x in self.src), self.arg)
+    u = self
+    while u.src and u.op not in (Ops.BUFFER, Ops.PARAM, Ops.MSTACK): u = u.src[0]
+    return u
+
+  @property
   def device(self) -> str | tuple[str, ...] | None:
     """The device of the memory this graph reads (None for a graph of constants only, which has no device); a tuple
     for a graph of a tensor sharded across devices (an MSTACK's)."""
