@@ -211,15 +211,15 @@ def compute_gradient(root: Tensor, root_grad: Tensor, targets: list[UOp]) -> dic
     return t
   # the outputs of one computation with an outputs_grad_rule, in graph order: the rule runs at the first of them, the
   # last one reached from the root, when every output's gradient is complete
+  customs = {u: c for u in nodes if u.tag is not None and on_path[u] and (c := _custom(u)) is not None}
   outputs: dict[tuple, list[UOp]] = {}
-  for u in nodes:
-    if u.tag is not None and on_path[u] and (c := _custom(u)) is not None and c[0] in _outputs_rules:
-      outputs.setdefault((c[0], c[1][:-1], c[2]), []).append(u)
+  for u, c in customs.items():
+    if c[0] in _outputs_rules: outputs.setdefault((c[0], c[1][:-1], c[2]), []).append(u)
   last_output = {group[0]: group for group in outputs.values()}
   rule: Rule | None
   for u in reversed(nodes):
     if not on_path[u] or (u not in grads and u not in last_output): continue
-    custom = _custom(u) if u.tag is not None else None
+    custom = customs.get(u)
     # a target between the node and its rule's inputs needs the chain rule through the pieces
     if custom is not None and not target_set.isdisjoint(_interior(u, custom[2])): custom = None
     if custom is not None:

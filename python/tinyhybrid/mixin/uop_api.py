@@ -57,11 +57,11 @@ def install(uop: type, tensor: type) -> None:
     build.__name__ = build.__qualname__ = name
     return staticmethod(build)
 
-  # the kernel DSL's __getitem__ defers to this for a node that is no placeholder
-  setattr(uop, "_tensor_getitem", lifted("__getitem__", getattr(tensor, "__getitem__")))  # noqa: B009, B010 (a name mypy can not see)
+  # the kernel DSL's indexing and reshapes defer to this for a tensor's graph node (KernelDSL._tensor_node)
+  def tensor_api(self: UOp, name: str, *args: Any, **kwargs: Any) -> Any: return lifted(name, getattr(tensor, name))(self, *args, **kwargs)
+  setattr(uop, "_tensor_api", tensor_api)  # noqa: B010 (a name mypy can not see on UOp)
   for name, member in _api_names(tensor).items():
     if hasattr(uop, name): continue
     if isinstance(member, property): setattr(uop, name, property(lambda self, n=name: to_uop(getattr(tensor(self), n))))
     elif isinstance(member, (classmethod, staticmethod)): setattr(uop, name, lifted_static(name))
     else: setattr(uop, name, lifted(name, member))
-

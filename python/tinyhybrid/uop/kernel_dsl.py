@@ -45,15 +45,20 @@ class KernelDSL:
     live = tuple(s for s in srcs if s is not None)
     return live[0] if len(live) == 1 else UOp(Ops.GROUP, dtypes.void, live)
 
+  def _tensor_node(self: Any) -> bool:
+    """Whether this is a tensor's graph node rather than the DSL's (a placeholder, its views and states): such a node
+    is reshaped and indexed as its Tensor is, through the Tensor API mixin/uop_api.py gives UOps (`_tensor_api`)."""
+    base = self
+    while base.op in (*_INDEXABLE, Ops.INDEX) and base.op is not Ops.PARAM: base = base.src[0]
+    return base.op is not Ops.PARAM and hasattr(self, "_tensor_api") and bool(self.shape or self.device is not None)
+
   def __getitem__(self: Any, idx: Any) -> UOp:
     """An element of a placeholder (or of its reshape, or of its state after some stores): INDEX(self, *indices).
     Trailing full slices (`src[i, :]`) leave a row to index further. A tensor's graph node is indexed as the Tensor
-    is (`t.uop[1:3]`, through the Tensor API that mixin/uop_api.py gives UOps)."""
+    is (`t.uop[1:3]`)."""
     from tinyhybrid.uop.ops import UOp
-    base = self
-    while base.op in (*_INDEXABLE, Ops.INDEX) and base.op is not Ops.PARAM: base = base.src[0]
-    if base.op is not Ops.PARAM:
-      if (as_tensor := getattr(self, "_tensor_getitem", None)) is not None and (self.shape or self.device is not None): return as_tensor(idx)
+    if self._tensor_node(): return self._tensor_api("__getitem__", idx)
+    if self.op not in (*_INDEXABLE, Ops.INDEX):
       raise TypeError(f"a {self.op} cannot be indexed: index a placeholder (UOp.placeholder) or a Tensor")
     idx = list(idx) if isinstance(idx, tuple) else [idx]
     while idx and isinstance(idx[-1], slice) and idx[-1] == slice(None): idx.pop()
@@ -94,15 +99,12 @@ class KernelDSL:
     return UOp(Ops.STACK, self.dtype, tuple(lanes))
 
   def reshape(self: Any, *shape: Any) -> UOp:
-    """A placeholder's (or a tensor graph's) elements as another shape; one dimension may be -1, the rest's quotient."""
+    """A placeholder's elements as another shape (a tensor's graph node is reshaped as its Tensor is)."""
     from tinyhybrid.uop.ops import UOp
+    if self._tensor_node(): return self._tensor_api("reshape", *shape)
     new = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
-    old = self.shape
-    if [type(d) is int and d == -1 for d in new].count(True) == 1 and (known := prod(d for d in new if not (type(d) is int and d == -1))):
-      new = tuple(prod(old or ()) // known if type(d) is int and d == -1 else d for d in new)
-    # a node with no shape (an index expression, a loop) has no elements to reshape
-    if (self.op not in _INDEXABLE and old is None) or prod(new) != prod(old or ()): raise ValueError(f"reshape: {old} cannot become {new} here")
-    return self if new == old else UOp(Ops.RESHAPE, self.dtype, (self,), new)
+    if self.op not in _INDEXABLE or prod(new) != prod(self.shape): raise ValueError(f"reshape: {self.shape} cannot become {new} here")
+    return UOp(Ops.RESHAPE, self.dtype, (self,), new)
 
   def unshard(self: Any, axis: int) -> UOp:
     """A value on several devices, one piece each (MSTACK of the pieces), as one value split on `axis` across them."""
@@ -111,6 +113,7 @@ class KernelDSL:
     return UOp(Ops.MSTACK, self.dtype, self.src, (self.arg[0], axis))
 
   def flatten(self: Any, start_dim: int = 0, end_dim: int = -1) -> UOp:
+    if self._tensor_node(): return self._tensor_api("flatten", start_dim, end_dim)
     shape = self.shape or ()
     start, end = start_dim % max(len(shape), 1), end_dim % max(len(shape), 1)
     return self.reshape(shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:])
