@@ -205,6 +205,25 @@ def test_decode_step_is_one_replay_that_allocates_nothing(files):
   assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
 
 
+def test_looked_up_embedding_rows_do_not_stay_in_the_process(files):
+  # the embedding stays in the file's mapped pages, and each lookup maps 64-256 KiB around its row: a generation lets
+  # them go after every step, so a long one does not bring the whole table into the process's memory
+  path, _ = files("llama_q8_0", *CASES["llama_q8_0"])
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  def resident_kib() -> int:
+    total, ours = 0, False
+    for line in open("/proc/self/smaps"):
+      head = line.split()
+      if "-" in head[0] and not head[0].endswith(":"): ours = line.rstrip().endswith(path)
+      elif ours and head[0] == "Rss:": total += int(head[1])
+    return total
+  assert resident_kib() == 0 and any(line.rstrip().endswith(path) for line in open("/proc/self/maps"))
+  gen = model.generate(list(PROMPT))
+  for _ in range(4):
+    next(gen)
+    assert resident_kib() == 0
+
+
 def test_each_layer_runs_once_a_step(files):
   # a decode step and a prompt chunk run a fixed number of kernels per layer: one layer more adds the same kernels
   # whatever the depth (a lazy residual stream once made each layer's realize recompute every layer before it)

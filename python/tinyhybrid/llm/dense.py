@@ -367,7 +367,9 @@ class DenseTransformer:
       i += n
     self.cached.extend(tokens)
     assert out is not None
-    return out.numpy().reshape(-1)
+    logits = out.numpy().reshape(-1)
+    if isinstance(self.token_embd, MappedRows): self.token_embd.let_go()
+    return logits
 
   def reusable_prefix(self, tokens: list[int]) -> int:
     """How many leading tokens the cache already holds (at least one token is always run, for its logits)."""

@@ -56,18 +56,19 @@ class GGUFTensor:
     if (dt := GGML_NATIVE.get(self.ggml_type)) is not None: return _from_raw(raw.view(np_storage(dt)), dt, self.shape, owned=True)
     return _from_raw(raw, dtypes.uint8, (self.nbytes // GGML_QUANT[self.ggml_type][2], GGML_QUANT[self.ggml_type][2]), owned=True)
 
-  def mapped(self) -> Tensor:
+  def mapped(self) -> tuple[Tensor, mmap.mmap | None]:
     """`data`, but over the file's own pages, mapped copy-on-write instead of read: only the pages a kernel reads
-    are ever brought into memory (the rows of an embedding that a prompt looks up, not its 32000). Read as `data`
-    where the tensor's bytes are not 64-byte aligned in the file (kernels load whole aligned vectors), the file came
-    as bytes, or the device's memory is not the host's."""
-    if isinstance(self.source, bytes) or self.offset % 64 or not Device[Device.canonicalize(None)].allocator.is_host_memory: return self.data
+    are ever brought into memory (the rows of an embedding that a prompt looks up, not its 32000). With the mapping,
+    whose pages its holder may let go (MappedRows.let_go). Read as `data` (no mapping) where the tensor's bytes are
+    not 64-byte aligned in the file (kernels load whole aligned vectors), the file came as bytes, or the device's
+    memory is not the host's."""
+    if isinstance(self.source, bytes) or self.offset % 64 or not Device[Device.canonicalize(None)].allocator.is_host_memory: return self.data, None
     start = self.offset - self.offset % mmap.ALLOCATIONGRANULARITY
     with open(self.source, "rb") as f:
       if os.fstat(f.fileno()).st_size < self.offset + self.nbytes: raise ValueError(f"{self.source}: ends inside tensor {self.name!r}")
       m = mmap.mmap(f.fileno(), self.offset + self.nbytes - start, access=mmap.ACCESS_COPY, offset=start)
     if hasattr(mmap, "MADV_RANDOM"): m.madvise(mmap.MADV_RANDOM)  # a looked-up row's page, without the kernel's read-ahead
-    return self._tensor(np.frombuffer(m, np.uint8, self.nbytes, self.offset - start))  # holds the mapping: unmapped with the buffer
+    return self._tensor(np.frombuffer(m, np.uint8, self.nbytes, self.offset - start)), m  # the Tensor holds the mapping: unmapped with its buffer
 
   def dequantize(self) -> Tensor:
     """The tensor as a float Tensor of its shape (lazy: a quantized one is unpacked by the kernels that read it)."""
