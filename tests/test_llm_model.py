@@ -205,6 +205,18 @@ def test_decode_step_is_one_replay_that_allocates_nothing(files):
   assert (GlobalCounters.kernel_count - runs) % len(model.decode_jit.captured.jit_cache) == 0
 
 
+@pytest.mark.parametrize("name", ["llama_q4_k_m", "llama_f32"])
+def test_loading_leaves_nothing_in_the_kernel_caches(files, name):
+  # the kernels that unpack and pack the weights run once: a loaded model's memory holds none of their schedules,
+  # lowered kernels or programs (the 0.5B model's warm-up peaked 5 MB higher on them)
+  path, hf = files(name, *CASES[name])
+  before, runs = caches(), GlobalCounters.kernel_count
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  assert GlobalCounters.kernel_count > runs and caches() == before
+  ref = hf_logits(hf, list(PROMPT))[-1]  # and the model runs, its kernels compiled again
+  np.testing.assert_allclose(model.logits(list(PROMPT), 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
 def test_looked_up_embedding_rows_do_not_stay_in_the_process(files):
   # the embedding stays in the file's mapped pages, and each lookup maps 64-256 KiB around its row: a generation lets
   # them go after every step, so a long one does not bring the whole table into the process's memory

@@ -363,3 +363,21 @@ def test_a_tinyjit_replays_a_write_made_with_uops():
   for i in range(5):
     assert step(Tensor([i + 1.0, i + 1.0]).realize(), v.bind(2 * i)).item() == 2 * sum(range(1, i + 2))
   np.testing.assert_equal(cache.numpy(), [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 0, 0])
+
+
+def test_kernels_run_once_leave_no_cache_entries():
+  # a model's loading runs kernels of its weights' shapes once: run_once lets go of what it scheduled and compiled,
+  # and keeps what was there before it; a kernel made again compiles again and gives the same values
+  from tinyhybrid import Device
+  def entries() -> tuple[set, set, set]: return set(engine.schedule_cache), set(engine.kernel_cache), Device["CPU"].program_keys()
+  a = Tensor(np.arange(12, dtype=np.float32)).realize()
+  kept = (a * 3 + 1).realize()
+  before = entries()
+  with engine.run_once():
+    once = (a.reshape(3, 4).sum(1) * 7.5).realize()
+    inside = entries()
+  assert all(i > b for i, b in zip(inside, before)), "the kernel inside made no cache entries"
+  assert entries() == before
+  np.testing.assert_allclose(once.numpy(), np.arange(12).reshape(3, 4).sum(1) * 7.5)
+  np.testing.assert_allclose((a.reshape(3, 4).sum(1) * 7.5).numpy(), np.arange(12).reshape(3, 4).sum(1) * 7.5)
+  np.testing.assert_allclose(kept.numpy(), np.arange(12) * 3 + 1)

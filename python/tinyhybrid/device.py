@@ -419,6 +419,15 @@ class Compiled:
         self._cache[(name, src)] = prg
     return [self._cache[k] for k in kernels]
 
+  def program_keys(self) -> set[tuple[str, str]]:
+    """The (name, source) pairs of the programs it keeps."""
+    return set(self._cache)
+
+  def forget_programs(self, keep: set[tuple[str, str]]) -> None:
+    """Lets go of the programs it keeps but keep's (engine.realize.run_once): a later compile of one builds it again
+    (from the disk cache where the compiler has one)."""
+    for k in self._cache.keys() - keep: del self._cache[k]
+
   def runner(self, items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner: return Runner(items, nslots, self.name)
 
   def chain_runner(self, devices: list[str], items: list[tuple[CompiledProgram, list[int], Any]], nslots: int) -> Runner | None:
@@ -508,9 +517,9 @@ class _DeviceRegistry:
     if not isinstance(device, str): raise TypeError(f"Device[...] takes one device name, not {device!r}")
     return self._open(self.canonicalize(device))
 
-  def opened(self, base: str) -> list[str]:
-    """The names of the devices of a kind ("CPU") made so far."""
-    return [n for n in self._names if device_base(n) == base]
+  def opened(self, base: str | None = None) -> list[str]:
+    """The names of the devices of a kind ("CPU"), or of all kinds, made so far."""
+    return [n for n in self._names if base is None or device_base(n) == base]
 
   @functools.cached_property
   def _names(self) -> list[str]: return []

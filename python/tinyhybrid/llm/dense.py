@@ -21,6 +21,7 @@ import numpy as np
 from tinyhybrid.device import Device
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine.jit import TinyJit
+from tinyhybrid.engine.realize import run_once
 from tinyhybrid.llm.gguf import GGUFTensor, gguf_read
 from tinyhybrid.llm.quantized import MappedRows, QuantizedWeight, eight_lanes, joined
 from tinyhybrid.tensor import Tensor
@@ -303,7 +304,8 @@ class DenseTransformer:
     """From a read gguf file's metadata and tensors (gguf_read); name is the file's, for errors."""
     if kv_dtype not in KV_DTYPES: raise ValueError(f"kv_dtype {kv_dtype!r} is not one of {', '.join(KV_DTYPES)}")
     cfg = dataclasses.replace(DenseConfig.from_gguf(kv, tensors, max_context, name), kv_dtype=kv_dtype)
-    try: return DenseTransformer(cfg, tensors, progress), kv
+    try:
+      with run_once(): return DenseTransformer(cfg, tensors, progress), kv
     except ValueError as e: raise ValueError(f"{name}: {e}") from None
 
   # ** the computation **

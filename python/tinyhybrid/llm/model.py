@@ -27,6 +27,7 @@ import numpy as np
 from tinyhybrid import nn
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine.jit import TinyJit
+from tinyhybrid.engine.realize import run_once
 from tinyhybrid.helpers import getenv
 from tinyhybrid.llm import dense
 from tinyhybrid.llm.gguf import gguf_read
@@ -425,7 +426,8 @@ class Transformer:
     if arch in dense.ARCHS and not kv.get(f"{arch}.expert_count"): return dense.DenseTransformer.from_parts(kv, tensors, name, max_context, progress, kv_dtype)
     if arch not in ARCHS:
       raise ValueError(f"{name}: architecture {arch!r} is not supported (supported: {', '.join(sorted(set(ARCHS) | set(dense.ARCHS)))})")
-    try: return _from_state(kv, {n: t.dequantize() for n, t in tensors.items()}, arch, max_context, realize), kv
+    try:
+      with run_once(): return _from_state(kv, {n: t.dequantize() for n, t in tensors.items()}, arch, max_context, realize), kv
     except KeyError as e: raise ValueError(f"{name}: metadata or tensor {e} is missing") from None
 
   # ** generation **
