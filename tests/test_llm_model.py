@@ -210,9 +210,11 @@ def test_loading_leaves_nothing_in_the_kernel_caches(files, name):
   # the kernels that unpack and pack the weights run once: a loaded model's memory holds none of their schedules,
   # lowered kernels or programs (the 0.5B model's warm-up peaked 5 MB higher on them)
   path, hf = files(name, *CASES[name])
-  before, runs = caches(), GlobalCounters.kernel_count
+  def keys() -> list[set]: return [set(realize.schedule_cache), set(realize.kernel_cache), Device["CPU"].program_keys()]
+  before, runs = keys(), GlobalCounters.kernel_count
   model, _ = Transformer.from_gguf(path, max_context=64)
-  assert GlobalCounters.kernel_count > runs and caches() == before
+  # (the caches are bounded: loading's entries may have pushed some of the old ones out)
+  assert GlobalCounters.kernel_count > runs and all(after <= b for after, b in zip(keys(), before))
   ref = hf_logits(hf, list(PROMPT))[-1]  # and the model runs, its kernels compiled again
   np.testing.assert_allclose(model.logits(list(PROMPT), 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 

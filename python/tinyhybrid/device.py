@@ -10,11 +10,13 @@ import pickle
 import re
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, SupportsIndex, TypeGuard
 
 import numpy as np
 
+from tinyhybrid.digest import sha256
 from tinyhybrid.dtype import DType, dtypes, np_storage
 from tinyhybrid.helpers import DEV, PROFILE, GlobalCounters, getenv, once
 
@@ -300,26 +302,31 @@ class Buffer:
   __hash__ = object.__hash__
 
 
-@dataclass
 class CompiledProgram:
-  """A compiled kernel: its source, the loaded function's address, and a way to call it."""
-  name: str
-  src: str
-  address: int
-  # (args as uint64 words, launch): a CPU kernel's launch is its number of threads, a GPU kernel's its (global, local)
-  # work sizes (LoweredKernel.launch). A call may return before the kernel has run (the device's queue keeps order);
-  # it records its span with PROFILE=1
-  call: Callable[[list[int], Any], None]
-  keepalive: Any = None
-  ops: int = 0  # estimated operations and bytes of memory per run (GlobalCounters), set when the kernel is lowered
-  mem: int = 0
-  # runs the kernel and waits for it: its time in seconds as the device measured it (None: the host's clock around call)
-  timed: Callable[[list[int], Any], float] | None = None
-  outs: int = 1  # its first `outs` arguments are the buffers it writes (a kernel storing one value to several)
-  bufs: int = -1  # its first `bufs` arguments are buffers, the others variables' values (-1: all are buffers)
-  ast: Any = None  # the kernel it was compiled from (a SINK in kernel IR), set with ops and mem
-  # how another process makes it again (pickle): a module-level function and its arguments, set by its maker
-  remake: tuple[Callable[..., CompiledProgram], tuple] | None = None
+  """A compiled kernel: its source, the loaded function's address, and a way to call it. The source is kept
+  compressed (read back on use: DEBUG, VIZ, a pickle): the 0.5B LLM's 175 kernels held 2.9 MB of C, 0.7 compressed.
+
+  call(args, launch) runs it on args as uint64 words: a CPU kernel's launch is its number of threads, a GPU kernel's
+  its (global, local) work sizes (LoweredKernel.launch). A call may return before the kernel has run (the device's
+  queue keeps order); it records its span with PROFILE=1. ops and mem: estimated operations and bytes of memory per
+  run (GlobalCounters), set when the kernel is lowered. timed: runs the kernel and waits for it, its time in seconds
+  as the device measured it (None: the host's clock around call). The first `outs` arguments are the buffers it
+  writes, the first `bufs` are buffers and the others variables' values (-1: all are buffers). ast: the kernel it
+  was compiled from (a SINK in kernel IR). remake: how another process makes it again (pickle), a module-level
+  function and its arguments, set by its maker."""
+
+  def __init__(self, name: str, src: str, address: int, call: Callable[[list[int], Any], None], keepalive: Any = None,
+               ops: int = 0, mem: int = 0, timed: Callable[[list[int], Any], float] | None = None, outs: int = 1, bufs: int = -1,
+               ast: Any = None, remake: tuple[Callable[..., CompiledProgram], tuple] | None = None):
+    self.name, self.src, self.address, self.call, self.keepalive = name, src, address, call, keepalive
+    self.ops, self.mem, self.timed, self.outs, self.bufs, self.ast, self.remake = ops, mem, timed, outs, bufs, ast, remake
+
+  @property
+  def src(self) -> str: return zlib.decompress(self.packed_src).decode() if self.packed_src else ""
+  @src.setter
+  def src(self, src: str) -> None: self.packed_src = zlib.compress(src.encode(), 1) if src else b""
+
+  def __repr__(self) -> str: return f"CompiledProgram({self.name!r}, address={self.address:#x})"
 
   def __reduce__(self) -> tuple:
     if self.remake is None: raise pickle.PicklingError(f"program {self.name} cannot be made again in another process")
@@ -335,6 +342,10 @@ def _remade(remake: tuple[Callable[..., CompiledProgram], tuple], ops: int, mem:
 def compiled_program(device: str, name: str, src: str) -> CompiledProgram:
   """The program of a kernel's source on a device (compiled, or from the device's cache)."""
   return Device[device].compile_many([(name, src)])[0]
+
+
+def _from_packed(device: str, name: str, packed_src: bytes) -> CompiledProgram:
+  return compiled_program(device, name, zlib.decompress(packed_src).decode())
 
 
 @dataclass(frozen=True)
@@ -391,7 +402,7 @@ class Compiled:
                build_fn: Callable[[list[tuple[str, str]]], list[CompiledProgram]] | None):
     # build_fn compiles a list of new (name, source) kernels at once: a compiler may take several in one run
     self.name, self.allocator, self.renderer, self._build = name, allocator, renderer, build_fn
-    self._cache: dict[tuple[str, str], CompiledProgram] = {}
+    self._cache: dict[tuple[str, bytes], CompiledProgram] = {}  # by name and the source's digest
     self.max_threads = 1  # how many cores a kernel's outer loop is split across
     # the device's command queue (an hcq.Queue) when it runs through HCQ: submits then return at once, and copies
     # between host-memory devices are commands on it (runtime/hcq.py)
@@ -413,17 +424,18 @@ class Compiled:
   def compile_many(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
     """The programs of (name, source) pairs, each compiled once per device."""
     if self._build is None: raise RuntimeError(f"device {self.name} does not run kernels")
-    if todo := [k for k in dict.fromkeys(kernels) if k not in self._cache]:
-      for (name, src), prg in zip(todo, self._build(todo)):
-        prg.remake = (compiled_program, (self.name, name, src))
-        self._cache[(name, src)] = prg
-    return [self._cache[k] for k in kernels]
+    keys = [(name, sha256(src.encode()).digest()) for name, src in kernels]
+    if todo := [(k, kernel) for k, kernel in dict(zip(keys, kernels)).items() if k not in self._cache]:
+      for (key, (name, _)), prg in zip(todo, self._build([kernel for _, kernel in todo])):
+        prg.remake = (_from_packed, (self.name, name, prg.packed_src))
+        self._cache[key] = prg
+    return [self._cache[k] for k in keys]
 
-  def program_keys(self) -> set[tuple[str, str]]:
-    """The (name, source) pairs of the programs it keeps."""
+  def program_keys(self) -> set[tuple[str, bytes]]:
+    """The (name, source digest) pairs of the programs it keeps."""
     return set(self._cache)
 
-  def forget_programs(self, keep: set[tuple[str, str]]) -> None:
+  def forget_programs(self, keep: set[tuple[str, bytes]]) -> None:
     """Lets go of the programs it keeps but keep's (engine.realize.run_once): a later compile of one builds it again
     (from the disk cache where the compiler has one)."""
     for k in self._cache.keys() - keep: del self._cache[k]
@@ -527,8 +539,10 @@ class _DeviceRegistry:
   @once  # one device object per canonical name for the process ("CPU:0" is "CPU"), also when threads open it at once
   def _open(self, name: str) -> Compiled:
     self._names.append(name)
-    mod = importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}")
-    return mod.make_device(name)
+    try: return importlib.import_module(f"tinyhybrid.runtime.ops_{name.split(':')[0].lower()}").make_device(name)
+    except BaseException:
+      self._names.remove(name)  # not made: not opened
+      raise
 
 
 @functools.lru_cache(maxsize=64)
