@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tinyhybrid import Context, Device, Tensor, TinyJit
+from tinyhybrid import Context, Device, Tensor, TinyJit, dtypes
 from tinyhybrid.engine.jit import JitError
 
 RNG = np.random.default_rng(3)
@@ -279,3 +279,23 @@ def test_work_under_capturing_0_is_not_replayed():
   GlobalCounters.reset()
   add(Tensor([5]), Tensor([5]))
   assert GlobalCounters.kernel_count == 1
+
+
+def test_a_replay_plan_shares_memory_largest_first():
+  # a large intermediate (runs 0-1), then a small and a large one alive together (runs 2-3): the two large ones share
+  # one buffer and the small one takes its own; taken in the order they were made, the small one joined the first
+  # buffer and the second large one needed a buffer of its own (twice the large size in all)
+  import weakref
+
+  from tinyhybrid.device import Buffer
+  from tinyhybrid.engine.jit import _rehome
+  from tinyhybrid.engine.realize import Transient
+  def dead(nbytes: int) -> Transient:
+    b = Buffer("CPU", nbytes, dtypes.uint8)
+    return Transient(weakref.ref(b), "CPU", nbytes)
+  big, small, big2 = dead(1 << 20), dead(1 << 12), dead(1 << 20)
+  runs = [("CPU", None, [big], 1), ("CPU", None, [big], 1), ("CPU", None, [small, big2], 1), ("CPU", None, [small, big2], 1)]
+  rehomed, scratch = _rehome(runs)  # type: ignore[arg-type]
+  home_big, (home_small, home_big2) = rehomed[0][2][0], rehomed[2][2]
+  assert home_big is home_big2 and home_small is not home_big and home_small.nbytes >= 1 << 12
+  assert scratch == {id(home_big), id(home_small)} and rehomed[1][2][0] is home_big and rehomed[3][2][0] is home_small
