@@ -86,3 +86,18 @@ def test_free_cache_lets_go_of_freed_memory():
   a.free(n)
   a.free_cache()
   assert a.alloc(3 << 20) is not m
+
+
+def test_lru_0_gives_freed_memory_back_at_once():
+  # tinygrad's LRU=0: no freed memory is kept for reuse (a BufferSpec(nolru=True) buffer's is never kept)
+  from tinyhybrid.helpers import Context
+  a = Device["CPU"].allocator
+  cached = a._cached
+  with Context(LRU=0):
+    m = a.alloc(3 << 20)
+    a.free(m)
+    assert a._cached == cached and a.alloc(3 << 20) is not m
+  b = Buffer("CPU", 1000, dtypes.float32).allocate()
+  mem = b._mem
+  del b
+  assert a._cached == cached + 4000 and a.alloc(4000) is mem  # kept again with LRU=1

@@ -18,7 +18,7 @@ import numpy as np
 
 from tinyhybrid.digest import sha256
 from tinyhybrid.dtype import DType, dtypes, np_storage
-from tinyhybrid.helpers import DEV, PROFILE, GlobalCounters, getenv, once
+from tinyhybrid.helpers import DEV, LRU, PROFILE, GlobalCounters, getenv, once
 
 class CompileError(RuntimeError):
   """A kernel failed to compile: carries the compiler's message and the kernel's source (tinygrad's place for it)."""
@@ -76,9 +76,9 @@ class Allocator:
 
   def free(self, mem: Any, cache: bool = True) -> None:
     """Takes back memory alloc gave (its buffer is gone): kept for the next alloc of its size while the cache has room
-    (cache=False: never, a BufferSpec(nolru=True) buffer's). A device with memory of its own releases it when the
-    handle is dropped."""
-    if cache and self._cached + mem.nbytes <= self.CACHE_BYTES:
+    (cache=False: never, a BufferSpec(nolru=True) buffer's; LRU=0: none, as in tinygrad). A device with memory of
+    its own releases it when the handle is dropped."""
+    if cache and LRU and self._cached + mem.nbytes <= self.CACHE_BYTES:
       self._cache.setdefault(mem.nbytes, []).append(mem)
       self._cached += mem.nbytes
     else: self.idle(mem, True)

@@ -164,7 +164,7 @@ PARALLEL = ContextVar("PARALLEL", NUM_CPU_THREADS.value // max(1, getenv("PYTEST
 # value here.
 # WINO: convolutions stay direct (no Winograd rewrite); FLOAT16, ALLOW_TF32: no implicit precision change is made;
 # NO_MEMORY_PLANNER, PCONTIG, USE_ATOMICS, FUSE_OPTIM, DISABLE_FAST_IDIV, MAX_KERNEL_BUFFERS, MAX_BUFFER_SIZE,
-# TUPLE_ORDER: scheduling details of tinygrad's; SCACHE, CCACHE, LRU: caches this project keeps always;
+# TUPLE_ORDER: scheduling details of tinygrad's; SCACHE, CCACHE: caches this project keeps always;
 # VALIDATE_WITH_CPU, CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY, TRACEMETA, NO_COLOR, NULL_ALLOW_COPYOUT,
 # ALLOW_DEVICE_USAGE, DISALLOW_BROADCAST, ALLREDUCE_CAST, OPENPILOT_HACKS, EMULATED_DTYPES: debugging and special builds
 WINO, FLOAT16, ALLOW_TF32 = ContextVar("WINO", 0), ContextVar("FLOAT16", 0), ContextVar("ALLOW_TF32", 0)
@@ -173,7 +173,9 @@ PCONTIG, USE_ATOMICS, FUSE_OPTIM = ContextVar("PCONTIG", 0), ContextVar("USE_ATO
 DISABLE_FAST_IDIV = ContextVar("DISABLE_FAST_IDIV", 1)
 MAX_KERNEL_BUFFERS, MAX_BUFFER_SIZE, TUPLE_ORDER = ContextVar("MAX_KERNEL_BUFFERS", 0), ContextVar("MAX_BUFFER_SIZE", 0), ContextVar("TUPLE_ORDER", 1)
 SCACHE = ContextVar("SCACHE", 1)
-CCACHE, LRU, VALIDATE_WITH_CPU = ContextVar("CCACHE", 1), ContextVar("LRU", 1), ContextVar("VALIDATE_WITH_CPU", 0)
+CCACHE, VALIDATE_WITH_CPU = ContextVar("CCACHE", 1), ContextVar("VALIDATE_WITH_CPU", 0)
+# freed device memory is kept for the next buffer of its size (Allocator.free); LRU=0: it goes back at once
+LRU = ContextVar("LRU", 1)
 CAPTURE_PROCESS_REPLAY, DEBUG_RANGEIFY = ContextVar("CAPTURE_PROCESS_REPLAY", 0), ContextVar("DEBUG_RANGEIFY", 0)
 TRACEMETA, NO_COLOR = ContextVar("TRACEMETA", 1), ContextVar("NO_COLOR", 0)
 NULL_ALLOW_COPYOUT, ALLOW_DEVICE_USAGE = ContextVar("NULL_ALLOW_COPYOUT", 0), ContextVar("ALLOW_DEVICE_USAGE", 1)
