@@ -299,3 +299,17 @@ def test_a_replay_plan_shares_memory_largest_first():
   home_big, (home_small, home_big2) = rehomed[0][2][0], rehomed[2][2]
   assert home_big is home_big2 and home_small is not home_big and home_small.nbytes >= 1 << 12
   assert scratch == {id(home_big), id(home_small)} and rehomed[1][2][0] is home_big and rehomed[3][2][0] is home_small
+
+
+def test_a_capture_plans_the_memory_of_a_schedules_shared_intermediates():
+  # a schedule's intermediates of several sizes share host memory as views of one buffer: a capture holds them
+  # weakly, as any intermediate, and gives them its own scratch memory
+  from tinyhybrid.device import Buffer
+  @TinyJit
+  def f(x: Tensor) -> Tensor:  # three intermediates in a chain: the first and the third share memory
+    return (((x.reshape(10, 100).sum(1).contiguous() * 2).cast(dtypes.int16).contiguous() + 1).cast(dtypes.float32).contiguous() * 3).realize()
+  for i in range(4):
+    x = (np.arange(1000) % (5 + i)).astype(np.float32)
+    np.testing.assert_array_equal(f(Tensor(x).realize()).numpy(), ((x.reshape(10, 100).sum(1) * 2).astype(np.int16) + 1) * 3)
+  assert f.captured is not None
+  assert not any(b.intermediate for b in f.captured.objs if isinstance(b, Buffer))

@@ -131,6 +131,9 @@ class Buffer:
     self._mapped: Any = None  # a view's: the base's memory it maps (stale once the base lets it go)
     self._freed = False       # a view's: deallocated, and not allocated again (a read then is a use after free)
     self.offset = 0
+    # a schedule's intermediate in memory its plan shares (a view of it), which a TinyJit capture holds weakly as it
+    # holds any intermediate (engine/realize.Capture)
+    self.intermediate = False
     if base is not None: self._share(base, offset)
     elif opaque is not None or (options is not None and options.external_ptr is not None) or preallocate: self.allocate(opaque)
     # made from host data (Tensor([1, 2])): what tinygrad holds as a copy still to run, not as state a function reads

@@ -21,6 +21,7 @@ from tinyhybrid.codegen.lower import LoweredKernel, lower
 from tinyhybrid.codegen.search import optimize
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
+from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import BEAM, CAPTURING, CHECK_OOB, DEBUG, NOLOCALS, NOOPT, SPLIT_REDUCEOP, TC, TC_SELECT, TRANSCENDENTAL, GlobalCounters
 from tinyhybrid.renderer import Estimates
 from tinyhybrid.schedule import schedule_cache  # (normalized sink, device, planning switches) -> CompiledSchedule
@@ -60,6 +61,7 @@ class CompiledSchedule:
   vars: tuple[UOp, ...] = ()  # the variables whose values follow the buffers in the runner's arguments, in this order
   contiguous_inside: bool = True  # the graph has a CONTIGUOUS that is not a root (a live tensor there is realized too)
   proven: bool = False  # every kernel's accesses were proven in bounds (CHECK_OOB)
+  bases: dict[int, int] = field(default_factory=dict)  # physical buffers that slots share as views: their bytes
 
   ops: int = field(init=False)  # the kernels' estimated operations and memory traffic per run (GlobalCounters)
   mem: int = field(init=False)
@@ -167,11 +169,11 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   # past the limit the least recently used kernels go, once this schedule has taken its own
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
   outputs = {slot for kind, slot in spec.outputs if kind == "view"}
-  physical = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs)
+  physical, bases = plan_memory([ei.slots for ei in items], spec.new_slots, keep=outputs, by_bytes=dev.allocator.is_host_memory)
   runner = dev.runner([(ei.prg, ei.slots, ei.threads) for ei in items], n_bufs + len(variables))
   roots = set(key.src)
   inside = any(u.op is Ops.CONTIGUOUS and u not in roots for u in key.toposort())
-  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables, inside, bool(CHECK_OOB))
+  return CompiledSchedule(items, spec.new_slots, physical, spec.outputs, runner, variables, inside, bool(CHECK_OOB), bases)
 
 
 def kernel_program(prg: CompiledProgram, k: LoweredKernel) -> CompiledProgram:
@@ -223,7 +225,7 @@ class Capture:
     held = self._held.get(id(b))
     if held is b or (isinstance(held, Transient) and held.ref() is b): return held  # type: ignore[return-value]
     # first seen here (an id whose buffer died may be another buffer's now)
-    if self.weak and written and b._base is None and not b._external and not b.from_host:
+    if self.weak and written and (b.intermediate or b._base is None and not b._external) and not b.from_host:
       held = Transient(weakref.ref(b), b.device, b.nbytes)
     else: held = b
     self._held[id(b)] = held
@@ -322,6 +324,11 @@ def bind(p: Prepared, on_done: Callable[[Step], None] | None = None) -> Step:
   phys: dict[int, Buffer] = {}
   bufs: list[Buffer] = list(p.inputs)
   for slot, n in zip(cs.new_slots, cs.physical):
+    if (nbytes := cs.bases.get(n)) is not None:  # intermediates of several sizes in turn: views of its bytes
+      if n not in phys: phys[n] = Buffer(device, nbytes, dtypes.uint8)
+      bufs.append(view := phys[n].view(slot.size, slot.dtype, 0))
+      view.intermediate = True
+      continue
     if n not in phys: phys[n] = Buffer(device, slot.size, slot.dtype)
     bufs.append(phys[n] if phys[n].size == slot.size and phys[n].dtype is slot.dtype else Buffer(device, slot.size, slot.dtype))
   return Step(device, cs, bufs, p.var_vals, p.roots, p.nodes, on_done)
