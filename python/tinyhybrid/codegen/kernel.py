@@ -117,10 +117,12 @@ class KernelParts:
     self.loops = [x for r in self.loops for x in ((new, inner) if r is old and inner is not None else (new if r is old else r,))]
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1024)
 def stride(idx: UOp, r: UOp) -> int | None:
   """How far the index moves per step of range r (None when it does not move by a constant). Heuristics and search
-  ask this of the same accesses again and again, so answers are kept."""
+  ask this of the same accesses again and again while they plan a kernel, so answers are kept, for the last 1024
+  asked: the kept keys hold their index nodes alive (65536 of them held 1 MiB more after a 0.5B LLM's warm-up,
+  whose 12.6k questions hit as often: 8820 against 8880 times)."""
   if (one := idx.substitute({r: index_const(1)})) is idx: return 0
   d = (one - idx.substitute({r: index_const(0)})).simplify()
   return d.arg if d.op is Ops.CONST else None
