@@ -192,6 +192,25 @@ def test_greedy_generation_matches_transformers(files, name):
 def caches() -> tuple[int, int, int]: return len(realize.schedule_cache), len(realize.kernel_cache), len(Device["CPU"]._cache)
 
 
+def cache_keys() -> list[set]: return [set(realize.schedule_cache), set(realize.kernel_cache), Device["CPU"].program_keys()]
+
+
+def test_warmup_keeps_only_its_captures(files):
+  # each chunk size's schedules and kernels are let go once captured; generating after compiles nothing
+  path, hf = files("llama_q8_0", *CASES["llama_q8_0"])
+  model, _ = Transformer.from_gguf(path, max_context=64)
+  before = cache_keys()
+  model.warmup()
+  assert model.decode_jit.captured is not None and all(j.captured is not None for j in model.prefill_jits.values())
+  warm = cache_keys()
+  assert all(after <= b for after, b in zip(warm, before))
+  ours = list(model.generate(list(PROMPT), max_new=6))
+  assert cache_keys() == warm
+  with torch.no_grad():
+    ref = hf.generate(torch.tensor([PROMPT]), max_new_tokens=6, do_sample=False, min_new_tokens=6)[0, len(PROMPT):].tolist()
+  assert ours == ref
+
+
 def test_decode_step_is_one_replay_that_allocates_nothing(files):
   path, _ = files("llama_q8_0", *CASES["llama_q8_0"])
   model, _ = Transformer.from_gguf(path, max_context=64)
@@ -210,11 +229,10 @@ def test_loading_leaves_nothing_in_the_kernel_caches(files, name):
   # the kernels that unpack and pack the weights run once: a loaded model's memory holds none of their schedules,
   # lowered kernels or programs (the 0.5B model's warm-up peaked 5 MB higher on them)
   path, hf = files(name, *CASES[name])
-  def keys() -> list[set]: return [set(realize.schedule_cache), set(realize.kernel_cache), Device["CPU"].program_keys()]
-  before, runs = keys(), GlobalCounters.kernel_count
+  before, runs = cache_keys(), GlobalCounters.kernel_count
   model, _ = Transformer.from_gguf(path, max_context=64)
   # (the caches are bounded: loading's entries may have pushed some of the old ones out)
-  assert GlobalCounters.kernel_count > runs and all(after <= b for after, b in zip(keys(), before))
+  assert GlobalCounters.kernel_count > runs and all(after <= b for after, b in zip(cache_keys(), before))
   ref = hf_logits(hf, list(PROMPT))[-1]  # and the model runs, its kernels compiled again
   np.testing.assert_allclose(model.logits(list(PROMPT), 0), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 

@@ -342,9 +342,12 @@ class DenseTransformer:
 
   def warmup(self) -> None:
     """Compiles and captures the kernels of every prompt chunk size and of a decode step (each JIT captures on its
-    second call), then forgets the tokens it ran."""
+    second call), then forgets the tokens it ran. Each size's schedules and lowered kernels are let go once it is
+    captured (run_once): the capture holds the programs it replays, and the 0.5B Q4_K_M model's warm-up peaked
+    1.2 MiB lower without the prompts' (a direct forward() later compiles again, from the disk cache)."""
     for n in (*self.chunks, 1):
-      for _ in range(3): self.logits([0] * n, 0)
+      with run_once():
+        for _ in range(3): self.logits([0] * n, 0)
       # the first runs' buffers, which the next size's would not fit: the captures keep theirs in memory they share
       Device[Device.DEFAULT].allocator.free_cache()
     self.cached.clear()
