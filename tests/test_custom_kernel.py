@@ -49,6 +49,17 @@ def test_elementwise_and_index_kernels():
   np.testing.assert_equal(Tensor.empty(3, 5).custom_kernel(fxn=eye)[0].numpy(), np.eye(3, 5))
 
 
+def test_an_element_loaded_explicitly_adds_in_place():
+  # tinygrad's C[i].load(): the element's value, here an in-place add into a realized output
+  def inplace_add(C: UOp, A: UOp) -> UOp:
+    i = UOp.range(A.shape[0], 0)
+    return C[i].store(C[i].load() + A[i]).end(i).sink(arg=KernelInfo(name="inplace_add"))
+  c = Tensor([10., 20., 30., 40.]).contiguous().realize()
+  out = Tensor.custom_kernel(c, Tensor([1., 2., 3., 4.]).contiguous(), fxn=inplace_add)[0]
+  np.testing.assert_equal(out.numpy(), [11., 22., 33., 44.])
+  with pytest.raises(TypeError, match="only an element"): UOp.range(4, 0).load()
+
+
 def test_an_accumulator_in_memory_is_a_reduce():
   rng = np.random.default_rng(0)
   a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)

@@ -595,6 +595,9 @@ def test_bounds_and_allreduce_of_a_sharded_graph():
   t = Tensor(x).shard(D4, axis=0).realize()
   assert t.uop.bounds == ((0, 2), (2, 4), (4, 6), (6, 8)) and (t * 2).uop.bounds == t.uop.bounds
   with pytest.raises(RuntimeError, match="axis is None"): Tensor(x).shard(D4).uop.bounds
+  # tinygrad's shard_shape: one device's shard, the whole shape when not split
+  assert t.uop.shard_shape == (2, 5) and Tensor(x).shard(D4).uop.shard_shape == (8, 5) and Tensor(x).uop.shard_shape == (8, 5)
+  assert Tensor(x.T).shard(D4, axis=1).uop.shard_shape == (5, 2)
   # the allreduce a reduce over the sharded axis is made of: every shard becomes the sum of the shards
   for algo in ({"RING": 0, "ALL2ALL": 0}, {"RING": 2}, {"ALL2ALL": 2}):
     with Context(**algo):

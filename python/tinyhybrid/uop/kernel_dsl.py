@@ -72,6 +72,11 @@ class KernelDSL:
     if self.op is Ops.STACK and len(idx) == 1 and isinstance(idx[0], int): return self.src[idx[0]]
     return self[idx]
 
+  def load(self: Any) -> UOp:
+    """The element's value (tinygrad's explicit load): an element read as a value is loaded already."""
+    if self.op is not Ops.INDEX: raise TypeError(f"load: only an element (a placeholder indexed) is loaded, not a {self.op}")
+    return self
+
   def store(self: Any, value: Any) -> UOp:
     from tinyhybrid.uop.ops import UOp
     return UOp(Ops.STORE, dtypes.void, (self, value if isinstance(value, UOp) else UOp.const(self.dtype, value)))

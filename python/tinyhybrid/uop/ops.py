@@ -199,6 +199,14 @@ class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a 
     from tinyhybrid.uop.sharding import shard_bounds
     return tuple(shard_bounds(self.shape[axis], len(self.device)))  # type: ignore[index, arg-type]
 
+  @property
+  def shard_shape(self) -> tuple[sint, ...]:
+    """The shape of one device's shard of a sharded tensor's graph, its whole shape when it is not split (tinygrad's
+    UOp.shard_shape)."""
+    if (axis := self.axis) is None: return self.shape  # type: ignore[return-value]
+    lo, hi = self.bounds[0]
+    return (*self.shape[:axis], hi - lo, *self.shape[axis + 1:])  # type: ignore[index, misc]
+
   def allreduce(self, op: Ops, device: tuple[str, ...]) -> UOp:
     """A graph sharded as this sharded one is, each device's shard `op` (ADD, MUL, MAX, ...) of all the shards: the
     allreduce that a reduce over the sharded axis is made of (tinygrad's UOp.allreduce)."""
