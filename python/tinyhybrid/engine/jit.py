@@ -27,6 +27,7 @@ from tinyhybrid.engine.realize import Capture, ExecItem, JitError, Transient, ca
 from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor, _all_tensors
 from tinyhybrid.uop.buffers import base_buffer, buffer_view, contiguous_buffer
+from tinyhybrid.schedule.memory import share_by_lifetime
 from tinyhybrid.schedule.multi import is_realized_multi
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp, binds_of, map_binds, unbind_all, unbind_arg
@@ -144,39 +145,24 @@ def _prepare(args: tuple, kwargs: dict[str, Any], first: bool) -> tuple[list[Buf
   return bufs, sig, var_vals
 
 
-@dataclass
-class _Slot:
-  """One buffer of the replay's plan: the transients that share it, and the runs from first to last that use each."""
-  device: str
-  nbytes: int
-  members: list[Transient]
-  spans: list[tuple[int, int]]
-
-
 def _rehome(runs: list[tuple[str, CompiledProgram, list[Buffer | Transient | UOp], int | Launch]]) \
     -> tuple[list[tuple[str, CompiledProgram, list[Buffer | UOp], int | Launch]], set[int]]:
   """The runs with a buffer for each Transient: itself while it lives, and the ids of the scratch buffers given to
   the others. Those that died live, for the replay, from the first run that uses them to the last; transients whose
-  spans do not overlap share a scratch buffer: the largest first, each to the smallest buffer free over its whole span
-  (taken in the order they were made, a transient joining a buffer grew it: a 0.5B LLM's prompt plan took 6.4 MiB
-  for 5.1 live at once, 5.6 now). The plan reads only the runs, so it is the same whatever addresses the device's
-  allocator gave. A live transient lends its memory to none: a run may write only part of it (an assign into a row
-  of a cache), and the rest is the caller's."""
+  spans do not overlap share a scratch buffer (schedule/memory.share_by_lifetime). The plan reads only the runs, so
+  it is the same whatever addresses the device's allocator gave. A live transient lends its memory to none: a run
+  may write only part of it (an assign into a row of a cache), and the rest is the caller's."""
   span: dict[Transient, tuple[int, int]] = {}
   for i, (_, _, args, _) in enumerate(runs):
     for a in args:
       if isinstance(a, Transient): span[a] = (span[a][0] if a in span else i, i)
-  slots: list[_Slot] = []
-  for t in sorted((t for t in span if t.ref() is None), key=lambda t: (-t.nbytes, span[t][0])):
-    lo, hi = span[t]
-    if free := [s for s in slots if s.device == t.device and all(b < lo or hi < a for a, b in s.spans)]:
-      slot = min(free, key=lambda s: s.nbytes)
-      slot.members.append(t)
-      slot.spans.append((lo, hi))
-    else: slots.append(_Slot(t.device, t.nbytes, [t], [(lo, hi)]))
+  dead = [t for t in span if t.ref() is None]
   home: dict[Transient, Buffer] = {}
   live = {id(b) for _, _, args, _ in runs for a in args if (b := a.ref() if isinstance(a, Transient) else a) is not None}
-  for s in sorted(slots, key=lambda s: -s.nbytes): home.update(dict.fromkeys(s.members, _scratch_buffer(s.device, s.nbytes, live)))
+  for device in dict.fromkeys(t.device for t in dead):
+    mine = [t for t in dead if t.device == device]
+    for members in share_by_lifetime([(t.nbytes, *span[t]) for t in mine]):
+      home.update(dict.fromkeys((mine[m] for m in members), _scratch_buffer(device, mine[members[0]].nbytes, live)))
   rehomed = [(dev, prg, [(home.get(a) or a.ref()) if isinstance(a, Transient) else a for a in args], threads) for dev, prg, args, threads in runs]
   return rehomed, set(map(id, home.values()))  # type: ignore[return-value]
 
