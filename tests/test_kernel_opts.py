@@ -474,13 +474,14 @@ def test_a_tile_along_the_outputs_takes_at_most_two_vectors_with_few_registers(l
 
 def test_narrow_integer_sums_take_a_whole_panel_row_with_few_registers():
   # int_matvec's blocks: int16 codes times int16 activations summed in int16. With AVX2's 16 registers of 16 such
-  # lanes the plan takes 4 registers of the output axis (64 lanes) and no rows of the reused one
+  # lanes the plan takes 4 registers of the output axis (64 lanes), no rows of the reused one, and two panels: 8
+  # accumulators, half the registers, and two streams of weights a core
   rng = np.random.default_rng(7)
   c, x = rng.integers(-8, 8, (24, 8, 64)).astype(np.int16), rng.integers(-127, 128, (24, 8, 1)).astype(np.int16)
   t = (Tensor(c).realize() * Tensor(x).realize()).sum(1, dtype=dtypes.int16)
   k, _ = kernel_of(t)
   opts = hand_coded_optimizations(k, CRenderer(8, registers=16))
-  assert [o.arg for o in opts if o.op is OptOps.UPCAST] == [64], opts
+  assert [(o.axis, o.arg) for o in opts if o.op is OptOps.UPCAST] == [(2, 64), (0, 2)], opts
   np.testing.assert_array_equal(run_plan(t, opts), (c.astype(np.int32) * x).sum(1).astype(np.int16))
 
 

@@ -232,36 +232,66 @@ def _panel_weight_with_its_exact_product(name: str, block: int, seed: int) -> tu
   return w, ref, x, x.astype(np.float64) @ ref.T
 
 
-@pytest.mark.parametrize("eight", [True, False])
-def test_four_bit_codes_are_16_bit_words_where_int16_sums_take_16_lanes(monkeypatch, eight):
-  # on a CPU whose vectors hold 8 floats (AVX2), a panel column's 64 four-bit codes are 16 words of 16 bits, word j
-  # holding rows j, j + 16, j + 32 and j + 48: a load, a shift and a mask give 16 rows' codes as int16. Elsewhere they
-  # are 32 bytes, byte j holding rows j and j + 32. Either way the weight unpacks to the file's values, and the
-  # decode step's product is the file's product where the activations quantize exactly
-  from tinyhybrid import dtypes
+# the three layouts of a panel's codes: in column pairs for BYTEDOT (an AVX2 CPU whose renderer has it), 16-bit words
+# (AVX2 without it), bytes (elsewhere)
+LAYOUTS = {"pairs": (True, True), "words": (True, False), "bytes": (False, False)}
+
+
+def _layout(monkeypatch, layout: str) -> None:
   from tinyhybrid.llm import quantized
+  eight, pairs = LAYOUTS[layout]
   monkeypatch.setattr(quantized, "eight_lanes", lambda device: eight)
+  monkeypatch.setattr(quantized, "byte_pairs", lambda device: pairs)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_four_bit_codes_are_laid_out_for_the_cpus_int16_sums(monkeypatch, layout):
+  # on a CPU whose vectors hold 8 floats (AVX2), a panel's 4-bit codes are 16-bit words. In pairs, word w of a column
+  # pair holds rows r and r + 16 of both columns (r = (w // 16) * 32 + w % 16), the low byte the even column's: a shift
+  # and a mask give 16 rows' codes of two columns, which one BYTEDOT multiplies with two activations. Without BYTEDOT,
+  # a column's word j holds rows j, j + 16, j + 32 and j + 48. Elsewhere they are 32 bytes, byte j holding rows j and
+  # j + 32. Each way the weight unpacks to the file's values, and the decode step's product is the file's product
+  # where the activations quantize exactly
+  from tinyhybrid import dtypes
+  _layout(monkeypatch, layout)
   w, ref, x, want = _panel_weight_with_its_exact_product("Q4_K", 32, 11)
   ((_, bits, plane),) = w.planes
-  assert bits == 4 and (plane.dtype, plane.shape[-1]) == ((dtypes.uint16, 16) if eight else (dtypes.uint8, 32))
+  shape = {"pairs": (2, 256, 32), "words": (2 * 512, 1, 16), "bytes": (2 * 512, 1, 32)}[layout]
+  assert bits == 4 and w.pairs == (layout == "pairs") and (plane.dtype, plane.shape) == (dtypes.uint8 if layout == "bytes" else dtypes.uint16, shape)
   np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
   np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("eight", [True, False])
-def test_q6_k_high_bits_pair_two_columns_in_16_bit_words_where_int16_sums_take_16_lanes(monkeypatch, eight):
-  # Q6_K's 2-bit plane beside those 4-bit words (AVX2): a word holds rows j, j + 16, j + 32, j + 48 of two neighbouring
-  # columns, so the kernel takes 16 rows' high bits with 16-bit shifts (bytes took shifts x86 lacks). The weight
-  # unpacks to the file's values, and the decode step's product (its 8-element blocks) and a prompt's are the file's
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_q6_k_high_bits_are_laid_out_for_the_cpus_int16_sums(monkeypatch, layout):
+  # Q6_K's 2-bit plane beside those 4-bit codes: in pairs a word holds rows j, j + 16, j + 32, j + 48 of a column pair
+  # (four rows a byte, the low byte the even column's); as 16-bit words, the same rows of two neighbouring columns, so
+  # the kernel takes 16 rows' high bits with 16-bit shifts (bytes took shifts x86 lacks). The weight unpacks to the
+  # file's values, and the decode step's product (its 8-element blocks) and a prompt's are the file's
   from tinyhybrid import dtypes
-  from tinyhybrid.llm import quantized
-  monkeypatch.setattr(quantized, "eight_lanes", lambda device: eight)
+  _layout(monkeypatch, layout)
   w, ref, x, want = _panel_weight_with_its_exact_product("Q6_K", 8, 12)
   (_, low_bits, low), (_, high_bits, high) = w.planes
   assert (low_bits, high_bits) == (4, 2)
-  if eight: assert high.dtype == dtypes.uint16 and high.shape == (low.shape[0] // 2, 1, 16)
-  else: assert high.dtype == dtypes.uint8 and high.shape == (low.shape[0], 1, 16)
+  shape = {"pairs": (2, 256, 16), "words": (low.shape[0] // 2, 1, 16), "bytes": (low.shape[0], 1, 16)}[layout]
+  assert high.dtype == (dtypes.uint8 if layout == "bytes" else dtypes.uint16) and high.shape == shape
   np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
   np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
   x3 = np.random.default_rng(13).standard_normal((3, 512)).astype(np.float32)
   np.testing.assert_allclose(w.matmul(Tensor(x3)).numpy(), x3 @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x3 @ ref.T).max())
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q4_K", "Q5_K"])
+def test_group_scales_in_panels_take_their_bits_as_the_file_does(name):
+  # a K-quant's group scales and mins (6 bits, Q2_K's 4) stored in planes of that many bits where a panel's groups come
+  # in fours: the weight takes the file's bytes exactly, and still unpacks to its values and multiplies as they do
+  ggml_type = next(t for t, v in GGML_QUANT.items() if v[0] == name)
+  rng = np.random.default_rng(ggml_type)
+  rows, cols = 128, 512
+  blocks = random_blocks(ggml_type, rows * cols // 256, rng)
+  ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(ggml_type)).reshape(rows, cols)
+  w = QuantizedWeight(GGUFTensor("w", (rows, cols), ggml_type, blocks.tobytes(), 0, blocks.nbytes), panels=True)
+  assert set(w.scale_planes) == {"sc", "mn"} and w.nbytes == blocks.nbytes
+  np.testing.assert_array_equal(w.dequantized().numpy(), ref)
+  x = rng.standard_normal((1, cols)).astype(np.float32)
+  np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ ref.T, rtol=0, atol=2e-2 * np.abs(x @ ref.T).max())

@@ -27,7 +27,7 @@ from tinyhybrid.uop.ops import UOp
 
 IDX = dtypes.weakint
 VEC_DTYPES = {dtypes.float, dtypes.double, dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong, IDX, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16}
-_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST}
+_VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.BYTEDOT}
 _VEC_INT = {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
 _VEC_FLOAT = {Ops.FDIV, Ops.RECIPROCAL}
 
@@ -124,7 +124,7 @@ def _fold_lanes(u: UOp, srcs: list[UOp], w: int) -> UOp | None:
   divided or masked, as a cat's or a packed field's index expressions are) computed lane by lane, and a select
   whose condition is the same constant in every lane. None when neither applies."""
   if u.op is Ops.WHERE and (cond := _const_lanes(srcs[0], w)) is not None and len(set(cond)) == 1: return bcast(srcs[1] if cond[0] else srcs[2], w)
-  if u.op not in GroupOp.ALU: return None
+  if u.op not in GroupOp.AnyALU: return None
   lanes: list[list] = []
   for s in srcs:  # (most ops have a source that is not constant: the first one ends it)
     if (lane := _const_lanes(s, w)) is None: return None
@@ -139,7 +139,7 @@ def _uniform_op(u: UOp, srcs: list[UOp]) -> UOp | None:
   scales): computed once and broadcast, not lane by lane in a vector (a byte widened, converted and multiplied in 16
   lanes cost a quantized matmul's inner loop as much as its weights did). None when a source varies by lane, and for
   a comparison, which stays a vector mask: a select or a mask's AND takes masks, not broadcast bools."""
-  if (u.op not in GroupOp.ALU and u.op not in (Ops.CAST, Ops.BITCAST)) or u.dtype.scalar() is dtypes.bool: return None
+  if (u.op not in GroupOp.AnyALU and u.op not in (Ops.CAST, Ops.BITCAST)) or u.dtype.scalar() is dtypes.bool: return None
   scalars = []
   for s in srcs:
     if s.dtype.count == 1: scalars.append(s)

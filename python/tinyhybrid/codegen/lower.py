@@ -335,7 +335,7 @@ class Lowerer:
 
 def _arith(u: UOp) -> int:
   """The arithmetic ops computing u (not its index arithmetic nor its conditions)."""
-  return sum(1 for x in u.toposort() if x.op in GroupOp.ALU and x.dtype not in (IDX, dtypes.bool))
+  return sum(1 for x in u.toposort() if x.op in GroupOp.AnyALU and x.dtype not in (IDX, dtypes.bool))
 
 
 def _stored_value(sink: UOp) -> UOp:
@@ -411,7 +411,7 @@ pm_lower = PatternMatcher([_index_of(NOT_PARAM, _realized), _index_of(GroupOp.Mo
   _index_of(Ops.IOTA, lambda x, u: x.src[2].cast(u.dtype)),
   _index_of((Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD), lambda x, u: at(u.src[0], x.src[2:], _gate(x))),
   _index_of(Ops.REDUCE, _fused_reduce),
-  _index_of((*GroupOp.ALU, Ops.CAST, Ops.BITCAST), lambda x, u: UOp(u.op, u.dtype, tuple(at(s, _broadcast_index(s, x.src[2:]), _gate(x)) for s in u.src), u.arg)),
+  _index_of((*GroupOp.AnyALU, Ops.CAST, Ops.BITCAST), lambda x, u: UOp(u.op, u.dtype, tuple(at(s, _broadcast_index(s, x.src[2:]), _gate(x)) for s in u.src), u.arg)),
   _index_of(NOT_PARAM, lambda u: _unsupported(u)),
   # once their sources are kernel IR: a reduce, and a PAD's mask
   (UPat(Ops.REDUCE, src=(UPat(name="v"),), name="r"), _reduce_of_value),

@@ -22,6 +22,7 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rsize
 from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, apply_opts, merge_loops
 from tinyhybrid.codegen.tc import has_tc, tc_choices
+from tinyhybrid.codegen.decomp.op import decompose_bytedot
 from tinyhybrid.codegen.decomp.transcendental import decompose_transcendentals
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer
@@ -50,6 +51,7 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
   else: rdr, vec = ren, ren.vec
   ast = apply_opts(k.ast, opts, rdr)
   if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
+  if rdr is None or Ops.BYTEDOT not in rdr.code_for_op: ast = decompose_bytedot(ast)
   if rdr is not None and rdr.has_local:
     opted = ast
     ast, launch = to_grid(opted, rdr)

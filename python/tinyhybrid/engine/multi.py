@@ -92,7 +92,7 @@ def copy_buffers(copies: list[tuple[Buffer, Buffer, CopySpec]]) -> None:
 ZEROCOPY = ContextVar("ZEROCOPY", 1)
 _MOVES = (Ops.COPY, Ops.UNSHARD)
 # what an elementwise COPY source fused into its consumer may hold: arithmetic and views over realized memory
-_FUSABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.AFTER, Ops.CAST, Ops.BITCAST, Ops.DEVICE}
+_FUSABLE = GroupOp.AnyALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.AFTER, Ops.CAST, Ops.BITCAST, Ops.DEVICE}
 
 
 def _written(nodes: list[UOp]) -> set[int]:

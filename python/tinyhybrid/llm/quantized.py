@@ -14,6 +14,7 @@ blocks themselves interleave codes with scales in 144- or 210-byte strides, whic
 from __future__ import annotations
 
 import mmap
+from typing import Callable
 
 from tinyhybrid.device import Device
 from tinyhybrid.dtype import dtypes
@@ -23,10 +24,13 @@ from tinyhybrid.nn.quant import FORMATS, GGML_QUANT, Format, Parts, block_fields
 from tinyhybrid.nn.quant import parts as take_apart
 from tinyhybrid.schedule.kernelize import INNER_SUM_TERMS
 from tinyhybrid.tensor import Tensor
+from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import sint
 
 # a code of n bits as planes of these widths, lowest bits first
 PLANE_BITS = {2: (2,), 3: (2, 1), 4: (4,), 5: (4, 1), 6: (4, 2), 8: (8,)}
+# the bits of the group scales and mins of the types whose groups have both (Q2_K, Q4_K, Q5_K), by ggml type
+SCALE_BITS = {10: 4, 12: 6, 13: 6}
 INT16_MAX = 32767
 # a decode step's products with int8 activations (int_matvec); INT_MATVEC=0 multiplies them in float32
 INT_MATVEC = ContextVar("INT_MATVEC", 1)
@@ -64,9 +68,73 @@ def unpack_plane(plane: Tensor, bits: int) -> Tensor:
   return ((plane.reshape(*plane.shape[:2], 1, plane.shape[2]) >> shifts) & ((1 << bits) - 1)).reshape(rows, -1)
 
 
+def pack_pairs(codes: Tensor, bits: int) -> Tensor:
+  """(panels, cols, 64) codes of 2 or 4 bits, a panel column's 64 rows each -> (panels, cols / 2, 64 * bits / 8)
+  16-bit words for BYTEDOT: each byte of a word holds k = 8 / bits rows of one column (the low byte column 2m, the high
+  byte 2m + 1), word w rows r + 16s for s < k, r = (w // 16) * 16k + w % 16. A shift by bits * s and a mask then give
+  16 words, each two columns' codes of one row: a pair as BYTEDOT multiplies it with a pair of activations."""
+  panels, cols, rows = codes.shape
+  k = 8 // bits
+  v = codes.reshape(panels, cols // 2, 2, rows // (16 * k), k, 16).cast(dtypes.uint16)
+  byte = v[:, :, :, :, 0]
+  for s in range(1, k): byte = byte | (v[:, :, :, :, s] << (bits * s))
+  return (byte[:, :, 0] | (byte[:, :, 1] << 8)).reshape(panels, cols // 2, rows // k)
+
+
+def unpack_pairs(plane: Tensor, bits: int) -> Tensor:
+  """pack_pairs' words -> (panels, cols / 2, 64) words of a row's two codes, the low byte the even column's."""
+  panels, pairs, words = plane.shape
+  k = 8 // bits
+  shifts = Tensor.arange(0, 8, bits, dtype=dtypes.uint16, device=plane.device).reshape(1, 1, 1, k, 1)
+  mask = ((1 << bits) - 1) * 0x0101
+  return ((plane.reshape(panels, pairs, words // 16, 1, 16) >> shifts) & mask).reshape(panels, pairs, words * k)
+
+
+def pack_groups(t: Tensor, bits: int) -> Tensor:
+  """(panels, groups, rows) values of `bits` bits (a divisor of 8) -> (panels, groups * bits / 8, rows) bytes, byte
+  g holding groups g * k .. g * k + k - 1 (k = 8 / bits) of each row, lowest first: a group's 16 rows stay 16
+  consecutive bytes."""
+  panels, groups, rows = t.shape
+  k = 8 // bits
+  v = t.reshape(panels, groups // k, k, rows).cast(dtypes.uint8)
+  out = v[:, :, 0]
+  for s in range(1, k): out = out | (v[:, :, s] << (bits * s))
+  return out
+
+
+def unpack_groups(t: Tensor, bits: int) -> Tensor:
+  """pack_groups' inverse: (panels, bytes, rows) -> (panels, bytes * 8 / bits, rows)."""
+  panels, n, rows = t.shape
+  shifts = Tensor.arange(0, 8, bits, dtype=dtypes.uint8, device=t.device).reshape(1, 1, -1, 1)
+  return ((t.reshape(panels, n, 1, rows) >> shifts) & ((1 << bits) - 1)).reshape(panels, -1, rows)
+
+
+def unpack_pair_codes(plane: Tensor, bits: int) -> Tensor:
+  """pack_pairs' words -> (panels, cols, 64) codes: each element's shift (its column's byte and its row's place in
+  it) computed from its index, as unpack_plane does."""
+  panels, pairs, words = plane.shape
+  k = 8 // bits
+  shifts = (Tensor.arange(0, 16, 8, dtype=plane.dtype, device=plane.device).reshape(2, 1) +
+            Tensor.arange(0, 8, bits, dtype=plane.dtype, device=plane.device).reshape(1, k)).reshape(1, 1, 2, 1, k, 1)
+  return ((plane.reshape(panels, pairs, 1, words // 16, 1, 16) >> shifts) & ((1 << bits) - 1)).reshape(panels, 2 * pairs, words * k)
+
+
+def from_planes(planes: list[tuple[int, int, Tensor]], unpack: Callable[[Tensor, int], Tensor]) -> Tensor:
+  """The values whose bits the planes hold, each (shift, bits, plane) unpacked and placed at its shift."""
+  (_, low_bits, low), *high = planes
+  v = unpack(low, low_bits)
+  for shift, bits, t in high: v = v | (unpack(t, bits) << shift)
+  return v
+
+
 def eight_lanes(device: str | tuple[str, ...]) -> bool:
   """Whether device (one, not shards) is a CPU whose vectors hold 8 floats (AVX2, Renderer.eight_lanes)."""
   return isinstance(device, str) and Device[device].renderer.eight_lanes
+
+
+def byte_pairs(device: str | tuple[str, ...]) -> bool:
+  """Whether codes in column pairs suit device: an 8-lane CPU (int16 sums 16 a register) whose renderer has BYTEDOT."""
+  return eight_lanes(device) and Ops.BYTEDOT in Device[device].renderer.code_for_op  # type: ignore[index]
 
 
 def pick_rows(t: Tensor, sel: Tensor | tuple[sint, sint]) -> Tensor:
@@ -94,7 +162,7 @@ class QuantizedWeight:
     self.rows_n = sum(p.shape[0] for p in parts)
     self.shape = (self.rows_n, self.cols)
     data = parts[0].data if len(parts) == 1 else parts[0].data.cat(*[p.data for p in parts[1:]])
-    self.panel = 0  # rows per panel; 0: stored by row
+    self.panel, self.pairs = 0, False  # rows per panel (0: stored by row); codes in column pairs (pack_pairs)
     if self.ggml_type not in GGML_QUANT:  # a float type: used as it is (a half weight is widened in the kernel)
       self.weight: Tensor | None = data.reshape(self.shape)
       if panels and self.rows_n % 64 == 0:  # each panel's columns of 64 rows contiguous, as a quantized weight's codes
@@ -116,14 +184,23 @@ class QuantizedWeight:
       q = q.reshape(rows // self.panel, self.panel, cols).permute(0, 2, 1).reshape(-1, self.panel)  # a column's rows of a panel
       scales = {k: t.reshape(rows // self.panel, self.panel, -1).permute(0, 2, 1) for k, t in scales.items()}
     chunk = self.panel or (64 if cols % 64 == 0 else 32)
-    self.planes: list[tuple[int, int, Tensor]] = []  # (shift, bits, plane): (stored rows, chunks, words)
+    # (shift, bits, plane): (stored rows, chunks, words), or in pairs (panels, cols / 2, words: pack_pairs)
+    self.planes: list[tuple[int, int, Tensor]] = []
     shift = 0
     # where int16 sums take 16 lanes a register (eight_lanes), a panel column's 4-bit codes are 16 words of 16 bits,
     # word j holding rows j, j + 16, j + 32, j + 48: a load, a shift and a mask give 16 rows' codes as int16, which
     # bytes give only after a widening (int_matvec's inner loop on AVX2: 340 -> 260 instructions per 16 columns)
     word = 16 if self.panel == 64 and eight_lanes(data.device) else 8
-    for bits in PLANE_BITS[FORMATS[self.ggml_type].bits]:
+    # and where the renderer has BYTEDOT (pmaddubsw), codes of 2 and 4 bits are stored in column pairs (pack_pairs),
+    # so that one instruction multiplies 16 rows' codes of two columns with two activations and adds the products
+    bits_of = PLANE_BITS[FORMATS[self.ggml_type].bits]
+    self.pairs = word == 16 and set(bits_of) <= {2, 4} and byte_pairs(data.device)
+    for bits in bits_of:
       codes = (q >> shift) & ((1 << bits) - 1)
+      if self.pairs:
+        self.planes.append((shift, bits, pack_pairs(codes.reshape(rows // 64, cols, 64), bits).contiguous()))
+        shift += bits
+        continue
       # and 2-bit codes (Q6_K's high bits; Q2_K's, Q3_K's low ones) two columns a word: word j holds rows j + 16i of
       # both, so they too come with 16-bit shifts, where bytes took shifts x86 lacks (0.5B Q4_K_M, output layer's
       # block sums 1.85 -> 1.47 ms, PROFILE=1)
@@ -133,22 +210,41 @@ class QuantizedWeight:
       self.planes.append((shift, bits, plane.reshape(plane.shape[0], -1, plane.shape[-1]).contiguous()))
       shift += bits
     # the scales, a row of each per weight row: d and dmin one per block, sc and mn one per group
-    self.scales = {k: t.contiguous() for k, t in scales.items()}
-    Tensor.realize(*[t for _, _, t in self.planes], *self.scales.values())
+    # a group's scale and min of 6 bits (Q4_K, Q5_K) or 4 (Q2_K) stored in that many bits, where a panel's groups come
+    # in fours: a plane of their low 4 bits (two groups a byte) and one of the high 2 (four a byte). Bytes took 0.125
+    # bits a weight more than the file (the 0.5B Q4_K_M model: 5 MB of its 380 MB peak)
+    self.scales: dict[str, Tensor] = {}
+    self.scale_planes: dict[str, list[tuple[int, int, Tensor]]] = {}  # name -> [(shift, bits, plane)]
+    packed_bits = SCALE_BITS.get(self.ggml_type) if self.panel else None
+    for k, t in scales.items():
+      if k in ("sc", "mn") and packed_bits is not None and t.shape[1] % 4 == 0:
+        self.scale_planes[k] = [(sh, b, pack_groups((t >> sh) & ((1 << b) - 1), b).contiguous()) for sh, b in zip((0, 4), PLANE_BITS[packed_bits])]
+      else: self.scales[k] = t.contiguous()
+    Tensor.realize(*[t for _, _, t in self.planes], *self.scales.values(), *[t for ps in self.scale_planes.values() for _, _, t in ps])
 
   @property
   def nbytes(self) -> int:
     if self.weight is not None: return self.weight.nbytes()
-    return sum(t.nbytes() for _, _, t in self.planes) + sum(t.nbytes() for t in self.scales.values())
+    return sum(t.nbytes() for _, _, t in self.planes) + sum(t.nbytes() for t in self.scales.values()) + \
+      sum(t.nbytes() for ps in self.scale_planes.values() for _, _, t in ps)
+
+  def _scales(self) -> dict[str, Tensor]:
+    """The scales as stored, those in planes unpacked (lazily) to one byte each: (stored rows, groups or blocks)."""
+    return self.scales | {k: from_planes(ps, unpack_groups) for k, ps in self.scale_planes.items()}
 
   def _pick(self, t: Tensor, sel: Tensor | tuple[sint, sint] | None) -> Tensor:
     if sel is None: return t
     if self.panel: raise ValueError("QuantizedWeight: a weight stored in panels has no rows(); load it with panels=False")
     return pick_rows(t, sel)
 
+  def _code_pairs(self) -> Tensor:
+    """A weight in pairs' codes as (panels, cols / 2, 64) words, each a row's codes of two neighbouring columns."""
+    return from_planes(self.planes, unpack_pairs)
+
   def _codes(self, sel: Tensor | tuple[sint, sint] | None = None) -> Tensor:
     """The codes as stored: (rows, cols) by row (of the rows sel picks: a gather of the packed rows first, so only
     they are unpacked), (rows / panel, cols, panel) in panels."""
+    if self.pairs: return from_planes(self.planes, unpack_pair_codes)  # (not _code_pairs' words split: those were stored)
     (_, low_bits, low), *high = self.planes  # the lowest bits' plane, then those above it
     q = unpack_plane(self._pick(low, sel), low_bits)
     for shift, bits, t in high: q = q | (unpack_plane(self._pick(t, sel), bits).reshape(q.shape).cast(q.dtype) << shift)
@@ -157,7 +253,7 @@ class QuantizedWeight:
   def _parts(self, sel: Tensor | tuple[sint, sint] | None = None) -> Parts:
     """The codes and scales of some rows as (rows, ...) views, whichever way they are stored."""
     def rows_first(t: Tensor) -> Tensor: return t.permute(0, 2, 1).reshape(self.rows_n, -1) if self.panel else t
-    sc = {k: rows_first(self._pick(t, sel)) for k, t in self.scales.items()}
+    sc = {k: rows_first(self._pick(t, sel)) for k, t in self._scales().items()}
     return Parts(rows_first(self._codes(sel)), sc["d"], sc.get("sc"), sc.get("dmin"), sc.get("mn"))
 
   def _unpack(self, sel: Tensor | tuple[sint, sint] | None = None) -> Tensor:
@@ -179,24 +275,37 @@ class QuantizedWeight:
     assert n is not None and self.panel, "int_matvec reads a weight stored in panels"
     xb = x.reshape(cols // n, n).cast(dtypes.float32)
     amax = xb.abs().max(1, keepdim=True)
-    xq = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int16).contiguous()
+    xq = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int16)
+    if self.pairs:  # the activations as BYTEDOT reads them, two int8s a word (the low byte the even column's)
+      u = xq.cast(dtypes.uint16).reshape(cols // 2, 2)
+      xw: Tensor | None = ((u[:, 0] & 0xFF) | (u[:, 1] << 8)).contiguous()
+      xq = xq.reshape(cols // n, n)  # (only its shape is read)
+    else: xq, xw = xq.contiguous(), None
     panels = rows // self.panel
     # blocks shorter than the scheduler's inner sums have their int16 sums stored (a panel's blocks by its rows) and
     # summed by a second kernel: a product of many panels does that a piece at a time, so that the pieces share one
     # piece's memory (the 32000-row output layer's Q6_K sums: 12 MB in each TinyJit's memory, now 1)
     step = max(1, PARTIAL_BYTES // (cols // n * self.panel * 2)) if n < INNER_SUM_TERMS[0] else panels
-    if step >= panels: return self._int_matvec_panels(x, xq, amax, 0, panels)
-    return Tensor.cat(*[self._int_matvec_panels(x, xq, amax, p, min(p + step, panels)) for p in range(0, panels, step)], dim=-1)
+    if step >= panels: return self._int_matvec_panels(x, xq, xw, amax, 0, panels)
+    return Tensor.cat(*[self._int_matvec_panels(x, xq, xw, amax, p, min(p + step, panels)) for p in range(0, panels, step)], dim=-1)
 
-  def _int_matvec_panels(self, x: Tensor, xq: Tensor, amax: Tensor, first: int, end: int) -> Tensor:
-    """int_matvec's product with the panels first..end-1 (x: the row, xq and amax: its int16 blocks and their maxima)."""
+  def _int_matvec_panels(self, x: Tensor, xq: Tensor, xw: Tensor | None, amax: Tensor, first: int, end: int) -> Tensor:
+    """int_matvec's product with the panels first..end-1 (x: the row, xq and amax: its int16 blocks and their maxima,
+    xw: its int8 pairs where the codes are in pairs)."""
     fmt, cols, rb = FORMATS[self.ggml_type], self.cols, self.panel
-    (blocks, n), groups, center, rows = xq.shape, cols // fmt.group, 1 << (fmt.bits - 1), (end - first) * rb
+    (blocks, n), groups, center, rows = xq.shape, cols // fmt.group, 1 << (fmt.bits - 1), (end - first) * rb  # xq: (blocks, n)
     # sum (q - center) * a as sum q * a - center * sum a, both in int16: the first wraps past int16, but the difference
     # is the exact centered sum, which fits, and int16 arithmetic is modulo 2**16 (the center leaves the inner loop)
-    q = self._codes()[first:end].cast(dtypes.int16)  # (panels, cols, rows of a panel)
-    qa = (q.reshape(end - first, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)
-    P = qa - (xq.reshape(blocks, n).sum(1, dtype=dtypes.int16) * center).reshape(1, blocks, 1)
+    if xw is not None:  # each row's codes of two columns times the two activations, one BYTEDOT (no sum saturates)
+      q = self._code_pairs()[first:end]  # (panels, cols / 2, rows of a panel)
+      qa = q.alu(Ops.BYTEDOT, xw.reshape(1, cols // 2, 1).expand(q.shape)).reshape(end - first, blocks, n // 2, rb).sum(2, dtype=dtypes.int16)
+      # the activations' block sums from the pairs, so that their int16 values are computed in one kernel only
+      def signed(b: Tensor) -> Tensor: return (b ^ 0x80).cast(dtypes.int16) - 0x80
+      xq = (signed(xw & 0xFF) + signed(xw >> 8)).reshape(blocks, n // 2)
+    else:
+      q = self._codes()[first:end].cast(dtypes.int16)  # (panels, cols, rows of a panel)
+      qa = (q.reshape(end - first, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)
+    P = qa - (xq.sum(1, dtype=dtypes.int16) * center).reshape(1, blocks, 1)  # (int16 wraps alike)
     def slices_sum(t: Tensor, k: int) -> Tensor:  # (panels, m * k, lanes) -> (panels, m, lanes): k neighbours added
       t = t.reshape(t.shape[0], -1, k, t.shape[2])  # as values, so every sum but the last one stays in one kernel
       out = t[:, :, 0]
@@ -206,7 +315,7 @@ class QuantizedWeight:
     xsum = x.reshape(1, groups, fmt.group).cast(dtypes.float32).sum(2, keepdim=True)
     # per block b of the file: d_b * sum over its groups of sc_g * (dots_g + (center - bias) * X_g), less
     # dmin_b * sum of mn_g * X_g (the group's exact float sum of x): scales read as stored, one multiply per group
-    sc = {k: t[first:end].cast(dtypes.float32) for k, t in self.scales.items()}
+    sc = {k: t[first:end].cast(dtypes.float32) for k, t in self._scales().items()}
     inner = dots + (center - fmt.bias) * xsum if center != fmt.bias else dots
     per_block = groups // sc["d"].shape[1]
     y = sc["d"] * slices_sum(sc["sc"] * inner if "sc" in sc else inner, per_block)

@@ -197,7 +197,7 @@ class ElementwiseMixin:
   # ** tinygrad's generic faces: an op by name, constants shaped like self, n-ary sums and products **
   def alu(self: Tensor, op: Ops, *src: Tensor) -> Tensor:
     """Apply an ALU op to self and `src` (of self's shape and dtype, as tinygrad's alu takes them)."""
-    if op not in GroupOp.ALU: raise ValueError(f"{op} is not an ALU op")
+    if op not in GroupOp.AnyALU: raise ValueError(f"{op} is not an ALU op")
     return self._alu(op, *src)
   def const_like(self: Tensor, b: Any, dtype: DType | None = None) -> Tensor:
     """b in self's shape and dtype (or dtype), on self's device; on sharded devices, sharded as self is."""

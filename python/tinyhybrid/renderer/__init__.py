@@ -98,8 +98,10 @@ class Renderer:
 
   @property
   def code_for_op(self) -> dict[Ops, None]:
-    """The ALU ops a kernel may hold when it reaches this renderer (tinygrad's name, read for membership): all of them
-    here, as the transcendental ones a device lacks are decomposed before rendering (codegen/decomp/transcendental.py)."""
+    """The ALU ops a kernel may hold when it reaches this renderer (tinygrad's name, read for membership): tinygrad's
+    ALU ops here, as the transcendental ones a device lacks are decomposed before rendering
+    (codegen/decomp/transcendental.py); a renderer without BYTEDOT (GroupOp.AnyALU's) gets it as int32 arithmetic
+    (codegen/decomp/op.py)."""
     return dict.fromkeys(GroupOp.ALU)
 
   def lacking_dtypes(self, k: LoweredKernel) -> list[DType]:

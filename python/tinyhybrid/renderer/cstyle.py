@@ -405,6 +405,7 @@ class CStyleWriter:
     if op is Ops.MAX:
       if dt._is_float: return f"((({s[0]} > {s[1]}) | ({s[0]} != {s[0]})) ? {s[0]} : {s[1]})"
       return f"(({s[0]} > {s[1]}) ? {s[0]} : {s[1]})"
+    if op is Ops.BYTEDOT: return self.bytedot(dt, t, s)
     if op is Ops.RECIPROCAL: return f"(({self.scalar(dt)})1 / {s[0]})"
     if op in MATH: return self.math(op, dt, t, s[0])
     if op is Ops.NEG: return f"(-{s[0]})"
@@ -419,6 +420,8 @@ class CStyleWriter:
     if op in (Ops.CDIV, Ops.CMOD) and not dt._is_float: return self.trunc_div(op, u.src[1], dt, t, s)
     if op in _INFIX: return self.infix(op, dt, t, s)  # a division by a nonzero constant
     raise NotImplementedError(f"{type(self).__name__} can't render {op}")
+
+  def bytedot(self, dt: DType, t: str, s: list[str]) -> str: raise NotImplementedError(f"{type(self).__name__} can't render BYTEDOT")
 
   def trunc_div(self, op: Ops, b: UOp, dt: DType, t: str, s: list[str]) -> str:
     """C's integer division or remainder, guarded: a divisor of 0 gives 0 (the lane may be masked out), and a signed
@@ -632,6 +635,21 @@ class CWriter(CStyleWriter):
       ret = f"{fn}({ptr})"
     return ret if gate is None else f"({gate} ? {ret} : ({t})(0))"
 
+  def bytedot(self, dt: DType, t: str, s: list[str]) -> str:
+    """BYTEDOT as x86's pmaddubsw where the lanes fill a register the CPU has it for, else lane by lane in int."""
+    one = self.helper("th_bytedot", "static inline short th_bytedot(unsigned short a, unsigned short b) {\n"
+                      "  int s = (int)(a & 255) * (signed char)(b & 255) + (int)(a >> 8) * (signed char)(b >> 8);\n"
+                      "  return (short)(s < -32768 ? -32768 : s > 32767 ? 32767 : s);\n}")
+    if (n := dt.count) == 1: return f"{one}({s[0]}, {s[1]})"
+    ut, fn = self.vtype("unsigned short", n), f"th_bytedot{n}"
+    loop = f"{t} r; for (int i = 0; i < {n}; i++) r[i] = {one}(a[i], b[i]); return r;"
+    if (isa := {8: ("__SSSE3__", "128"), 16: ("__AVX2__", "256"), 32: ("__AVX512BW__", "512")}.get(n)) is not None:
+      bytes_t = f"th_bytes{2 * n}"
+      self.types.setdefault(bytes_t, _guarded(bytes_t, f"typedef char {bytes_t} __attribute__((vector_size({2 * n})));"))
+      loop = f"#if defined({isa[0]})\n  return ({t})__builtin_ia32_pmaddubsw{isa[1]}(({bytes_t})a, ({bytes_t})b);\n#else\n  {loop}\n#endif"
+    self.helper(fn, f"static inline {t} {fn}({ut} a, {ut} b) {{\n  {loop}\n}}")
+    return f"{fn}({s[0]}, {s[1]})"
+
   def vstore(self, t: str, buf: str, idx: str, v: str, aligned: bool) -> str:
     if aligned and self.streaming: return f"__builtin_nontemporal_store({v}, ({t}*)({buf} + {idx}));"
     return f"*({t}*)({buf} + {idx}) = {v};" if aligned else f"__builtin_memcpy({buf} + {idx}, &{v}, sizeof({t}));"
@@ -734,6 +752,9 @@ class CRenderer(CStyleLanguage):
     self.stream_bytes = last_level_cache() if stream_bytes is None else stream_bytes  # see CWriter
     if vec > 1: self.vector_transcendentals = frozenset({dtypes.float32})  # libm's exp2f takes one lane per call
     self.half_loads = vec > 1
+
+  @property
+  def code_for_op(self) -> dict[Ops, None]: return dict.fromkeys(GroupOp.AnyALU)  # BYTEDOT too (CWriter.bytedot)
 
   def render(self, k: LoweredKernel) -> str: return CWriter(k, self.stream_bytes).write()
 

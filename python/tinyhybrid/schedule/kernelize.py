@@ -442,7 +442,7 @@ def _math_in(end: UOp, ends: set[UOp], red: UOp) -> bool:
 # what may stand between a reduce and the end of the kernel it is fused into: each reads every value once. A PAD does
 # not: the kernel's loop would cover the padding too, and run the reduce there (a strided conv's input gradient pads
 # each phase out to its place among the others)
-_SAME_INDEX = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS}
+_SAME_INDEX = GroupOp.AnyALU | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS}
 _EPILOGUE = _SAME_INDEX | {Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP}
 
 
@@ -478,7 +478,7 @@ def _shared_results(nodes: list[UOp], ends: set[UOp]) -> set[UOp]:
       if c in ends or c in shared: ks.add(c)
       else: ks |= readers[c]
     readers[u] = ks
-    if u.op in GroupOp.ALU and len(ks) > 1 and _ops_in(u, ends | shared) >= 2: shared.add(u)
+    if u.op in GroupOp.AnyALU and len(ks) > 1 and _ops_in(u, ends | shared) >= 2: shared.add(u)
   return shared
 
 
@@ -494,7 +494,7 @@ def _expanded_work(nodes: list[UOp], ends: set[UOp], users: dict[UOp, set[UOp]])
     if u.op is not Ops.EXPAND: continue
     s = u.src[0]
     while s.op in MOVEMENT: s = s.src[0]
-    if s.op not in GroupOp.ALU or s in ends or _one_hot(s) or _unpacking(s, ends): continue
+    if s.op not in GroupOp.AnyALU or s in ends or _one_hot(s) or _unpacking(s, ends): continue
     if not _reads(s, ends):  # from indices and constants only (an arange's arithmetic, a lazily initialized weight)
       if _ops_in(s, ends, CHEAP_INDEX_OPS) >= CHEAP_INDEX_OPS: out.add(s)
     elif _ops_in(s, ends) >= 2: out.add(s)
@@ -575,7 +575,7 @@ def _ops_in(u: UOp, ends: set[UOp], limit: int = 2) -> int:
     x = stack.pop()
     if x in seen or (x is not u and x in ends): continue
     seen.add(x)
-    if x.op in GroupOp.ALU and not _broadcast(x, ends, memo): n += 1
+    if x.op in GroupOp.AnyALU and not _broadcast(x, ends, memo): n += 1
     if x.op is not Ops.EXPAND: stack.extend(x.src)
   return n
 

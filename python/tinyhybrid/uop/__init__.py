@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     SHRINK = 25; LOAD = 26; STORE = 27; WMMA = 28; CAST = 29; BITCAST = 30; EXP2 = 31; LOG2 = 32; SIN = 33
     SQRT = 34; RECIPROCAL = 35; NEG = 36; TRUNC = 37; ADD = 38; MUL = 39; SHL = 40; SHR = 41; CDIV = 42; MAX = 43
     CMOD = 44; CMPLT = 45; CMPNE = 46; CMPEQ = 47; XOR = 48; OR = 49; AND = 50; THREEFRY = 51; SUB = 52; FDIV = 53
-    POW = 54; FLOORDIV = 55; FLOORMOD = 56; WHERE = 57; MULACC = 58; BARRIER = 59; RANGE = 60; IF = 61; END = 62
-    ENDIF = 63; CONST = 64; CUSTOM = 65; CUSTOMI = 66; INS = 67; CONTIGUOUS = 68; CONTIGUOUS_BACKWARD = 69
-    DETACH = 70; STAGE = 71; COPY = 72; MSELECT = 73; MSTACK = 74; CUSTOM_FUNCTION = 75; RESHAPE = 76; PERMUTE = 77
-    EXPAND = 78; PAD = 79; FLIP = 80; UNSHARD = 81; REDUCE = 82; ALLREDUCE = 83; IOTA = 84; PYLITERAL = 85
+    POW = 54; FLOORDIV = 55; FLOORMOD = 56; WHERE = 57; MULACC = 58; BYTEDOT = 59; BARRIER = 60; RANGE = 61; IF = 62; END = 63
+    ENDIF = 64; CONST = 65; CUSTOM = 66; CUSTOMI = 67; INS = 68; CONTIGUOUS = 69; CONTIGUOUS_BACKWARD = 70
+    DETACH = 71; STAGE = 72; COPY = 73; MSELECT = 74; MSTACK = 75; CUSTOM_FUNCTION = 76; RESHAPE = 77; PERMUTE = 78
+    EXPAND = 79; PAD = 80; FLIP = 81; UNSHARD = 82; REDUCE = 83; ALLREDUCE = 84; IOTA = 85; PYLITERAL = 86
   class AxisType(_NativeEnum):
     DEVICE = 0; GLOBAL = 1; WARP = 2; LOCAL = 3; WEAK = 4; GROUP_REDUCE = 5; REDUCE = 6; UPCAST = 7; UNROLL = 8
     THREAD = 9; PLACEHOLDER = 10; LOOP = 11
@@ -49,6 +49,8 @@ else:
 class GroupOp:
   """Sets of ops that passes dispatch on (defined once, in the C++ core)."""
   Unary: set[Ops]; Binary: set[Ops]; Ternary: set[Ops]; ALU: set[Ops]; Elementwise: set[Ops]  # noqa: E702
+  # tinygrad's ALU and Elementwise with the ALU ops tinygrad's IR lacks (BYTEDOT): what passes dispatch on
+  AnyALU: set[Ops]; AnyElementwise: set[Ops]  # noqa: E702
   Movement: set[Ops]; Commutative: set[Ops]; Associative: set[Ops]; Idempotent: set[Ops]  # noqa: E702
   Comparison: set[Ops]; Reduce: set[Ops]; Defines: set[Ops]; Irreducible: set[Ops]  # noqa: E702
   All: set[Ops] = set(Ops)

@@ -8,7 +8,7 @@ from tinyhybrid.helpers import prod
 from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, shape_eq, sint, ssimplify
 
-_SAME_AS_SRC = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.DEVICE}
+_SAME_AS_SRC = GroupOp.AnyElementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY, Ops.AFTER, Ops.DEVICE}
 _VARIABLE = (Ops.BIND, Ops.DEFINE_VAR)
 
 
@@ -41,7 +41,7 @@ def _own_shape(u: UOp, src_shapes: list[tuple[int, ...] | None]) -> tuple[int, .
     axis = u.arg[1]
     return s if axis is None else s[:axis] + (s[axis] * len(u.src),) + s[axis + 1:]
   if op in _SAME_AS_SRC:
-    if op in GroupOp.ALU:
+    if op in GroupOp.AnyALU:
       # a 0-d source broadcasts to the others' shape, as in tinygrad (a Python number in UOp arithmetic, `t.uop + 1`,
       # or a 0-d tensor's node given to .alu): codegen reads it at no index, its gradient is summed to 0-d. The Tensor
       # API broadcasts with EXPANDs itself

@@ -11,7 +11,7 @@ from tinyhybrid.uop import GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.shape import shape_of
 
-PER_SHARD = GroupOp.Elementwise | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}
+PER_SHARD = GroupOp.AnyElementwise | {Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH}
 LEAVES = {Ops.CONST, Ops.UNIQUE, Ops.IOTA, Ops.BIND, Ops.DEFINE_VAR, Ops.NOOP}
 
 Placement = tuple[int | None, bool]  # (sharded axis, free)

@@ -63,8 +63,8 @@ constexpr Rule kRules[] = {
   {kKernelOnly, kGraph, 1, Check::NotInStage, 0, 0, "kernel ops appear only once a kernel is lowered"},
   {OpSet{Ops::PYLITERAL, Ops::REWRITE_ERROR}, kAll, 1, Check::NotInStage, 0, 0, "pattern and error markers never reach a pass boundary"},
   // every stage
-  {group::ALU, kAll, 1, Check::ResultValue, 0, 0, "ALU results are values"},
-  {group::ALU, kAll, 1, Check::ResultSameAsSrc, 0, 0, "ALU results have their operands' dtype"},  // comparisons: below
+  {group::AnyALU, kAll, 1, Check::ResultValue, 0, 0, "ALU results are values"},
+  {group::AnyALU, kAll, 1, Check::ResultSameAsSrc, 0, 0, "ALU results have their operands' dtype"},  // comparisons: below
   {OpSet{Ops::WHERE}, kAll, 1, Check::SrcBool, 0, 0, "WHERE's condition is bool"},
   {OpSet{Ops::CAST, Ops::BITCAST}, kAll, 1, Check::NSrcExactly, 1, 0, "a cast has one source"},
   {OpSet{Ops::CAST, Ops::BITCAST}, kAll, 1, Check::ResultValue, 0, 0, "a cast makes a value"},
@@ -149,10 +149,12 @@ std::optional<std::string> failure(const Rule& r, const UOp* n) {
       return std::nullopt;
     case Check::ResultSameAsSrc: {
       if (auto e = need_src(size_t(r.a))) return e;
-      // comparisons make bools of their operands' width
-      const DType want = group::Comparison.contains(n->op()) ? DType::bool_().vec(n->src(size_t(r.a))->dtype().count())
-                         : (n->op() == Ops::WHERE) ? n->src(1)->dtype()
-                                                   : n->src(size_t(r.a))->dtype();
+      // comparisons make bools of their operands' width, BYTEDOT int16 sums of its uint16 lanes' byte pairs
+      const size_t lanes = n->src(size_t(r.a))->dtype().count();
+      const DType want = group::Comparison.contains(n->op()) ? DType::bool_().vec(lanes)
+                         : (n->op() == Ops::BYTEDOT) ? DType::of(Scalar::INT16).vec(lanes)
+                         : (n->op() == Ops::WHERE)   ? n->src(1)->dtype()
+                                                     : n->src(size_t(r.a))->dtype();
       if ((n->op() == Ops::SHL || n->op() == Ops::SHR) && d == n->src(0)->dtype()) return std::nullopt;
       if (d != want) return "dtype " + d.repr() + ", expected " + want.repr();
       return std::nullopt;

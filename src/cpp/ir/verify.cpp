@@ -52,9 +52,16 @@ void verify_node(Ops op, DType dtype, std::span<const UOpRef> src, const Arg& ar
     } else {
       expect_same_dtypes(op, src);
     }
-    expect_result(op, dtype, group::Comparison.contains(op) ? DType::bool_().vec(a.count()) : a);
+    expect_result(op, dtype, infer_dtype(op, src, arg));
     if ((op == Ops::XOR || op == Ops::OR || op == Ops::AND) && a.is_float())
       type_error(op, "bitwise ops need an int or bool dtype, got " + a.repr());
+  } else if (op == Ops::BYTEDOT) {
+    expect_nsrc(op, src, 2);
+    expect_value(op, src);
+    expect_same_dtypes(op, src);
+    if (src[0]->dtype().scalar() != DType::of(Scalar::UINT16))
+      type_error(op, "takes uint16 lanes of two bytes each, got " + src[0]->dtype().repr());
+    expect_result(op, dtype, infer_dtype(op, src, arg));
   } else if (op == Ops::WHERE) {
     expect_nsrc(op, src, 3);
     expect_value(op, src);
@@ -100,6 +107,7 @@ void verify_node(Ops op, DType dtype, std::span<const UOpRef> src, const Arg& ar
 
 DType infer_dtype(Ops op, std::span<const UOpRef> src, const Arg& arg) {
   if (group::Comparison.contains(op) && !src.empty() && src[0]) return DType::bool_().vec(src[0]->dtype().count());
+  if (op == Ops::BYTEDOT && !src.empty() && src[0]) return DType::of(Scalar::INT16).vec(src[0]->dtype().count());
   if ((op == Ops::WHERE) && src.size() == 3 && src[1]) return src[1]->dtype();
   if (group::ALU.contains(op) && !src.empty() && src[0]) return src[0]->dtype();
   switch (op) {

@@ -33,6 +33,7 @@ PYBIND11_MODULE(_core, m) {
     const std::pair<const char*, th::OpSet> groups[] = {
         {"Unary", g::Unary},           {"Binary", g::Binary},           {"Ternary", g::Ternary},
         {"ALU", g::ALU},               {"Elementwise", g::Elementwise}, {"Movement", g::Movement},
+        {"AnyALU", g::AnyALU},         {"AnyElementwise", g::AnyElementwise},
         {"Commutative", g::Commutative}, {"Associative", g::Associative}, {"Idempotent", g::Idempotent},
         {"Comparison", g::Comparison}, {"Reduce", g::Reduce},           {"Defines", g::Defines},
         {"Irreducible", g::Irreducible}};

@@ -27,7 +27,7 @@ namespace th {
   X(CAST) X(BITCAST) X(EXP2) X(LOG2) X(SIN) X(SQRT) X(RECIPROCAL) X(NEG) X(TRUNC)                       \
   X(ADD) X(MUL) X(SHL) X(SHR) X(CDIV) X(MAX) X(CMOD) X(CMPLT) X(CMPNE) X(CMPEQ)                         \
   X(XOR) X(OR) X(AND) X(THREEFRY) X(SUB) X(FDIV) X(POW) X(FLOORDIV) X(FLOORMOD)                         \
-  X(WHERE) X(MULACC)                                                                                    \
+  X(WHERE) X(MULACC) X(BYTEDOT)                                                                         \
   /* control flow, constants, custom code */                                                            \
   X(BARRIER) X(RANGE) X(IF) X(END) X(ENDIF) X(CONST) X(CUSTOM) X(CUSTOMI) X(INS)                        \
   /* tensor-graph only */                                                                               \
@@ -86,6 +86,10 @@ inline constexpr OpSet Binary{Ops::ADD,   Ops::MUL,   Ops::CDIV,  Ops::MAX, Ops:
 inline constexpr OpSet Ternary{Ops::WHERE, Ops::MULACC};
 inline constexpr OpSet ALU = Unary | Binary | Ternary;
 inline constexpr OpSet Elementwise = ALU | OpSet{Ops::CAST, Ops::BITCAST};
+// ALU ops tinygrad's IR lacks (a renderer's own instruction, decomposed for the others), kept out of the groups above,
+// which tinygrad's programs read by name: the passes dispatch on these
+inline constexpr OpSet AnyALU = ALU | OpSet{Ops::BYTEDOT};
+inline constexpr OpSet AnyElementwise = Elementwise | OpSet{Ops::BYTEDOT};
 inline constexpr OpSet Movement{Ops::RESHAPE, Ops::EXPAND, Ops::PERMUTE, Ops::PAD, Ops::SHRINK, Ops::FLIP};
 inline constexpr OpSet Commutative{Ops::ADD, Ops::MUL, Ops::MAX, Ops::CMPNE, Ops::CMPEQ, Ops::XOR, Ops::AND, Ops::OR};
 inline constexpr OpSet Associative{Ops::ADD, Ops::MUL, Ops::AND, Ops::OR, Ops::MAX};
