@@ -117,7 +117,14 @@ def test_int_matvec_is_exact_where_the_activations_are(ggml_type):
     np.testing.assert_allclose(w.matmul(Tensor(xr)).numpy(), xr @ ref.T, rtol=0, atol=2e-2 * np.abs(xr @ ref.T).max())
     np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
     x2 = rng.standard_normal((3, cols)).astype(np.float32)
-    np.testing.assert_allclose(w.matmul(Tensor(x2)).numpy(), x2 @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x2 @ ref.T).max())
+    np.testing.assert_allclose(w.matmul(Tensor(x2), int8=False).numpy(), x2 @ ref.T, rtol=1e-4, atol=1e-4 * np.abs(x2 @ ref.T).max())
+    # a prompt's rows: as int_matvec's row where the codes are in pairs with inner block sums (int_rows), exact where
+    # each row's activations are, else in float32
+    rows3 = np.concatenate([x, x * -0.5, x * 4]).astype(np.float32)
+    want3 = rows3.astype(np.float64) @ ref.T
+    np.testing.assert_allclose(w.matmul(Tensor(rows3)).numpy(), want3, rtol=0, atol=1e-6 * np.abs(want3).max())
+    tol = 2e-2 if w.int_rows else 1e-4
+    np.testing.assert_allclose(w.matmul(Tensor(x2)).numpy(), x2 @ ref.T, rtol=0, atol=tol * np.abs(x2 @ ref.T).max())
     with pytest.raises(ValueError, match="panels"): w.rows((0, 2))
 
 
@@ -260,6 +267,11 @@ def test_four_bit_codes_are_laid_out_for_the_cpus_int16_sums(monkeypatch, layout
   assert bits == 4 and w.pairs == (layout == "pairs") and (plane.dtype, plane.shape) == (dtypes.uint8 if layout == "bytes" else dtypes.uint16, shape)
   np.testing.assert_array_equal(w.dequantized().numpy(), ref.astype(np.float32))
   np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
+  # in pairs a prompt's rows multiply as the decode step's row does (int_rows): exact too where their blocks quantize so
+  rows3 = np.concatenate([x, x * -2, x * 0.25]).astype(np.float32)
+  want3 = rows3.astype(np.float64) @ ref.T
+  assert w.int_rows == (layout == "pairs")
+  np.testing.assert_allclose(w.matmul(Tensor(rows3)).numpy(), want3, rtol=0, atol=(1e-6 if w.int_rows else 1e-4) * np.abs(want3).max())
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

@@ -306,8 +306,9 @@ class Buffer:
 
 
 class CompiledProgram:
-  """A compiled kernel: its source, the loaded function's address, and a way to call it. The source is kept
-  compressed (read back on use: DEBUG, VIZ, a pickle): the 0.5B LLM's 175 kernels held 2.9 MB of C, 0.7 compressed.
+  """A compiled kernel: its source, the loaded function's address, and a way to call it. The source and the kernel
+  are kept compressed (read back on use: DEBUG, VIZ, a pickle, a capture's plan): the 0.5B LLM's 175 kernels held
+  2.9 MB of C, 0.7 compressed, and its warm-up's kernels 53k nodes (4 MB at its peak), 0.3 MB as compressed pickles.
 
   call(args, launch) runs it on args as uint64 words: a CPU kernel's launch is its number of threads, a GPU kernel's
   its (global, local) work sizes (LoweredKernel.launch). A call may return before the kernel has run (the device's
@@ -315,19 +316,30 @@ class CompiledProgram:
   run (GlobalCounters), set when the kernel is lowered. timed: runs the kernel and waits for it, its time in seconds
   as the device measured it (None: the host's clock around call). The first `outs` arguments are the buffers it
   writes, the first `bufs` are buffers and the others variables' values (-1: all are buffers). ast: the kernel it
-  was compiled from (a SINK in kernel IR). remake: how another process makes it again (pickle), a module-level
-  function and its arguments, set by its maker."""
+  was compiled from (a SINK in kernel IR); reads: the buffer arguments it loads from (None: not known, all but its
+  outputs). remake: how another process makes it again (pickle), a module-level function and its arguments, set by
+  its maker."""
 
   def __init__(self, name: str, src: str, address: int, call: Callable[[list[int], Any], None], keepalive: Any = None,
                ops: int = 0, mem: int = 0, timed: Callable[[list[int], Any], float] | None = None, outs: int = 1, bufs: int = -1,
                ast: Any = None, remake: tuple[Callable[..., CompiledProgram], tuple] | None = None):
     self.name, self.src, self.address, self.call, self.keepalive = name, src, address, call, keepalive
     self.ops, self.mem, self.timed, self.outs, self.bufs, self.ast, self.remake = ops, mem, timed, outs, bufs, ast, remake
+    self.reads: frozenset[int] | None = None
 
   @property
   def src(self) -> str: return zlib.decompress(self.packed_src).decode() if self.packed_src else ""
   @src.setter
   def src(self, src: str) -> None: self.packed_src = zlib.compress(src.encode(), 1) if src else b""
+
+  @property
+  def ast(self) -> Any: return pickle.loads(zlib.decompress(self._ast)) if isinstance(self._ast, bytes) else self._ast
+  @ast.setter
+  def ast(self, ast: Any) -> None:
+    # kept as it is where it cannot be pickled: an arg pickle refuses, or a kernel deeper than pickle's recursion (a
+    # chain of 20000 adds fused)
+    try: self._ast = zlib.compress(pickle.dumps(ast), 1) if ast is not None else None
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError): self._ast = ast
 
   def __repr__(self) -> str: return f"CompiledProgram({self.name!r}, address={self.address:#x})"
 

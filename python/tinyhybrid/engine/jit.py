@@ -23,7 +23,7 @@ from tinyhybrid.device import Buffer, CompiledProgram, Device, ProfileEvent, Run
 from tinyhybrid.dtype import dtypes
 from tinyhybrid.engine import realize as engine
 from tinyhybrid.engine.multi import batch_runners
-from tinyhybrid.engine.realize import Capture, ExecItem, JitError, Transient, capturing, scalar_buffers
+from tinyhybrid.engine.realize import Capture, ExecItem, JitError, Transient, capturing, loaded_params, scalar_buffers
 from tinyhybrid.helpers import JIT, PROFILE
 from tinyhybrid.tensor import Tensor, _all_tensors
 from tinyhybrid.uop.buffers import base_buffer, buffer_view, contiguous_buffer
@@ -276,8 +276,7 @@ class CapturedJit(Generic[ReturnType]):
     for ei in self.jit_cache:
       nbufs = ei.prg.bufs if ei.prg.bufs >= 0 else len(ei.slots)
       # the PARAMs a kernel loads from (a program without a kernel, a copy, reads all but its outputs)
-      reads = {p.arg for u in ei.prg.ast.toposort() if u.op is Ops.LOAD for p in u.toposort() if p.op is Ops.PARAM} \
-        if ei.prg.ast is not None else set(range(ei.prg.outs, nbufs))
+      if (reads := ei.prg.reads) is None: reads = loaded_params(ast) if (ast := ei.prg.ast) is not None else frozenset(range(ei.prg.outs, nbufs))
       state |= {sl for i, sl in enumerate(ei.slots[:nbufs]) if i in reads and sl not in filled}
       filled |= set(ei.slots[:ei.prg.outs])
     for slot in sorted(filled - state):

@@ -178,9 +178,15 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
 
 def kernel_program(prg: CompiledProgram, k: LoweredKernel) -> CompiledProgram:
   """prg with what runs and captures read off it taken from the kernel it was compiled from: its estimated work, its
-  outputs, how many of its arguments are buffers, and its AST."""
+  outputs, how many of its arguments are buffers, the buffers it loads from, and its AST."""
   prg.ops, prg.mem, prg.outs, prg.bufs, prg.ast = k.ops, k.mem, k.outs, len(k.buffers), k.ast
+  prg.reads = loaded_params(k.ast)
   return prg
+
+
+def loaded_params(ast: UOp) -> frozenset[int]:
+  """The argument slots (PARAMs) a kernel loads from."""
+  return frozenset(p.arg for u in ast.toposort() if u.op is Ops.LOAD for p in u.toposort() if p.op is Ops.PARAM)
 
 
 # a variable's value as a kernel argument word (a negative value in two's complement)

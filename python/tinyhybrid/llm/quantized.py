@@ -223,6 +223,13 @@ class QuantizedWeight:
     Tensor.realize(*[t for _, _, t in self.planes], *self.scales.values(), *[t for ps in self.scale_planes.values() for _, _, t in ps])
 
   @property
+  def int_rows(self) -> bool:
+    """Whether a prompt's rows multiply as a decode step's row does (int_matvec): where the codes are in pairs and the
+    blocks' sums are inner sums (Q4_K's 32, not Q6_K's 8, whose sums would go through memory for every row), one
+    BYTEDOT does 32 multiply-adds where the float product does 8 (a 64-row Q4_K product of 8192 x 1536: 40 -> 19 ms)."""
+    return self.pairs and (int_dot_block(FORMATS[self.ggml_type]) or 0) >= INNER_SUM_TERMS[0]
+
+  @property
   def nbytes(self) -> int:
     if self.weight is not None: return self.weight.nbytes()
     return sum(t.nbytes() for _, _, t in self.planes) + sum(t.nbytes() for t in self.scales.values()) + \
@@ -270,16 +277,15 @@ class QuantizedWeight:
     and group. A vector instruction multiplies and adds twice the lanes it would in float32, and the group's scale
     is applied once per block instead of once per weight. The group's offset (the centering, the bias and the min)
     multiplies the group's exact float sum of x."""
-    fmt, (rows, cols) = FORMATS[self.ggml_type], self.shape
+    fmt, (rows, cols), m = FORMATS[self.ggml_type], self.shape, prod(x.shape[:-1])
     n = int_dot_block(fmt)
     assert n is not None and self.panel, "int_matvec reads a weight stored in panels"
-    xb = x.reshape(cols // n, n).cast(dtypes.float32)
-    amax = xb.abs().max(1, keepdim=True)
+    xb = x.reshape(m, cols // n, n).cast(dtypes.float32)
+    amax = xb.abs().max(2, keepdim=True)
     xq = (xb * (amax > 0).where(127 / amax, 0)).round().cast(dtypes.int16)
     if self.pairs:  # the activations as BYTEDOT reads them, two int8s a word (the low byte the even column's)
-      u = xq.cast(dtypes.uint16).reshape(cols // 2, 2)
-      xw: Tensor | None = ((u[:, 0] & 0xFF) | (u[:, 1] << 8)).contiguous()
-      xq = xq.reshape(cols // n, n)  # (only its shape is read)
+      u = xq.cast(dtypes.uint16).reshape(m, cols // 2, 2)
+      xw: Tensor | None = ((u[:, :, 0] & 0xFF) | (u[:, :, 1] << 8)).contiguous()
     else: xq, xw = xq.contiguous(), None
     panels = rows // self.panel
     # blocks shorter than the scheduler's inner sums have their int16 sums stored (a panel's blocks by its rows) and
@@ -290,46 +296,47 @@ class QuantizedWeight:
     return Tensor.cat(*[self._int_matvec_panels(x, xq, xw, amax, p, min(p + step, panels)) for p in range(0, panels, step)], dim=-1)
 
   def _int_matvec_panels(self, x: Tensor, xq: Tensor, xw: Tensor | None, amax: Tensor, first: int, end: int) -> Tensor:
-    """int_matvec's product with the panels first..end-1 (x: the row, xq and amax: its int16 blocks and their maxima,
-    xw: its int8 pairs where the codes are in pairs)."""
-    fmt, cols, rb = FORMATS[self.ggml_type], self.cols, self.panel
-    (blocks, n), groups, center, rows = xq.shape, cols // fmt.group, 1 << (fmt.bits - 1), (end - first) * rb  # xq: (blocks, n)
+    """int_matvec's product with the panels first..end-1 (x: the m rows, xq and amax: their (m, blocks, n) int16 blocks
+    and (m, blocks, 1) maxima, xw: their (m, cols / 2) int8 pairs where the codes are in pairs)."""
+    fmt, cols, rb, e = FORMATS[self.ggml_type], self.cols, self.panel, end - first
+    (m, blocks, n), groups, center = xq.shape, cols // fmt.group, 1 << (fmt.bits - 1)
     # sum (q - center) * a as sum q * a - center * sum a, both in int16: the first wraps past int16, but the difference
     # is the exact centered sum, which fits, and int16 arithmetic is modulo 2**16 (the center leaves the inner loop)
     if xw is not None:  # each row's codes of two columns times the two activations, one BYTEDOT (no sum saturates)
-      q = self._code_pairs()[first:end]  # (panels, cols / 2, rows of a panel)
-      qa = q.alu(Ops.BYTEDOT, xw.reshape(1, cols // 2, 1).expand(q.shape)).reshape(end - first, blocks, n // 2, rb).sum(2, dtype=dtypes.int16)
+      q = self._code_pairs()[first:end].reshape(1, e, cols // 2, rb).expand(m, e, cols // 2, rb)  # rows of a panel last
+      qa = q.alu(Ops.BYTEDOT, xw.reshape(m, 1, cols // 2, 1).expand(q.shape)).reshape(m, e, blocks, n // 2, rb).sum(3, dtype=dtypes.int16)
       # the activations' block sums from the pairs, so that their int16 values are computed in one kernel only
       def signed(b: Tensor) -> Tensor: return (b ^ 0x80).cast(dtypes.int16) - 0x80
-      xq = (signed(xw & 0xFF) + signed(xw >> 8)).reshape(blocks, n // 2)
+      xq = (signed(xw & 0xFF) + signed(xw >> 8)).reshape(m, blocks, n // 2)
     else:
       q = self._codes()[first:end].cast(dtypes.int16)  # (panels, cols, rows of a panel)
-      qa = (q.reshape(end - first, blocks, n, rb) * xq.reshape(1, blocks, n, 1)).sum(2, dtype=dtypes.int16)
-    P = qa - (xq.sum(1, dtype=dtypes.int16) * center).reshape(1, blocks, 1)  # (int16 wraps alike)
-    def slices_sum(t: Tensor, k: int) -> Tensor:  # (panels, m * k, lanes) -> (panels, m, lanes): k neighbours added
-      t = t.reshape(t.shape[0], -1, k, t.shape[2])  # as values, so every sum but the last one stays in one kernel
-      out = t[:, :, 0]
-      for i in range(1, k): out = out + t[:, :, i]
+      qa = (q.reshape(1, e, blocks, n, rb) * xq.reshape(m, 1, blocks, n, 1)).sum(3, dtype=dtypes.int16)
+    P = qa - (xq.sum(2, dtype=dtypes.int16) * center).reshape(m, 1, blocks, 1)  # (int16 wraps alike)
+    def slices_sum(t: Tensor, k: int) -> Tensor:  # (..., j * k, lanes) -> (..., j, lanes): k neighbours added
+      t = t.reshape(*t.shape[:-2], t.shape[-2] // k, k, t.shape[-1])  # as values, so every sum but the last one stays in one kernel
+      out = t[..., 0, :]
+      for i in range(1, k): out = out + t[..., i, :]
       return out
-    dots = slices_sum(P.cast(dtypes.float32) * (amax / 127).reshape(1, blocks, 1), fmt.group // n)  # (panels, groups, lanes)
-    xsum = x.reshape(1, groups, fmt.group).cast(dtypes.float32).sum(2, keepdim=True)
+    dots = slices_sum(P.cast(dtypes.float32) * (amax / 127).reshape(m, 1, blocks, 1), fmt.group // n)  # (m, panels, groups, lanes)
+    xsum = x.reshape(m, 1, groups, fmt.group).cast(dtypes.float32).sum(3, keepdim=True)
     # per block b of the file: d_b * sum over its groups of sc_g * (dots_g + (center - bias) * X_g), less
     # dmin_b * sum of mn_g * X_g (the group's exact float sum of x): scales read as stored, one multiply per group
-    sc = {k: t[first:end].cast(dtypes.float32) for k, t in self._scales().items()}
+    sc = {k: t[first:end].cast(dtypes.float32) for k, t in self._scales().items()}  # (panels, groups or blocks, lanes)
     inner = dots + (center - fmt.bias) * xsum if center != fmt.bias else dots
     per_block = groups // sc["d"].shape[1]
     y = sc["d"] * slices_sum(sc["sc"] * inner if "sc" in sc else inner, per_block)
     if "dmin" in sc: y = y - sc["dmin"] * slices_sum(sc["mn"] * xsum if "mn" in sc else xsum, per_block)
-    return y.sum(1).reshape(*x.shape[:-1], rows)
+    return y.sum(2).reshape(*x.shape[:-1], e * rb)
 
   def rows(self, sel: Tensor | tuple[sint, sint]) -> Tensor: return self._unpack(sel)  # (start, end): ints or Variables
 
   def matmul(self, x: Tensor, int8: bool = True) -> Tensor:
-    """x @ W.T: a decode step's one row by int_matvec where a quantized weight is in panels (unless int8=False), else with W
-    unpacked inside the kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache:
-    Q4_K 32768 x 4096, 9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
+    """x @ W.T: a decode step's one row by int_matvec where a quantized weight is in panels (unless int8=False), and a
+    prompt's rows too where its codes are in pairs and its block sums inner sums (int_rows), else with W unpacked
+    inside the kernel that reads it. (By row, int_matvec lost to float32 once the weight left the cache: Q4_K 32768 x
+    4096, 9.2 against 7.2 ms; in panels it took 2.8 ms.)"""
     if not self.panel or self.weight is not None: return x.matmul(self._unpack().T)
-    if int8 and INT_MATVEC and prod(x.shape[:-1]) == 1: return self.int_matvec(x)
+    if int8 and INT_MATVEC and (prod(x.shape[:-1]) == 1 or self.int_rows): return self.int_matvec(x)
     # reduced over (groups, a group's elements): a group's scales are then computed once per group in the kernel's
     # outer reduce loop, not once per element (the same prefill product: 9.3 -> 8.9 ms)
     (rows, cols), group = self.shape, FORMATS[self.ggml_type].group
