@@ -370,3 +370,16 @@ def test_can_lossless_cast_matches_tinygrad():
     vals = np.arange(a.min, a.max + 1)
     for b in (dtypes.half, dtypes.float32, dtypes.int16, dtypes.int32, dtypes.uint16):
       if can_lossless_cast(a, b): np.testing.assert_array_equal(Tensor(vals, dtype=a).cast(b).cast(a).numpy(), vals)
+
+
+def test_uop_arithmetic_of_two_dtypes_promotes_both_as_the_lattice_does():
+  # the C++ builder's join (dtype.cpp least_upper) gives dtype.py's least_upper_dtype for every pair of strong
+  # scalars; an int and a long Variable added make a long (tinygrad's test_large_range_variable_jit), compared a bool
+  strong = [d for d in dtypes.all if d.count == 1 and not d._is_weak and d is not dtypes.void]
+  for a, b in itertools.product(strong, repeat=2):
+    x, y = UOp.variable("x", 0, 1, a) if a._is_int else UOp.const(1, a), UOp.variable("y", 0, 1, b) if b._is_int else UOp.const(1, b)
+    want = least_upper_dtype(a, b)
+    assert (x + y).dtype == want and (x * y).dtype == want and (x < y).dtype == dtypes.bool, (a, b)
+    if a != b: assert {s.dtype for s in (x + y).src} == {want}
+  i, long = UOp.variable("i", 0, 2**10, dtypes.int).bind(3), UOp.variable("l", 0, 2**40, dtypes.long).bind(2**35)
+  assert Tensor(i + long).item() == 2**35 + 3

@@ -13,6 +13,8 @@ UOpRef commit(const UOpRef& weak, DType to) {
   return UOp::make(Ops::CAST, to, {weak});
 }
 
+bool promotable(DType d) { return !d.is_weak() && !d.is_ptr() && !d.is_void(); }
+
 bool can_commit(DType weak, DType strong) {
   if (!weak.is_weak() || strong.is_weak()) return false;
   if (weak.scalar_kind() == Scalar::WEAKINT) return strong.is_int() || strong.is_float();
@@ -36,6 +38,16 @@ UOpRef alu(Ops op, std::span<const UOpRef> src) {
       for (size_t j = first; j < s.size(); ++j)
         if (s[i] && s[j] && s[i]->dtype() == DType::weakint() && s[j]->dtype() == DType::weakfloat())
           s[i] = commit(s[i], DType::weakfloat());
+    // two strong values of different dtypes (an int and a long Variable added) both become the least dtype both
+    // promote to, as tinygrad's arithmetic casts them
+    if (op != Ops::BYTEDOT && s.size() == first + 2 && s[first] && s[first + 1]) {
+      const DType a = s[first]->dtype(), b = s[first + 1]->dtype();
+      if (a != b && promotable(a) && promotable(b) && a.count() == b.count()) {
+        const DType to = least_upper(a.scalar(), b.scalar()).vec(a.count());
+        s[first] = cast(s[first], to);
+        s[first + 1] = cast(s[first + 1], to);
+      }
+    }
   }
   if (shift && s.size() == 2 && s[1] && s[0] && s[1]->dtype().is_weak()) s[1] = commit(s[1], s[0]->dtype());
   return UOp::make(op, infer_dtype(op, s, Arg()), s);

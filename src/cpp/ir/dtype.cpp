@@ -1,7 +1,10 @@
 #include "tinyhybrid/dtype.h"
 
 #include <array>
+#include <bitset>
 #include <deque>
+#include <optional>
+#include <span>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -152,6 +155,61 @@ int DType::itemsize() const {
   return static_cast<int>(((info(p_->scalar).bits + 7) / 8) * p_->count);
 }
 int DType::priority() const { return info(p_->scalar).priority; }
+
+namespace {
+using ScalarSet = std::bitset<kNumScalars>;
+
+// each kind's direct parents in the promotion lattice
+std::span<const Scalar> promotes_to(Scalar s) {
+  using S = Scalar;
+  static constexpr S kBool[] = {S::WEAKINT}, kWeakInt[] = {S::INT8, S::UINT8}, kInt8[] = {S::INT16},
+                     kInt16[] = {S::INT32}, kInt32[] = {S::INT64}, kToWeakFloat[] = {S::WEAKFLOAT},
+                     kUint8[] = {S::INT16, S::UINT16}, kUint16[] = {S::INT32, S::UINT32}, kUint32[] = {S::INT64, S::UINT64},
+                     kWeakFloat[] = {S::FP8E4M3, S::FP8E5M2, S::FP8E4M3FNUZ, S::FP8E5M2FNUZ},
+                     kFp8[] = {S::HALF, S::BFLOAT16}, kHalf[] = {S::FLOAT}, kFloat[] = {S::DOUBLE};
+  switch (s) {
+    case S::BOOL: return kBool;
+    case S::WEAKINT: return kWeakInt;
+    case S::INT8: return kInt8;
+    case S::INT16: return kInt16;
+    case S::INT32: return kInt32;
+    case S::INT64:
+    case S::UINT64: return kToWeakFloat;
+    case S::UINT8: return kUint8;
+    case S::UINT16: return kUint16;
+    case S::UINT32: return kUint32;
+    case S::WEAKFLOAT: return kWeakFloat;
+    case S::FP8E4M3:
+    case S::FP8E5M2:
+    case S::FP8E4M3FNUZ:
+    case S::FP8E5M2FNUZ: return kFp8;
+    case S::HALF:
+    case S::BFLOAT16: return kHalf;
+    case S::FLOAT: return kFloat;
+    default: return {};
+  }
+}
+
+ScalarSet ancestors(Scalar s) {
+  ScalarSet out;
+  out.set(static_cast<size_t>(s));
+  for (Scalar p : promotes_to(s)) out |= ancestors(p);
+  return out;
+}
+}  // namespace
+
+DType least_upper(DType a, DType b) {
+  const ScalarSet common = ancestors(a.scalar_kind()) & ancestors(b.scalar_kind());
+  std::optional<DType> best;
+  const auto key = [](DType d) { return std::tuple(d.priority(), d.bitsize(), d.name()); };
+  for (size_t i = 0; i < kNumScalars; ++i) {
+    if (!common.test(i)) continue;
+    const DType d = DType::of(static_cast<Scalar>(i));
+    if (!best || key(d) < key(*best)) best = d;
+  }
+  if (!best) throw std::invalid_argument("no dtype that " + a.repr() + " and " + b.repr() + " both promote to");
+  return *best;
+}
 char DType::fmt() const { return info(p_->scalar).fmt; }
 bool DType::is_float() const { return info(p_->scalar).cls == ScalarClass::Float; }
 bool DType::is_int() const {

@@ -102,6 +102,10 @@ class DType {
   const DTypeData* p_;
 };
 
+// The smallest scalar both a and b (scalars, of any kind but void) promote to without loss, by tinygrad's lattice
+// (dtype.py's least_upper_dtype, the same answer: the least of the common ancestors by priority, bits and name).
+DType least_upper(DType a, DType b);
+
 struct DTypeData {
   Scalar scalar;
   uint32_t count;              // vector width of the value (for pointers: of the pointer itself)
