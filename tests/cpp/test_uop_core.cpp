@@ -57,6 +57,28 @@ static void test_weak_commit_and_errors() {
   CHECK(std::isinf(round_float(Scalar::HALF, 65520.0)));
 }
 
+static void test_strong_dtypes_promote_and_bytedot_takes_uint16() {
+  const DType i32 = DType::int32(), i64 = DType::int64(), u8 = DType::of(Scalar::UINT8), i8 = DType::of(Scalar::INT8);
+  CHECK(least_upper(i32, i64) == i64);
+  CHECK(least_upper(u8, i8) == DType::of(Scalar::INT16));
+  CHECK(least_upper(DType::of(Scalar::HALF), DType::of(Scalar::BFLOAT16)) == DType::float32());
+  CHECK(least_upper(i64, DType::of(Scalar::UINT64)) == DType::weakfloat());
+  CHECK(least_upper(DType::bool_(), i8) == i8);
+  UOpRef a = UOp::variable("a", 0, 10), b = cast(UOp::variable("b", 0, 10), i64);
+  UOpRef s = alu(Ops::ADD, {a, b});
+  CHECK(s->dtype() == i64 && s->src(0)->op() == Ops::CAST && s->src(1) == b);
+  CHECK(alu(Ops::CMPLT, {a, b})->dtype() == DType::bool_());
+  const DType u16 = DType::of(Scalar::UINT16);
+  CHECK(alu(Ops::BYTEDOT, {cast(a, u16), cast(a, u16)})->dtype() == DType::of(Scalar::INT16));
+  bool threw = false;
+  try {
+    UOp::make(Ops::BYTEDOT, DType::of(Scalar::INT16), {a, a});
+  } catch (const UOpTypeError& e) {
+    threw = std::string(e.what()).find("uint16") != std::string::npos;
+  }
+  CHECK(threw);
+}
+
 static void test_deep_chain() {
   const size_t before = live_uop_count();
   {
@@ -87,6 +109,7 @@ static void test_toposort_order_and_substitute() {
 int main() {
   test_interning();
   test_weak_commit_and_errors();
+  test_strong_dtypes_promote_and_bytedot_takes_uint16();
   test_deep_chain();
   test_toposort_order_and_substitute();
   std::cout << "test_uop_core: ok\n";
