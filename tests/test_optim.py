@@ -255,3 +255,23 @@ def test_step_needs_training_and_grads():
   Tensor.training = False
   with pytest.raises(RuntimeError, match="training"): opt.step()
   np.testing.assert_equal(p.numpy(), [1.0, 2.0])
+
+
+def test_lamb_moments_offloaded_to_the_cpu_step_a_sharded_weight():
+  # tinygrad's test_lamb_cpu_offload_multi: the moments moved to the CPU, the weight sharded over two devices. The
+  # gradient goes to the moments' device and the update back to the weight's, sharded as it is: the values of the
+  # same steps without offloading
+  x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+  def run(offload: bool) -> tuple[Tensor, optim.LAMB]:
+    t = Tensor(x.copy(), requires_grad=True).shard(("CPU", "CPU:1"), axis=1)
+    opt = optim.LAMB([t])
+    if offload:
+      for p in opt.m + opt.v + [opt.b1_t, opt.b2_t]: p.to_("CPU")
+    for _ in range(2):
+      opt.zero_grad()
+      (t * t).sum().backward()
+      opt.step()
+    return t, opt
+  (t1, o1), (t0, _) = run(True), run(False)
+  assert t1.device == ("CPU", "CPU:1") and o1.m[0].device == "CPU"
+  np.testing.assert_allclose(t1.numpy(), t0.numpy(), rtol=1e-5, atol=1e-6)  # (the norms sum in another order)

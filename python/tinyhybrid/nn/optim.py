@@ -31,8 +31,14 @@ class Optimizer:
 
   def _new_state(self) -> list[Tensor]:
     """One zeroed buffer per param (at least float32), realized now so steps only ever assign into them. Each starts
-    from its own empty buffer: identical lazy zeros would be one graph, realized into one shared buffer."""
-    ts = [Tensor.empty(t.shape, dtype=self._state_dtype(t), device=self.device, requires_grad=False).assign(0) for t in self.params]
+    from its own empty buffer: identical lazy zeros would be one graph, realized into one shared buffer. On several
+    devices a param's state is sharded as the param is (tinygrad's zeros_like), so a step assigns its gradient's
+    shards into it."""
+    def zeroed(t: Tensor) -> Tensor:
+      if type(self.device) is tuple and type(t.device) is tuple:
+        return Tensor.empty(t.shape, dtype=self._state_dtype(t), requires_grad=False).shard(t.device, t.uop.axis).assign(0)
+      return Tensor.empty(t.shape, dtype=self._state_dtype(t), device=self.device, requires_grad=False).assign(0)
+    ts = [zeroed(t) for t in self.params]
     Tensor.realize(*ts)
     return ts
 
@@ -170,9 +176,12 @@ class LAMB(Optimizer):
     self.b1_t *= self.b1
     self.b2_t *= self.b2
     for t, g, m, v in zip(params, grads, self.m, self.v):
+      # moments kept elsewhere (offloaded to the CPU: m.to_("CPU")) take the gradient there, and the update goes back
+      # to the weight's devices, sharded as it is
+      if g.device != m.device: g = g.contiguous().to(m.device)
       m.assign(self.b1 * m + (1.0 - self.b1) * g)
       v.assign(self.b2 * v + (1.0 - self.b2) * (g * g))
-      up = (m / (1.0 - self.b1_t)) / ((v / (1.0 - self.b2_t)).sqrt() + self.eps) + self.wd * t.detach()
+      up = ((m / (1.0 - self.b1_t)) / ((v / (1.0 - self.b2_t)).sqrt() + self.eps)).shard_like(t) + self.wd * t.detach()
       r: Tensor | float = 1.0
       if not self.adam:
         wn, un = t.detach().square().sum().sqrt(), up.square().sum().sqrt()
