@@ -308,7 +308,7 @@ class Buffer:
 class CompiledProgram:
   """A compiled kernel: its source, the loaded function's address, and a way to call it. The source and the kernel
   are kept compressed (read back on use: DEBUG, VIZ, a pickle, a capture's plan): the 0.5B LLM's 175 kernels held
-  2.9 MB of C, 0.7 compressed, and its warm-up's kernels 53k nodes (4 MB at its peak), 0.3 MB as compressed pickles.
+  2.9 MB of C, 0.7 compressed, and its warm-up's kernels 53k nodes (3 MB of its peak), 0.3 MB as compressed pickles.
 
   call(args, launch) runs it on args as uint64 words: a CPU kernel's launch is its number of threads, a GPU kernel's
   its (global, local) work sizes (LoweredKernel.launch). A call may return before the kernel has run (the device's

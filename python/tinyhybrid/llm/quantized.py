@@ -53,8 +53,13 @@ def pack_plane(codes: Tensor, bits: int, chunk: int, word: int = 8) -> Tensor:
   word c of a chunk holds the chunk's elements c, c + L, c + 2L... (L: the chunk's words), lowest first."""
   rows, cols = codes.shape
   v = codes.reshape(rows, cols // chunk, word // bits, chunk * bits // word).cast(dtypes.uint8 if word == 8 else dtypes.uint16)
-  out = v[:, :, 0]
-  for s in range(1, word // bits): out = out | (v[:, :, s] << (bits * s))
+  return or_shifted([v[:, :, s] for s in range(word // bits)], bits)
+
+
+def or_shifted(parts: list[Tensor], bits: int) -> Tensor:
+  """parts[0] | parts[1] << bits | parts[2] << 2 * bits ...: values of `bits` bits packed into one word, lowest first."""
+  out = parts[0]
+  for s, p in enumerate(parts[1:], 1): out = out | (p << (bits * s))
   return out
 
 
@@ -76,9 +81,8 @@ def pack_pairs(codes: Tensor, bits: int) -> Tensor:
   panels, cols, rows = codes.shape
   k = 8 // bits
   v = codes.reshape(panels, cols // 2, 2, rows // (16 * k), k, 16).cast(dtypes.uint16)
-  byte = v[:, :, :, :, 0]
-  for s in range(1, k): byte = byte | (v[:, :, :, :, s] << (bits * s))
-  return (byte[:, :, 0] | (byte[:, :, 1] << 8)).reshape(panels, cols // 2, rows // k)
+  byte = or_shifted([v[:, :, :, :, s] for s in range(k)], bits)  # (panels, pairs, column of the pair, groups, 16)
+  return or_shifted([byte[:, :, 0], byte[:, :, 1]], 8).reshape(panels, cols // 2, rows // k)
 
 
 def unpack_pairs(plane: Tensor, bits: int) -> Tensor:
@@ -91,22 +95,16 @@ def unpack_pairs(plane: Tensor, bits: int) -> Tensor:
 
 
 def pack_groups(t: Tensor, bits: int) -> Tensor:
-  """(panels, groups, rows) values of `bits` bits (a divisor of 8) -> (panels, groups * bits / 8, rows) bytes, byte
-  g holding groups g * k .. g * k + k - 1 (k = 8 / bits) of each row, lowest first: a group's 16 rows stay 16
-  consecutive bytes."""
+  """(panels, groups, rows) values of `bits` bits (a divisor of 8) -> (panels, groups * bits / 8, rows) bytes: a
+  panel's groups as pack_plane's chunks of k = 8 / bits groups, byte g holding groups g * k .. g * k + k - 1 of each
+  row, lowest first, so a group's 16 rows stay 16 consecutive bytes."""
   panels, groups, rows = t.shape
-  k = 8 // bits
-  v = t.reshape(panels, groups // k, k, rows).cast(dtypes.uint8)
-  out = v[:, :, 0]
-  for s in range(1, k): out = out | (v[:, :, s] << (bits * s))
-  return out
+  return pack_plane(t.reshape(panels, groups * rows), bits, 8 // bits * rows)
 
 
 def unpack_groups(t: Tensor, bits: int) -> Tensor:
-  """pack_groups' inverse: (panels, bytes, rows) -> (panels, bytes * 8 / bits, rows)."""
-  panels, n, rows = t.shape
-  shifts = Tensor.arange(0, 8, bits, dtype=dtypes.uint8, device=t.device).reshape(1, 1, -1, 1)
-  return ((t.reshape(panels, n, 1, rows) >> shifts) & ((1 << bits) - 1)).reshape(panels, -1, rows)
+  """pack_groups' inverse (unpack_plane's): (panels, bytes, rows) -> (panels, bytes * 8 / bits, rows)."""
+  return unpack_plane(t, bits).reshape(t.shape[0], -1, t.shape[2])
 
 
 def unpack_pair_codes(plane: Tensor, bits: int) -> Tensor:
@@ -197,14 +195,11 @@ class QuantizedWeight:
     self.pairs = word == 16 and set(bits_of) <= {2, 4} and byte_pairs(data.device)
     for bits in bits_of:
       codes = (q >> shift) & ((1 << bits) - 1)
-      if self.pairs:
-        self.planes.append((shift, bits, pack_pairs(codes.reshape(rows // 64, cols, 64), bits).contiguous()))
-        shift += bits
-        continue
+      if self.pairs: plane = pack_pairs(codes.reshape(rows // 64, cols, 64), bits)
       # and 2-bit codes (Q6_K's high bits; Q2_K's, Q3_K's low ones) two columns a word: word j holds rows j + 16i of
       # both, so they too come with 16-bit shifts, where bytes took shifts x86 lacks (0.5B Q4_K_M, output layer's
       # block sums 1.85 -> 1.47 ms, PROFILE=1)
-      if bits == 2 and word == 16:
+      elif bits == 2 and word == 16:
         plane = pack_plane(codes.reshape(q.shape[0] // 2, 2 * chunk), bits, 2 * chunk, 16)
       else: plane = q if bits == 8 else pack_plane(codes, bits, chunk, word if bits == 4 else 8)
       self.planes.append((shift, bits, plane.reshape(plane.shape[0], -1, plane.shape[-1]).contiguous()))
@@ -226,7 +221,7 @@ class QuantizedWeight:
   def int_rows(self) -> bool:
     """Whether a prompt's rows multiply as a decode step's row does (int_matvec): where the codes are in pairs and the
     blocks' sums are inner sums (Q4_K's 32, not Q6_K's 8, whose sums would go through memory for every row), one
-    BYTEDOT does 32 multiply-adds where the float product does 8 (a 64-row Q4_K product of 8192 x 1536: 40 -> 19 ms)."""
+    BYTEDOT does 32 multiply-adds where the float product does 8 (a 64-row Q4_K product of 8192 x 1536: 18-24 -> 10-11 ms)."""
     return self.pairs and (int_dot_block(FORMATS[self.ggml_type]) or 0) >= INNER_SUM_TERMS[0]
 
   @property

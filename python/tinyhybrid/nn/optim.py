@@ -35,9 +35,9 @@ class Optimizer:
     devices a param's state is sharded as the param is (tinygrad's zeros_like), so a step assigns its gradient's
     shards into it."""
     def zeroed(t: Tensor) -> Tensor:
-      if type(self.device) is tuple and type(t.device) is tuple:
-        return Tensor.empty(t.shape, dtype=self._state_dtype(t), requires_grad=False).shard(t.device, t.uop.axis).assign(0)
-      return Tensor.empty(t.shape, dtype=self._state_dtype(t), device=self.device, requires_grad=False).assign(0)
+      sharded = type(self.device) is tuple and type(t.device) is tuple
+      e = Tensor.empty(t.shape, dtype=self._state_dtype(t), device=None if sharded else self.device, requires_grad=False)
+      return (e.shard(t.device, t.uop.axis) if sharded else e).assign(0)
     ts = [zeroed(t) for t in self.params]
     Tensor.realize(*ts)
     return ts

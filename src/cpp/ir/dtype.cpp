@@ -3,10 +3,10 @@
 #include <array>
 #include <bitset>
 #include <deque>
-#include <optional>
-#include <span>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <tuple>
 

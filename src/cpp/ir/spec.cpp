@@ -149,12 +149,9 @@ std::optional<std::string> failure(const Rule& r, const UOp* n) {
       return std::nullopt;
     case Check::ResultSameAsSrc: {
       if (auto e = need_src(size_t(r.a))) return e;
-      // comparisons make bools of their operands' width, BYTEDOT int16 sums of its uint16 lanes' byte pairs
-      const size_t lanes = n->src(size_t(r.a))->dtype().count();
-      const DType want = group::Comparison.contains(n->op()) ? DType::bool_().vec(lanes)
-                         : (n->op() == Ops::BYTEDOT) ? DType::of(Scalar::INT16).vec(lanes)
-                         : (n->op() == Ops::WHERE)   ? n->src(1)->dtype()
-                                                     : n->src(size_t(r.a))->dtype();
+      // an ALU op's dtype is the one its builder infers (comparisons make bools of their operands' width, WHERE its
+      // branches', BYTEDOT int16); any other op keeps its source's
+      const DType want = group::AnyALU.contains(n->op()) ? infer_dtype(n->op(), n->src(), n->arg()) : n->src(size_t(r.a))->dtype();
       if ((n->op() == Ops::SHL || n->op() == Ops::SHR) && d == n->src(0)->dtype()) return std::nullopt;
       if (d != want) return "dtype " + d.repr() + ", expected " + want.repr();
       return std::nullopt;
