@@ -474,3 +474,19 @@ def test_backward_adds_into_the_same_grad_tensor_and_skips_weak_constants():
   w = Tensor(1.0)
   (Tensor.rand(()) + w).backward()
   assert w.grad is None
+
+
+def test_exp_over_one_plus_exp_stays_in_range_where_exp_overflows():
+  """exp(x) / (1 + exp(x)), a sigmoid written out, is inf / inf = nan past exp's range in IEEE arithmetic; tinygrad's
+  kernels compute it as 1 - 1 / (1 + exp(x)) (and its gradient likewise), which torch's own sigmoid matches."""
+  vals = [-300.0, -80.0, -1.0, 0.0, 0.5, 3.0, 80.0, 300.0]
+  x, tx = Tensor(vals, requires_grad=True), torch.tensor(vals, requires_grad=True)
+  y = x.exp() / (1 + x.exp())
+  y.sum().backward()
+  torch.sigmoid(tx).sum().backward()
+  np.testing.assert_allclose(y.numpy(), torch.sigmoid(tx).detach().numpy(), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
+  # 1 / (x * x) as the product of reciprocals: 0 where x * x overflows, not 1 / inf's neighbour nan of inf * 0
+  big = Tensor([1e30, -2.0, 4.0])
+  np.testing.assert_allclose((1 / (big * big)).numpy(), [0.0, 0.25, 0.0625])
+  np.testing.assert_allclose((1 / (big * 4)).numpy(), [2.5e-31, -0.125, 0.0625], rtol=1e-6)

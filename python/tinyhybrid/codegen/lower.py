@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.codegen import floats
 from tinyhybrid.codegen.kernel import KernelParts
 from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import KernelItem
@@ -317,7 +318,7 @@ class Lowerer:
     body = stores[0] if len(stores) == 1 else UOp(Ops.GROUP, dtypes.void, tuple(stores))
     lowered = graph_rewrite(UOp.sink(UOp(Ops.END, dtypes.void, (body, *ranges))), pm_lower, ctx=self, bottom_up=True, name="lower")
     val = _stored_value(lowered)
-    ast = lowered.simplify()
+    ast = floats.in_range(lowered.simplify())
     if out.op not in (Ops.REDUCE, Ops.STORE): full_shape = tuple(full_shape) + tuple(self.loops[FUSED].sizes)
     kvars = tuple(sorted((u for u in ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg))
     # a symbolic kernel's work is counted at the variables' largest values
