@@ -250,14 +250,19 @@ def test_setitem_views_and_laziness():
   _close(s.numpy(), np.ones(3, np.float32))
 
 
-def test_setitem_orders_after_pending_reads():
-  # torch is eager: a read issued before a write sees the old values, a view of the written tensor sees the new ones
+def test_setitem_with_a_pending_reader_raises_as_tinygrad():
+  # a live lazy tensor that reads the target would see the write or not depending on when it runs: tinygrad refuses
+  # the write (RuntimeError), views of the written buffer see it, and the value may read the target (x[i] += y)
   x = Tensor(np.arange(4, dtype=np.float32))
   y, view = x + 1, x[1:]
-  x[:2] = 100.0
+  with pytest.raises(RuntimeError, match="other uses"): x[:2] = 100.0
+  _close(x.numpy(), np.arange(4, dtype=np.float32))  # nothing was written
   _close(y.numpy(), np.array([1, 2, 3, 4], np.float32))
+  x[:2] = 100.0  # y is realized now: it reads its own memory
   _close(view.numpy(), np.array([100, 2, 3], np.float32))
   _close(x.numpy(), np.array([100, 100, 2, 3], np.float32))
+  x[1:3] += x[:2] * 2
+  _close(x.numpy(), np.array([100, 300, 202, 3], np.float32))
 
 
 def test_setitem_duplicate_index_last_wins():

@@ -294,9 +294,10 @@ class IndexingMixin:
 
   def __setitem__(self: Tensor, indices: Any, v: Any) -> None:
     """Writes v into the selected elements, as tinygrad does. A tensor of memory (a buffer or a view of one) is written
-    in place, now: every tensor on that memory sees the write, and lazy tensors that read it are computed first. A lazy
+    in place, now: every tensor on that memory sees the write. A lazy
     tensor instead becomes the merged value (where(selected, v, old)), so gradients reach both the old value and v.
-    v is broadcast to the selection; a Tensor v must have this dtype (RuntimeError), a Python value is cast."""
+    v is broadcast to the selection; a Tensor v must have this dtype (RuntimeError), a Python value is cast. As in
+    tinygrad, a live lazy tensor computed from the target (other than v) is a RuntimeError: realize it first."""
     from tinyhybrid.tensor import Tensor
     from tinyhybrid.uop.buffers import buffer_view
     if self.requires_grad or (isinstance(v, Tensor) and v.requires_grad):
@@ -341,7 +342,7 @@ class IndexingMixin:
     if target.numel() == 0: return
     # a tensor that keeps a graph for backward (an AFTER) keeps one that knows about this write too
     history = _setitem_history(self, parts, v) or (self.uop.op is Ops.AFTER and _setitem_concrete(self, parts))
-    _realize_readers(self.uop, keep=(self, v, vx))
+    _check_no_other_uses(self, (v, vx, target), memory=True)
     target.assign(vx).realize()
     # the memory holds the result; the graph under it is how it was computed, for backward() (as a realize keeps it)
     if history: self.uop = UOp(Ops.AFTER, self.dtype, (self.uop, _merge_selection(self._wrap(self.uop), parts, vx).uop))
@@ -597,17 +598,6 @@ def _broadcast_value(v: Tensor, shape: tuple[int, ...], op: str) -> Tensor:
   except ValueError: raise ValueError(f"{op}: cannot broadcast a value of shape {v.shape} to the selected shape {shape}") from None
 
 
-def _realize_readers(view: Any, keep: tuple) -> None:
-  """Computes every live lazy tensor that reads the buffer under view, so that a write happening now does not
-  change what they see (torch's eager order: reads issued before a write see the old values)."""
-  from tinyhybrid.uop.buffers import buffer_view
-  from tinyhybrid.tensor import _all_tensors
-  base = view
-  while base.op is not Ops.BUFFER: base = base.src[0]
-  pending = [t for t in list(_all_tensors) if not any(t is k for k in keep) and not buffer_view(t.uop) and base in set(t.uop.toposort())]
-  if pending: pending[0].realize(*pending[1:])
-
-
 def _writable(u: Any) -> bool:
   """A view of a buffer that writes land in: no padding and no broadcast between the view and the buffer."""
   while u.op is not Ops.BUFFER:
@@ -622,18 +612,26 @@ def _setitem_concrete(x: Tensor, parts: list[tuple]) -> bool:
   return all(type(s) is int for s in x.shape) and all(type(a) is int for p in parts if p[0] in ("int", "slice") for a in p[1:])
 
 
-def _check_no_other_uses(x: Tensor, values: tuple[Tensor, ...]) -> None:
-  """tinygrad's rule for a lazy target that reads memory: if another live tensor was computed from it (a view of it
-  included), the merged value would leave that tensor with the old value where eager code would alias it: RuntimeError."""
+def _check_no_other_uses(x: Tensor, values: tuple[Tensor, ...], memory: bool = False) -> None:
+  """tinygrad's rule for a target that reads memory: if another live lazy tensor was computed from it (from x's graph,
+  or with memory=True from the buffers a realized x is a view of; a view of x included, a view of the buffers not),
+  the merged value would leave that tensor with the old value where eager code would alias it, and a write in place
+  would change what it reads: RuntimeError. Values the write is computed from (x[i] += y reads x[i]) may read it, and a
+  pending assign into the same memory is a write: it runs first."""
   from tinyhybrid.uop.buffers import buffer_view
   from tinyhybrid.tensor import _all_tensors
-  u = x.uop
-  if not any(n.op is Ops.BUFFER for n in u.toposort()): return  # constants only: nothing can alias it
+  nodes = x.uop.toposort()
+  if not any(n.op is Ops.BUFFER for n in nodes): return  # constants only: nothing can alias it
+  roots = {n for n in nodes if n.op is Ops.BUFFER} if memory else {x.uop}
   v_nodes = set(UOp.sink(*[v.uop for v in values]).toposort())  # the value itself may be computed from x (x[i] = x[j] * 2)
   others = [t for t in list(_all_tensors)
-            if t is not x and all(t is not v for v in values) and t.uop not in v_nodes and not buffer_view(t.uop)]
+            if t is not x and all(t is not v for v in values) and t.uop not in v_nodes
+            and not buffer_view(t.uop.src[0] if t.uop.op is Ops.DETACH else t.uop)]  # (a detached view is the memory too)
+  if memory and (writes := [t for t in others if t.uop.op is Ops.STORE and roots & set(t.uop.src[0].toposort())]):
+    writes[0].realize(*writes[1:])
+    others = [t for t in others if all(t is not w for w in writes)]
   if not others: return
-  uses: set[UOp] = {u}
+  uses = set(roots)
   for n in UOp.sink(*[t.uop for t in others]).toposort():
     if n not in uses and any(s in uses for s in n.src): uses.add(n)
   if any(t.uop in uses for t in others):
