@@ -510,11 +510,10 @@ def test_callback_exception_propagates_unchanged():
 
 @pytest.mark.parametrize("bad", [3, "x", (1, 2), 1.5])
 def test_callback_returning_non_uop_is_type_error(bad):
+  # (a one-node rewrite returns the value itself: test_one_node_rewrite_returns_any_value_and_graph_rewrite_only_uops)
   g = add(leaf("a"), c(1))
   with pytest.raises(TypeError):
     graph_rewrite(g, PatternMatcher([(UPat(Ops.ADD), lambda: bad)]))
-  with pytest.raises(TypeError):
-    PatternMatcher([(UPat(Ops.ADD), lambda: bad)]).rewrite(g)
 
 
 def test_graph_rewrite_name_in_loop_error():
@@ -663,3 +662,27 @@ def test_native_rewrites_with_python_args_in_threads():
   for t in threads: t.join(timeout=60)
   assert not any(t.is_alive() for t in threads), "rewrite threads deadlocked"
   assert not errors, errors
+
+
+def test_one_node_rewrite_returns_any_value_and_graph_rewrite_only_uops():
+  # tinygrad's renderers use a PatternMatcher as a dispatch table: pm.rewrite(u, ctx) returns their rule's string
+  pm = PatternMatcher([(UPat(Ops.CONST, name="x"), lambda ctx, x: f"{ctx}{x.arg}"),
+                       (UPat(Ops.NOOP, src=(UPat(Ops.NOOP), UPat(Ops.NOOP)), allow_any_len=True), lambda: True)])
+  assert pm.rewrite(c(3), "c") == "c3"
+  assert pm.rewrite(UOp(Ops.NOOP, dtypes.void, (leaf("a"), leaf("b"), leaf("c")))) is True
+  assert pm.rewrite(UOp(Ops.NOOP, dtypes.void, (leaf("a"),))) is None
+  with pytest.raises(TypeError, match="not a tinyhybrid UOp"): graph_rewrite(add(c(1), leaf("a")), pm, "c")
+  # a graph rewrite run from inside a one-node rewrite's rule takes only UOps too
+  inner = PatternMatcher([(UPat(Ops.NOOP, name="x"), lambda x: "no")])
+  outer = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: graph_rewrite(x, inner))])
+  with pytest.raises(TypeError, match="not a tinyhybrid UOp"): outer.rewrite(add(c(1), leaf("a")))
+
+
+def test_rtag_marks_a_node_as_tinygrads():
+  x = c(2)
+  assert x.rtag().tag is True and x.rtag("seen").tag == "seen" and x.rtag("seen") is x.rtag("seen")
+  assert x.rtag() is not x and x.rtag().replace(tag=None) is x
+  assert x.tagstr == "" and x.rtag(5).tagstr == ", tag=5"
+  # a rule that tags what it rewrote does not match it again
+  pm = PatternMatcher([(UPat(Ops.CONST, name="x"), lambda x: x.rtag() if x.tag is None else None)])
+  assert graph_rewrite(add(x, leaf("a")), pm).src[0].tag is True

@@ -279,3 +279,64 @@ def test_long_chain():
   for _ in range(100_000): e = e + 1
   assert (e.vmin, e.vmax) == (100_000, 100_010)
   assert e.sym_infer({"x": 3}) == 100_003
+
+
+# ---------------------------------------------------------------- min and max written as a where
+@SETTINGS
+@given(a=INT_TREES, b=INT_TREES, bnds=BOUNDS, data=st.data())
+def test_where_of_a_comparison_and_its_operands_is_min_or_max(a, b, bnds, data):
+  # tinygrad's minimum is (a < b).where(a, b): its range is min's (x.maximum(5).minimum(8) lies in [5, 8]), not the
+  # union of the branches' ranges
+  vs = [UOp.variable(f"v{i}", lo, hi, dtypes.int) for i, (lo, hi) in enumerate(bnds)]
+  ua, ub = build(a, vs), build(b, vs)
+  lo_, hi_ = (ua < ub).where(ua, ub), (ua < ub).where(ub, ua)
+  if lo_.op is Ops.WHERE: assert (lo_.vmin, lo_.vmax) == (min(ua.vmin, ub.vmin), min(ua.vmax, ub.vmax))
+  if hi_.op is Ops.WHERE: assert (hi_.vmin, hi_.vmax) == (max(ua.vmin, ub.vmin), max(ua.vmax, ub.vmax))
+  for env in points(data, bnds):
+    try: va, vb = ref(a, list(env)), ref(b, list(env))
+    except ZeroDivisionError: continue
+    vals = {f"v{i}": x for i, x in enumerate(env)}
+    assert lo_.sym_infer(vals) == min(va, vb) and lo_.vmin <= min(va, vb) <= lo_.vmax
+    assert hi_.sym_infer(vals) == max(va, vb) and hi_.vmin <= max(va, vb) <= hi_.vmax
+  x = UOp.variable("x", 0, 10)
+  assert (x.maximum(5).minimum(8).vmin, x.maximum(5).minimum(8).vmax) == (5, 8)
+
+
+# ---------------------------------------------------------------- factors (tinygrad's const_factor and divides)
+POLY = st.recursive(LEAF, lambda ch: st.one_of(st.tuples(st.sampled_from(["add", "sub", "mul"]), ch, ch),
+                                               st.tuples(st.just("mulc"), ch, SMALL), st.tuples(st.just("neg"), ch)), max_leaves=8)
+
+
+def exact(u: UOp, env: dict[str, int]) -> int:
+  """A sum of products of variables and constants in Python's unbounded ints."""
+  if u.op is Ops.CONST: return u.arg
+  if u.op is Ops.DEFINE_VAR: return env[u.arg[0]]
+  vals = [exact(s, env) for s in u.src]
+  return {Ops.ADD: lambda: vals[0] + vals[1], Ops.MUL: lambda: vals[0] * vals[1], Ops.NEG: lambda: -vals[0]}[u.op]()
+
+
+@SETTINGS
+@given(tree=POLY, v=st.integers(1, 12), bnds=BOUNDS, data=st.data())
+def test_const_factor_divides_the_value_and_divides_is_exact(tree, v, bnds, data):
+  vs = [UOp.variable(f"v{i}", lo, hi, dtypes.int) for i, (lo, hi) in enumerate(bnds)]
+  e = build(tree, vs)
+  f, q = e.const_factor(), e.divides(v)
+  for env in points(data, bnds):
+    vals = {f"v{i}": x for i, x in enumerate(env)}
+    if f: assert exact(e, vals) % f == 0
+    if q is not None: assert exact(q, vals) * v == exact(e, vals)
+  if f: assert e.divides(abs(f)) is not None or f < 0  # what const_factor finds, divides divides by
+
+
+def test_factor_helpers_as_tinygrads():
+  x, y = UOp.variable("x", 0, 20), UOp.variable("y", 0, 20)
+  assert (UOp.const(dtypes.int, 30) + UOp.const(dtypes.int, 12)).const_factor() == 6
+  assert (x * 4).const_factor() == 4 and (x // 4).const_factor() == 1 and x.const_factor() == 1
+  assert (x * 6 + 18).divides(6) is not None and (x * 6 + 18).divides(6).const_factor() == 1
+  assert (x * 6 + 7).divides(6) is None and UOp.const(dtypes.int, 42).divides(5) is None
+  assert list((x * y * 3).split_uop(Ops.MUL)) == [x, y, UOp.const(dtypes.int, 3)]
+  assert (x + 3).pop_const() == (x, 3) and x.pop_const(Ops.MUL) == (x, 1)
+  assert (x * y * 6).divide_exact(y * 3) is not None and exact((x * y * 6).divide_exact(y * 3), {"x": 5, "y": 7}) == 10
+  assert (x * 6).divide_exact(y) is None and x.divide_exact(x).arg == 1
+  g = UOp.gcd(x * y * 6, x * 4)
+  assert exact(g, {"x": 3, "y": 5}) == 6 and x._min_max == (0, 20)

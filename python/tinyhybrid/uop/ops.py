@@ -11,6 +11,7 @@ from tinyhybrid import _core
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import AddrSpace, AxisType, GroupOp, Ops  # noqa: F401 (AxisType: tinygrad's import path)
+from tinyhybrid.uop.factors import FactorMixin
 from tinyhybrid.uop.kernel_dsl import KernelDSL
 from tinyhybrid.digest import sha256
 
@@ -25,7 +26,7 @@ class VariableTypeError(TypeError, AssertionError): pass
 class VariableRangeError(ValueError, AssertionError): pass
 
 
-class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a static builder at once, as tinygrad's)
+class UOp(KernelDSL, FactorMixin, _core.UOp):  # type: ignore[misc]  # (sink: a method and a static builder at once, as tinygrad's)
   """A node of the UOp graph: UOp(op, dtype=None, src=(), arg=None, tag=None).
 
   Nodes are interned: building the same (op, dtype, src, arg, tag) twice gives the same object."""
@@ -85,6 +86,13 @@ class UOp(KernelDSL, _core.UOp):  # type: ignore[misc]  # (sink: a method and a 
     if self.op is Ops.CONST: return self.arg
     if self.op is Ops.BIND: return self.src[1].arg
     raise VariableTypeError(f"val: only a CONST or a bound Variable (BIND) has a value, not {self.op}")
+
+  def rtag(self, tag: Any = True) -> UOp:
+    """This node with its tag set (a rule marks what it rewrote, so that it does not match it again)."""
+    return self.replace(tag=tag)
+
+  @property
+  def tagstr(self) -> str: return f", tag={self.tag}" if self.tag is not None else ""
 
   @property
   def expr(self) -> str:

@@ -193,8 +193,9 @@ class PatternMatcher:
     if self._native_rules: raise pickle.PicklingError("a PatternMatcher holding C++ rules (such as symbolic's) is not picklable: import it by name")
     return PatternMatcher, ([(p, deconstruct_function(fn) if fn.__name__ == "<lambda>" else fn) for p, fn in self.patterns],)
   def __len__(self) -> int: return len(self.native)
-  def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
-    """The first matching rule's replacement for this one node, or None."""
+  def rewrite(self, uop: UOp, ctx: Any = None) -> Any:
+    """What the first matching rule returned for this one node, or None: a UOp, or any value where the rules are a
+    dispatch table (a renderer's rules return strings). graph_rewrite takes only UOps from its rules."""
     return self.native.rewrite(uop, ctx)
 
 

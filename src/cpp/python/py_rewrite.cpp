@@ -24,6 +24,23 @@ struct PyRef {
   PyRef& operator=(const PyRef&) = delete;
 };
 
+// PatternMatcher.rewrite of one node hands back whatever its rule returned (tinygrad's renderers return strings); a
+// graph rewrite takes only UOps. The one-node call marks its thread, and a rule's value that is not a UOp then ends
+// the matching as this exception, which holds a reference to it.
+thread_local bool any_result = false;
+struct OtherResult {
+  PyObject* value;
+};
+class ResultMode {
+  bool prev_;
+
+ public:
+  explicit ResultMode(bool any) : prev_(any_result) { any_result = any; }
+  ~ResultMode() { any_result = prev_; }
+  ResultMode(const ResultMode&) = delete;
+  ResultMode& operator=(const ResultMode&) = delete;
+};
+
 // (ops | None, dtypes | None, has_arg, arg, name | None, src_mode, src, allow_any_len, is_any) -> Pattern
 bool pattern_from(PyObject* t, Pattern& out) {
   if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 9) {
@@ -127,6 +144,7 @@ RuleFn python_rule(PyObject* fn, const std::vector<std::string>& names, PyObject
       return nullptr;
     }
     if (!is_uop(r)) {
+      if (any_result) throw OtherResult{r};
       PyErr_Format(PyExc_TypeError, "a rule returned %R, which is not a tinyhybrid UOp (a rule must return one, or None)",
                    reinterpret_cast<PyObject*>(Py_TYPE(r)));
       Py_DECREF(r);
@@ -221,7 +239,13 @@ PyObject* matcher_rewrite(PyObject* self, PyObject* const* args, Py_ssize_t narg
   void* ctx = nargs > 1 && args[1] != Py_None ? args[1] : nullptr;
   return guarded([&]() -> PyObject* {
     const UOpRef u = uop_ref(args[0]);
-    UOpRef r = matcher_of(self).rewrite(u.get(), ctx);
+    UOpRef r;
+    try {
+      const ResultMode any(true);
+      r = matcher_of(self).rewrite(u.get(), ctx);
+    } catch (const OtherResult& o) {
+      return o.value;
+    }
     if (!r) Py_RETURN_NONE;
     return uop_object(r.get());
   });
@@ -237,7 +261,7 @@ PyObject* matcher_rule_names(PyObject* self, PyObject*) {
 
 PyMethodDef matcher_methods[] = {
     {"rewrite", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(matcher_rewrite)), METH_FASTCALL,
-     "rewrite(uop, ctx=None): the first rule's replacement for this node, or None"},
+     "rewrite(uop, ctx=None): what the first matching rule returned for this node (a UOp, or any value), or None"},
     {"rule_names", matcher_rule_names, METH_NOARGS, "the rules' names, in order"},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -269,6 +293,7 @@ PyObject* py_graph_rewrite(PyObject*, PyObject* args, PyObject* kwargs) {
   }
   std::string nm = name == Py_None ? "" : PyUnicode_AsUTF8(name);
   return guarded([&] {
+    const ResultMode uops_only(false);  // (a rule of a one-node rewrite may run a graph rewrite)
     try {
       const UOpRef root = uop_ref(sink);
       UOpRef r;

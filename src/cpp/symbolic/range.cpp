@@ -310,6 +310,13 @@ NodeFacts alu_range(const UOp* n, DType dt) {
     const NodeFacts& c = src_facts(n, 0);
     if (c.vmin.kind() == Arg::Kind::Bool && c.vmin.as_bool()) return src_facts(n, 1);
     if (c.vmax.kind() == Arg::Kind::Bool && !c.vmax.as_bool()) return src_facts(n, 2);
+    // (a < b).where(a, b) is min(a, b) and (a < b).where(b, a) is max(a, b): tighter than either branch's range
+    if (const UOp* cmp = n->src(0).get(); cmp->op() == Ops::CMPLT && (dt.is_int() || dt.is_bool())) {
+      const UOp *a = cmp->src(0).get(), *b = cmp->src(1).get(), *t = n->src(1).get(), *f = n->src(2).get();
+      const auto ra = int_range(src_facts(cmp, 0)), rb = int_range(src_facts(cmp, 1));
+      if (ra && rb && t == a && f == b) return make_int(dt, IR{std::min(ra->lo, rb->lo), std::min(ra->hi, rb->hi)});
+      if (ra && rb && t == b && f == a) return make_int(dt, IR{std::max(ra->lo, rb->lo), std::max(ra->hi, rb->hi)});
+    }
     return union_of(dt, src_facts(n, 1), src_facts(n, 2));
   }
   if (dt.is_float()) return float_alu(n, dt);
