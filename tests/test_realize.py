@@ -423,3 +423,19 @@ def test_a_program_keeps_its_kernel_compressed_and_what_it_loads():
   assert isinstance(prg._ast, bytes) and len(prg._ast) < 2000 and prg.ast is k.ast  # (nodes are interned: the same)
   assert prg.reads == frozenset(range(k.outs, len(k.buffers)))
   np.testing.assert_allclose(out.numpy(), x * 2.5 + x.max())
+
+
+def test_a_kernel_that_reads_a_megabyte_runs_on_the_cores_though_it_does_little_work():
+  # 4096 outputs of 64 loads each (as the sums of int_matvec's stored Q6_K block sums): few iterations, 1 MB read.
+  # On one core it took 1.1 ms of a 0.5B model's decode step (12 such kernels)
+  from tinyhybrid import Device, TinyJit
+  x = Tensor.rand(64, 4096).realize()
+  f = TinyJit(lambda x: sum(x[i] for i in range(64)).realize())
+  for _ in range(3): out = f(x)
+  np.testing.assert_allclose(out.numpy(), x.numpy().sum(0), rtol=1e-5)
+  assert f.captured is not None
+  (ei,) = f.captured.jit_cache
+  assert ei.threads == min(2, Device["CPU"].max_threads) or ei.threads >= 2
+  small = TinyJit(lambda x: (x[0] + x[1]).realize())  # 32 KB: one core, where waking the others costs more
+  for _ in range(3): small(x)
+  assert [e.threads for e in small.captured.jit_cache] == [1]

@@ -208,6 +208,7 @@ class LoweredKernel:
   vars: tuple[UOp, ...] = ()  # its DEFINE_VARs, whose values follow the buffer addresses in the kernel's args
   ops: int = 0   # estimated operations per run: its arithmetic on values (not indices) times its iterations
   mem: int = 0   # bytes of the buffers it reads and writes
+  loads: int = 0  # bytes its loads may read: each loaded buffer's index range, at most the buffer
   proven: bool = False  # CHECK_OOB proved its accesses in bounds (codegen/validate.py)
   # PARAM i -> its buffer's size as expressions of the variables (symbolic_numel), for a Variable-sized buffer
   sizes: dict[int, tuple[UOp, ...]] = field(default_factory=dict)
@@ -330,8 +331,23 @@ class Lowerer:
     arith += sum(ops * (steps - 1) for steps, ops in inner)
     steps = 1 + sum(steps for steps, _ in inner)
     return LoweredKernel(_kernel_name(out, full_shape, out.op is Ops.REDUCE or bool(self.loops[FUSED].ranges)), ast, self.buffers, 1, work * steps,
-                         vars=kvars, ops=arith * work, mem=sum(b.size * b.dtype.itemsize for b in self.buffers),
+                         vars=kvars, ops=arith * work, mem=sum(b.size * b.dtype.itemsize for b in self.buffers), loads=_loaded_bytes(ast, self.buffers),
                          sizes={i: self.sizes[b] for i, b in enumerate(self.buffers) if b in self.sizes}, outs=len(dests))
+
+
+def _loaded_bytes(ast: UOp, buffers: list[BufferSlot]) -> int:
+  """Bytes a kernel's loads may read: per buffer, the range its load indices span (a slice of a big buffer counts as
+  the slice), at most the buffer."""
+  spans: dict[int, tuple[int, int]] = {}
+  for u in ast.toposort():
+    if u.op is Ops.LOAD and (ix := u.src[0]).op is Ops.INDEX and ix.src[0].op is Ops.PARAM:
+      lo, hi, p = ix.src[1].vmin, ix.src[1].vmax, ix.src[0].arg
+      seen = spans.get(p, (lo, hi))
+      spans[p] = (min(seen[0], lo), max(seen[1], hi))
+  def size(p: int, lo: int, hi: int) -> int:
+    b = buffers[p]
+    return (min(hi - lo + 1, b.size) if isinstance(b.size, int) else hi - lo + 1) * b.dtype.itemsize
+  return sum(size(p, lo, hi) for p, (lo, hi) in spans.items())
 
 
 def _arith(u: UOp) -> int:

@@ -164,7 +164,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
   for ck, slots in kernels:
     k, prg = kernel_cache[ck]
     # how it runs: a CPU kernel on some of the cores, a GPU kernel on its grid
-    threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK else 1)
+    threads = k.launch or (max(1, min(k.outer, dev.max_threads)) if k.work >= PARALLEL_WORK or k.loads >= PARALLEL_BYTES else 1)
     items.append(ExecItem(prg, [slots[b.index].index for b in k.buffers] + [n_bufs + variables.index(v) for v in k.vars], threads, device))
   # past the limit the least recently used kernels go, once this schedule has taken its own
   while len(kernel_cache) > KERNEL_CACHE_SIZE: kernel_cache.popitem(last=False)
@@ -192,8 +192,11 @@ def loaded_params(ast: UOp) -> frozenset[int]:
 # a variable's value as a kernel argument word (a negative value in two's complement)
 U64_MASK = (1 << 64) - 1
 
-# below this many loop iterations a kernel runs on one core: waking the others costs more than it saves
+# below this many loop iterations a kernel runs on one core: waking the others costs more than it saves, unless it
+# reads at least this many bytes: a sum of the stored sums of int_matvec's short blocks (Q6_K's) does little work an
+# output but reads a megabyte (the 0.5B Q4_K_M model's output layer: 12 such kernels on one core, 1.1 ms a step)
 PARALLEL_WORK = 1 << 15
+PARALLEL_BYTES = 1 << 19
 
 
 class JitError(RuntimeError):
