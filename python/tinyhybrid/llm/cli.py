@@ -16,8 +16,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(prog="python -m tinyhybrid.llm", description="Run a llama-family .gguf model: chat, one prompt, benchmark or serve.")
   p.add_argument("--model", "-m", required=True, help="path to a .gguf file")
   p.add_argument("--max_context", type=int, default=4096, help="context length (capped at the model's), default 4096")
-  p.add_argument("--kv_dtype", choices=tuple(KV_DTYPES), default="f32",
-                 help="the KV cache's element type (f16: half the memory; q8_0: 8.5 bits a value), default f32")
+  p.add_argument("--kv_dtype", choices=tuple(KV_DTYPES), default="f16",
+                 help="the KV cache's element type (f32: exact; f16: half the memory, llama.cpp's default; q8_0: 8.5 bits a "
+                      "value), default f16")
   p.add_argument("--serve", nargs="?", type=int, const=8000, metavar="PORT", help="serve the OpenAI-compatible API and a chat page (default port 8000)")
   p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
   p.add_argument("--allowed-hosts", default="", metavar="NAME[,NAME...]",
