@@ -294,10 +294,10 @@ class IndexingMixin:
 
   def __setitem__(self: Tensor, indices: Any, v: Any) -> None:
     """Writes v into the selected elements, as tinygrad does. A tensor of memory (a buffer or a view of one) is written
-    in place, now: every tensor on that memory sees the write. A lazy
-    tensor instead becomes the merged value (where(selected, v, old)), so gradients reach both the old value and v.
-    v is broadcast to the selection; a Tensor v must have this dtype (RuntimeError), a Python value is cast. As in
-    tinygrad, a live lazy tensor computed from the target (other than v) is a RuntimeError: realize it first."""
+    in place, now: every tensor on that memory sees the write. A lazy tensor instead becomes the merged value
+    (where(selected, v, old)), so gradients reach both the old value and v. v is broadcast to the selection; a Tensor
+    v must have this dtype (RuntimeError), a Python value is cast. As in tinygrad, a live lazy tensor computed from the
+    target (other than v) is a RuntimeError: realize it first."""
     from tinyhybrid.tensor import Tensor
     from tinyhybrid.uop.buffers import buffer_view
     if self.requires_grad or (isinstance(v, Tensor) and v.requires_grad):
