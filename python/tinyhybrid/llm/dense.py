@@ -37,7 +37,7 @@ NEOX_ROPE = ("qwen2", "qwen3", "gemma")
 def _int8_output(device: str | tuple[str, ...]) -> bool:
   """Whether a decode step's output layer multiplies by int_matvec. With AVX-512 float32 is as fast on a 32000-row
   panel weight (Q6_K: 2.3 against 2.5 ms), exact, and stores none of int_matvec's partial sums (Q6_K's 8-element
-  blocks' go through memory, 1 MB of them at a time: quantized.PARTIAL_BYTES); with 8-lane vectors (AVX2) its float
+  blocks' go through memory, 4 MB of them at a time: quantized.PARTIAL_BYTES); with 8-lane vectors (AVX2) its float
   product took 10 of a 30 ms step, and int_matvec 2.5."""
   return eight_lanes(device)
 

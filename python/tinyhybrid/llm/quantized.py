@@ -34,8 +34,10 @@ SCALE_BITS = {10: 4, 12: 6, 13: 6}
 INT16_MAX = 32767
 # a decode step's products with int8 activations (int_matvec); INT_MATVEC=0 multiplies them in float32
 INT_MATVEC = ContextVar("INT_MATVEC", 1)
-# the most bytes of int16 block sums one piece of int_matvec stores (blocks shorter than INNER_SUM_TERMS' sums)
-PARTIAL_BYTES = 1 << 20
+# the most bytes of int16 block sums one piece of int_matvec stores (blocks shorter than INNER_SUM_TERMS' sums): 4 MB
+# pieces take the 0.5B model's Q6_K output layer in 3 (1.38-1.51 ms) where 1 MB ones took 12 (1.73-1.78), and its
+# peak RSS stays 365 MB (the warm-up's peak is elsewhere)
+PARTIAL_BYTES = 1 << 22
 
 
 def int_dot_block(fmt: Format) -> int | None:
@@ -285,7 +287,7 @@ class QuantizedWeight:
     panels = rows // self.panel
     # blocks shorter than the scheduler's inner sums have their int16 sums stored (a panel's blocks by its rows) and
     # summed by a second kernel: a product of many panels does that a piece at a time, so that the pieces share one
-    # piece's memory (the 32000-row output layer's Q6_K sums: 12 MB in each TinyJit's memory, now 1)
+    # piece's memory (the 32000-row output layer's Q6_K sums: 12 MB in each TinyJit's memory, now 4)
     step = max(1, PARTIAL_BYTES // (cols // n * self.panel * 2)) if n < INNER_SUM_TERMS[0] else panels
     if step >= panels: return self._int_matvec_panels(x, xq, xw, amax, 0, panels)
     return Tensor.cat(*[self._int_matvec_panels(x, xq, xw, amax, p, min(p + step, panels)) for p in range(0, panels, step)], dim=-1)
