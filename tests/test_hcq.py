@@ -250,3 +250,29 @@ def test_usable_cpus():
   assert 1 <= hcq.usable_cpu_count() <= (os.cpu_count() or 1)
   assert hcq.default_cpu_threads() >= 1
   assert hcq.MAX_EXEC_ARGS == 55
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to pin to")
+def test_a_pinned_queue_keeps_each_worker_on_a_cpu_of_its_own():
+  # unpinned, the scheduler at times ran both workers of a 2-core machine on one core for milliseconds
+  allowed = sorted(os.sched_getaffinity(0))
+  before = {tid for tid in os.listdir(f"/proc/{os.getpid()}/task")}
+  q = hcq.CPUQueue(num_threads=2, name="pinned", pin=True)
+  new = [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
+  want = [("th-cpu-h1", {allowed[1]}), ("th-cpu-leader", {allowed[0]})]
+  def cpus(): return sorted((open(f"/proc/{os.getpid()}/task/{t}/comm").read().strip(), os.sched_getaffinity(int(t))) for t in new)
+  deadline = time.monotonic() + 5
+  while cpus() != want and time.monotonic() < deadline: time.sleep(0.01)  # each worker pins itself as it starts
+  assert cpus() == want
+  del q
+  before = {tid for tid in os.listdir(f"/proc/{os.getpid()}/task")}
+  free = hcq.CPUQueue(num_threads=2, name="free")
+  new = [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
+  assert len(new) == 2 and all(os.sched_getaffinity(int(t)) == set(allowed) for t in new)
+  del free
+  # more workers than CPUs: none pinned
+  before = {tid for tid in os.listdir(f"/proc/{os.getpid()}/task")}
+  many = hcq.CPUQueue(num_threads=len(allowed) + 1, name="many", pin=True)
+  new = [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
+  assert len(new) == len(allowed) + 1 and all(os.sched_getaffinity(int(t)) == set(allowed) for t in new)
+  del many

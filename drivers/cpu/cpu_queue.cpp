@@ -10,8 +10,10 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "drivers/cpu/ring.h"
+#include "drivers/cpu/threads.h"
 #include "drivers/cpu/workers.h"
 #include "tinyhybrid/hcq/cpu.h"
 #include "tinyhybrid/hcq/wait.h"
@@ -60,6 +62,15 @@ struct Cores {
   Cores& operator=(const Cores&) = delete;
 };
 
+// The CPUs a pinned queue's workers keep to: the process's first `threads`, or none where it has fewer.
+std::vector<int> pinned_cpus(bool pin, uint32_t threads) {
+  if (!pin) return {};
+  std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < threads) return {};
+  cpus.resize(threads);
+  return cpus;
+}
+
 class CpuQueueImpl final : public hcq::CpuQueue {
  public:
   CpuQueueImpl(const hcq::CpuConfig& cfg, uint32_t threads)
@@ -70,7 +81,8 @@ class CpuQueueImpl final : public hcq::CpuQueue {
         batch_(cfg.batch),
         timeline_(hcq::Signal::create(cfg.name + ":timeline")),
         ring_(cfg.ring_slots),
-        pool_(threads - 1, cfg.idle_spin),
+        cpus_(pinned_cpus(cfg.pin, threads)),
+        pool_(threads - 1, cfg.idle_spin, cpus_),
         leader_([this] { leader_main(); }) {}
 
   ~CpuQueueImpl() override {
@@ -148,6 +160,7 @@ class CpuQueueImpl final : public hcq::CpuQueue {
   // What running submits reference (signals, libraries), by the timeline value that ends them.
   std::deque<std::pair<uint64_t, std::shared_ptr<const void>>> inflight_;
 
+  const std::vector<int> cpus_;  // the workers' CPUs, leader first (empty: not pinned)
   HelperPool pool_;
   std::thread leader_;  // last member: starts once everything it uses exists
 };
@@ -214,6 +227,7 @@ void CpuQueueImpl::release_completed() {
 
 void CpuQueueImpl::leader_main() {
   pthread_setname_np(pthread_self(), "th-cpu-leader");
+  if (!cpus_.empty()) pin_current_thread(cpus_[0]);
   const FaultStack fault_stack;
   uint64_t cur = 0;
   bool busy = false;  // counted in share_->busy

@@ -1,5 +1,6 @@
 #include "drivers/cpu/threads.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -86,6 +87,23 @@ std::optional<double> cgroup_cpu_limit(const std::string& sysfs_root, const std:
   read_v2(sysfs_root, best);
   read_v1(sysfs_root + "/cpu", best);
   return best;
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+void pin_current_thread(int cpu) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
 }  // namespace th::cpu

@@ -10,6 +10,8 @@
 
 #include <string>
 
+#include "drivers/cpu/threads.h"
+
 
 namespace th::cpu {
 
@@ -34,8 +36,8 @@ void Doorbell::wake_all(std::atomic<uint32_t>& seq) {
 #endif
 }
 
-HelperPool::HelperPool(uint32_t helpers, std::chrono::nanoseconds idle_spin)
-    : idle_spin_(idle_spin), boxes_(std::make_unique<Mailbox[]>(helpers)) {
+HelperPool::HelperPool(uint32_t helpers, std::chrono::nanoseconds idle_spin, std::vector<int> cpus)
+    : idle_spin_(idle_spin), cpus_(std::move(cpus)), boxes_(std::make_unique<Mailbox[]>(helpers)) {
   threads_.reserve(helpers);
   try {
     for (uint32_t i = 0; i < helpers; ++i) threads_.emplace_back([this, i] { helper_main(i); });
@@ -78,6 +80,7 @@ Fault HelperPool::run(hcq::KernelFn fn, const uint64_t* args, uint32_t parts) {
 void HelperPool::helper_main(uint32_t index) {
   const std::string name = "th-cpu-h" + std::to_string(index + 1);
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  if (index + 1 < cpus_.size()) pin_current_thread(cpus_[index + 1]);
   Mailbox& box = boxes_[index];
   const FaultStack fault_stack;
   uint32_t seen = 0;

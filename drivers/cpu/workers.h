@@ -88,8 +88,9 @@ bool wait_on(Doorbell& bell, Ready&& ready, std::chrono::nanoseconds spin, std::
 
 class HelperPool {
  public:
-  // `helpers` threads (the leader is the extra one); an idle helper polls for `idle_spin` before sleeping.
-  HelperPool(uint32_t helpers, std::chrono::nanoseconds idle_spin);
+  // `helpers` threads (the leader is the extra one); an idle helper polls for `idle_spin` before sleeping. Helper i
+  // keeps to cpus[i + 1] where `cpus` is given (CpuConfig::pin).
+  HelperPool(uint32_t helpers, std::chrono::nanoseconds idle_spin, std::vector<int> cpus = {});
   ~HelperPool();  // stops and joins the helpers (no job may be running)
   HelperPool(const HelperPool&) = delete;
   HelperPool& operator=(const HelperPool&) = delete;
@@ -112,6 +113,7 @@ class HelperPool {
   void stop();
 
   std::chrono::nanoseconds idle_spin_;
+  const std::vector<int> cpus_;
   std::unique_ptr<Mailbox[]> boxes_;
   alignas(64) std::atomic<uint32_t> pending_{0};
   // A helper's fault in the current run: the first to take `faulted_` writes `fault_`.

@@ -349,9 +349,10 @@ bool init_hcq(PyObject* module) {
 
     pb::class_<CpuQueue, Queue>(m, "CPUQueue", "a command ring run by worker threads of this process")
         .def(pb::init([](uint32_t num_threads, uint32_t ring_slots, std::string name, uint32_t idle_spin_us, std::shared_ptr<CoreShare> share,
-                         uint32_t batch) {
+                         uint32_t batch, bool pin) {
                CpuConfig c;
                c.batch = batch;
+               c.pin = pin;
                c.name = std::move(name);
                c.num_threads = num_threads;
                c.ring_slots = ring_slots;
@@ -360,9 +361,10 @@ bool init_hcq(PyObject* module) {
                return CpuQueue::create(c);
              }),
              pb::arg("num_threads") = 0, pb::arg("ring_slots") = 16384, pb::arg("name") = "cpu", pb::arg("idle_spin_us") = 200,
-             pb::arg("share") = pb::none(), pb::arg("batch") = CpuConfig{}.batch,
+             pb::arg("share") = pb::none(), pb::arg("batch") = CpuConfig{}.batch, pb::arg("pin") = false,
              "num_threads=0: NUM_CPU_THREADS or the usable CPUs (affinity, cgroup quota); a long submit reaches the workers "
-             "after its first `batch` commands, then after twice as many more, ... (0: at its end)")
+             "after its first `batch` commands, then after twice as many more, ... (0: at its end); pin: each worker on a "
+             "CPU of its own where the process has one for each")
         .def_property_readonly("num_threads", &CpuQueue::num_threads)
         .def_property_readonly("ring_slots", &CpuQueue::ring_slots)
         .def_property("parallelism", &CpuQueue::parallelism, &CpuQueue::set_parallelism,
