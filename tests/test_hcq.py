@@ -256,23 +256,22 @@ def test_usable_cpus():
 def test_a_pinned_queue_keeps_each_worker_on_a_cpu_of_its_own():
   # unpinned, the scheduler at times ran both workers of a 2-core machine on one core for milliseconds
   allowed = sorted(os.sched_getaffinity(0))
-  before = {tid for tid in os.listdir(f"/proc/{os.getpid()}/task")}
-  q = hcq.CPUQueue(num_threads=2, name="pinned", pin=True)
-  new = [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
-  want = [("th-cpu-h1", {allowed[1]}), ("th-cpu-leader", {allowed[0]})]
-  def cpus(): return sorted((open(f"/proc/{os.getpid()}/task/{t}/comm").read().strip(), os.sched_getaffinity(int(t))) for t in new)
+  def started(**kw) -> tuple:
+    before = set(os.listdir(f"/proc/{os.getpid()}/task"))
+    q = hcq.CPUQueue(**kw)
+    return q, [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
+  def cpus(tids: list[str]) -> list[tuple[str, set[int]]]:
+    return sorted((open(f"/proc/{os.getpid()}/task/{t}/comm").read().strip(), os.sched_getaffinity(int(t))) for t in tids)
+  n = len(allowed)
+  q, new = started(num_threads=n, name="pinned", pin=True)
+  want = sorted([("th-cpu-leader", {allowed[0]})] + [(f"th-cpu-h{i}"[:15], {allowed[i]}) for i in range(1, n)])
   deadline = time.monotonic() + 5
-  while cpus() != want and time.monotonic() < deadline: time.sleep(0.01)  # each worker pins itself as it starts
-  assert cpus() == want
+  while cpus(new) != want and time.monotonic() < deadline: time.sleep(0.01)  # each worker pins itself as it starts
+  assert cpus(new) == want
   del q
-  before = {tid for tid in os.listdir(f"/proc/{os.getpid()}/task")}
-  free = hcq.CPUQueue(num_threads=2, name="free")
-  new = [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
-  assert len(new) == 2 and all(os.sched_getaffinity(int(t)) == set(allowed) for t in new)
-  del free
-  # more workers than CPUs: none pinned
-  before = {tid for tid in os.listdir(f"/proc/{os.getpid()}/task")}
-  many = hcq.CPUQueue(num_threads=len(allowed) + 1, name="many", pin=True)
-  new = [t for t in os.listdir(f"/proc/{os.getpid()}/task") if t not in before]
-  assert len(new) == len(allowed) + 1 and all(os.sched_getaffinity(int(t)) == set(allowed) for t in new)
-  del many
+  # not asked, more workers than CPUs, fewer (two processes would pin theirs to the same first CPUs): none pinned
+  for kw in ({"num_threads": n}, {"num_threads": n + 1, "pin": True}, {"num_threads": n - 1, "pin": True}):
+    q, new = started(**kw)
+    time.sleep(0.05)
+    assert len(new) == kw["num_threads"] and all(c == set(allowed) for _, c in cpus(new)), kw
+    del q

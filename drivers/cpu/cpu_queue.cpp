@@ -62,13 +62,12 @@ struct Cores {
   Cores& operator=(const Cores&) = delete;
 };
 
-// The CPUs a pinned queue's workers keep to: the process's first `threads`, or none where it has fewer.
+// The CPUs a pinned queue's workers keep to: all of the process's, one a worker, or none where the counts differ (with
+// fewer workers than CPUs, two processes pinned alike would share their first CPUs while the others idle).
 std::vector<int> pinned_cpus(bool pin, uint32_t threads) {
   if (!pin) return {};
   std::vector<int> cpus = allowed_cpus();
-  if (cpus.size() < threads) return {};
-  cpus.resize(threads);
-  return cpus;
+  return cpus.size() == threads ? cpus : std::vector<int>{};
 }
 
 class CpuQueueImpl final : public hcq::CpuQueue {

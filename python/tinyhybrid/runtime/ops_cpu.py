@@ -99,8 +99,8 @@ class CPUDevice(Compiled):
       renderer, self.toolchain = LLVMRenderer(unit.lanes, registers=unit.registers), LLVM_TOOLCHAIN
     else: renderer, self.toolchain = CRenderer(unit.lanes if is_clang() else 1, registers=unit.registers), C_TOOLCHAIN
     super().__init__(name, CPUAllocator(self), renderer, self._build_kernels)
-    # the first CPU device's workers keep to a CPU each (hcq.CpuConfig::pin); the others' and the copy queues' move
-    # freely, so that queues sharing the cores never pin two leaders to one CPU
+    # the first CPU device's workers keep to a CPU each where they are as many as the CPUs (hcq.CpuConfig::pin); the
+    # others' and the copy queues' move freely, so that queues sharing the cores never pin two leaders to one CPU
     self.hcq_queue = self.queue = hcq.CPUQueue(int(NUM_CPU_THREADS.value), RING_SLOTS, name=name, share=_CORES, batch=int(JIT_BATCH_SIZE.value),
                                                pin=Target.parse(name).index == 0)
     register(self.queue)

@@ -364,7 +364,7 @@ bool init_hcq(PyObject* module) {
              pb::arg("share") = pb::none(), pb::arg("batch") = CpuConfig{}.batch, pb::arg("pin") = false,
              "num_threads=0: NUM_CPU_THREADS or the usable CPUs (affinity, cgroup quota); a long submit reaches the workers "
              "after its first `batch` commands, then after twice as many more, ... (0: at its end); pin: each worker on a "
-             "CPU of its own where the process has one for each")
+             "CPU of its own where the workers are as many as the process's CPUs")
         .def_property_readonly("num_threads", &CpuQueue::num_threads)
         .def_property_readonly("ring_slots", &CpuQueue::ring_slots)
         .def_property("parallelism", &CpuQueue::parallelism, &CpuQueue::set_parallelism,
