@@ -435,7 +435,7 @@ def test_a_kernel_that_reads_a_megabyte_runs_on_the_cores_though_it_does_little_
   np.testing.assert_allclose(out.numpy(), x.numpy().sum(0), rtol=1e-5)
   assert f.captured is not None
   (ei,) = f.captured.jit_cache
-  assert ei.threads == min(2, Device["CPU"].max_threads) or ei.threads >= 2
+  assert ei.threads > 1 if Device["CPU"].max_threads > 1 else ei.threads == 1
   small = TinyJit(lambda x: (x[0] + x[1]).realize())  # 32 KB: one core, where waking the others costs more
   for _ in range(3): small(x)
   assert [e.threads for e in small.captured.jit_cache] == [1]

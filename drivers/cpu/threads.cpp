@@ -111,10 +111,7 @@ void pin_current_thread(int cpu) noexcept {
 namespace th::hcq {
 
 uint32_t usable_cpu_count() {
-  uint32_t n = 0;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) n = static_cast<uint32_t>(CPU_COUNT(&set));
+  uint32_t n = static_cast<uint32_t>(th::cpu::allowed_cpus().size());
   if (n == 0) n = std::thread::hardware_concurrency();
   if (n == 0) n = 1;
   const auto self = th::cpu::read_file("/proc/self/cgroup");

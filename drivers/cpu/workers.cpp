@@ -12,7 +12,6 @@
 
 #include "drivers/cpu/threads.h"
 
-
 namespace th::cpu {
 
 // A futex on the bell's 32-bit word: unlike std::atomic::wait it takes a timeout (host waits need one).

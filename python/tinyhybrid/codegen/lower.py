@@ -14,7 +14,7 @@ from tinyhybrid.helpers import prod
 from tinyhybrid.schedule.kernelize import KernelItem
 from tinyhybrid.uop.buffers import BufferSlot, view_base
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp, resolve, sint
+from tinyhybrid.uop.ops import UOp, identity_element, resolve, sint
 from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
 from tinyhybrid.uop.shape import max_shape, shape_of
 
@@ -48,11 +48,6 @@ def _flat(idx: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
   for i, st in zip(idx, _strides(shape)):
     if resolve(st != 0): acc = acc + i * st
   return acc
-
-
-def reduce_identity(op: Ops, dtype):
-  """What a reduce over nothing leaves: 0, 1, or the dtype's least value for max."""
-  return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(dtype)}[op]
 
 
 def _over_nothing(ranges: list[UOp]) -> bool:
@@ -279,7 +274,7 @@ class Lowerer:
       loops.ranges = kept
     if _over_nothing(loops.ranges):
       loops.ranges, loops.sizes = [], []
-      return UOp.const(dtype, reduce_identity(op, dtype))
+      return UOp.const(dtype, identity_element(op, dtype))
     if not loops.ranges: return src if src.dtype == dtype else src.cast(dtype)
     return UOp(Ops.REDUCE, dtype, (src, *loops.ranges), op)
 

@@ -17,13 +17,13 @@ from dataclasses import replace
 from typing import Any
 
 from tinyhybrid.codegen.expand import csize, mask_size
-from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
+from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.decomp.transcendental import decompose_transcendentals, transcendental_dtypes
 from tinyhybrid.dtype import DType, dtypes, fp8_decode
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.runtime.host import cache_sizes
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, identity_element
 from tinyhybrid.uop.spec import spec_check_linear
 
 # bfloat16 values are computed as float and stored as their top 16 bits, the OCP fp8s computed as float and stored as
@@ -548,7 +548,7 @@ class CStyleWriter:
   def acc_init(self, acc: UOp) -> str:
     """The declaration of a reduce's accumulator, set to its op's identity."""
     t, dt = self.ctype(acc), acc.dtype.scalar()
-    return f"{t} {self.names[acc]} = ({t})({self.literal(reduce_identity(acc.arg[0], dt), dt)});"
+    return f"{t} {self.names[acc]} = ({t})({self.literal(identity_element(acc.arg[0], dt), dt)});"
 
   def reduce_section(self) -> None:
     n_out = self.n_out

@@ -19,12 +19,12 @@ from typing import Callable
 import numpy as np
 
 from tinyhybrid.codegen.expand import csize
-from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
+from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes, float_to_bf16
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CHUNKS, FP8_FN, FP8_FNUZ, FP8_FORMATS, FP8_IEEE, STATE_MARK, CStyleWriter, last_level_cache, var_name
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, identity_element
 
 # dtype name -> the LLVM type its values are computed in (bfloat16 in float, as the C renderer)
 _SCALAR = {"bool": "i1", "signed char": "i8", "unsigned char": "i8", "short": "i16", "unsigned short": "i16",
@@ -584,7 +584,7 @@ class LLVMWriter(CStyleWriter):
     for i, acc in enumerate(self.reduces):
       t = self.t(acc.dtype)
       slots[acc] = self.slot(t, f"acc{i}")
-      self.emit(f"store {t} {self.const(reduce_identity(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar(), t)}, ptr {slots[acc]}")
+      self.emit(f"store {t} {self.const(identity_element(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar(), t)}, ptr {slots[acc]}")
     for j, r in enumerate(self.rloops):
       self.open_loop(r, f"ridx{n_out + j}")
       for u in self.at.get(n_out + j + 1, ()): self.name(u)
@@ -607,7 +607,7 @@ class LLVMWriter(CStyleWriter):
   def inner_begin(self, acc: UOp) -> None:
     t = self.t(acc.dtype)
     self.inner_slots[acc] = slot = self.slot(t, f"isum{len(self.inner_slots)}")
-    self.emit(f"store {t} {self.const(reduce_identity(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar(), t)}, ptr {slot}")
+    self.emit(f"store {t} {self.const(identity_element(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar(), t)}, ptr {slot}")
   def inner_add(self, acc: UOp) -> None: self.accumulate(acc, self.inner_slots[acc])
   def inner_end(self, acc: UOp) -> None: self.names[acc] = self.op(f"load {self.t(acc.dtype)}, ptr {self.inner_slots[acc]}")
 

@@ -19,10 +19,9 @@ from tinyhybrid.codegen.gpu import grid
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.codegen.lower import reduce_identity
 from tinyhybrid.renderer.cstyle import CStyleWriter, var_name
 from tinyhybrid.uop import AxisType, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, identity_element
 
 # dtype name -> (instruction type, register class)
 _TYPES = {"bool": ("pred", "p"), "signed char": ("s16", "h"), "unsigned char": ("u16", "h"), "short": ("s16", "h"),
@@ -431,7 +430,7 @@ class PTXWriter(CStyleWriter):
     n_out = self.n_out
     for acc in self.reduces:
       dt = acc.dtype.scalar()
-      init = self.const(reduce_identity(acc.arg[0], dt), dt)
+      init = self.const(identity_element(acc.arg[0], dt), dt)
       regs = [self.reg(self.info(dt)[1]) for _ in range(acc.dtype.count)]
       for r in regs: self.ins(f"mov.{'pred' if r.startswith('%p') else f'b{_BITS[self.info(dt)[1]]}'} {r}, {init}")
       self.v[acc] = regs

@@ -21,11 +21,10 @@ import re
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import NV_TENSOR_CORES, Renderer
-from tinyhybrid.codegen.lower import reduce_identity
 from tinyhybrid.renderer.cstyle import MATH, var_name
 from tinyhybrid.renderer.gpu import GPUWriter
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, identity_element
 
 # the NumPy type a dtype computes in (bfloat16 and the fp8s in float32: runtime/lanes.py stores them as their bits)
 NP_TYPES = {"float8_e4m3": "float32", "float8_e5m2": "float32", "bool": "bool_", "signed char": "int8", "unsigned char": "uint8",
@@ -137,7 +136,7 @@ class PythonWriter(GPUWriter):
 
   def acc_init(self, acc: UOp) -> str:
     dt = acc.dtype.scalar()
-    init = self.literal(reduce_identity(acc.arg[0], dt), dt)
+    init = self.literal(identity_element(acc.arg[0], dt), dt)
     return f"{self.names[acc]} = {init if acc.dtype.count == 1 else f'th.splat({init}, {acc.dtype.count})'}"
 
   def combine(self) -> None:

@@ -9,14 +9,10 @@ import math
 import operator
 from typing import TYPE_CHECKING, Any, Iterator
 
-from tinyhybrid.dtype import dtypes
 from tinyhybrid.uop import Ops
 
 if TYPE_CHECKING:
   from tinyhybrid.uop.ops import UOp
-
-_IDENTITY = {Ops.ADD: 0, Ops.MUL: 1}
-
 
 class FactorMixin:
   def const_factor(self: Any) -> int:
@@ -49,8 +45,9 @@ class FactorMixin:
 
   def pop_const(self: Any, op: Ops = Ops.ADD) -> tuple[UOp, Any]:
     """(x, c) for x `op` c with a constant c, else (self, op's identity)."""
+    from tinyhybrid.uop.ops import identity_element  # (ops builds UOp from this mixin)
     if self.op is op and self.src[1].op is Ops.CONST: return self.src[0], self.src[1].arg
-    return self, _IDENTITY[op] if op in _IDENTITY else dtypes.min(self.dtype)
+    return self, identity_element(op, self.dtype)
 
   def divide_exact(self: Any, v: UOp) -> UOp | None:
     """self / v where v is a constant or a product of self's own factors, term by term through sums; else None."""

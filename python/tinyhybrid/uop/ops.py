@@ -22,6 +22,12 @@ class NotANumber(ValueError, TypeError):
 
 
 # Misused Variables: tinygrad asserts, so these are AssertionErrors as well as the types the message calls for.
+def identity_element(op: Ops, dtype: DType) -> Any:
+  """What a reduce of op over nothing leaves, the value op leaves its other operand by: 0, 1, or the dtype's least
+  value for max (tinygrad's identity_element)."""
+  return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(dtype)}[op]
+
+
 class VariableTypeError(TypeError, AssertionError): pass
 class VariableRangeError(ValueError, AssertionError): pass
 

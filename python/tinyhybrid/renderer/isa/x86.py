@@ -17,12 +17,12 @@ import math
 import struct
 
 from tinyhybrid.codegen.late.regalloc import Ins, Mem, Reg, VReg, linear_scan, rewrite
-from tinyhybrid.codegen.lower import LoweredKernel, reduce_identity
+from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CHUNKS, STATE_MARK, CStyleWriter
 from tinyhybrid.uop import AxisType, GroupOp, Ops
-from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.ops import UOp, identity_element
 from tinyhybrid.uop.upat import PatternMatcher, UPat
 
 GPR_POOL = ["rbx", "rsi", "rdi", "rbp", "r8", "r9", "r12", "r13", "r14", "r15"]
@@ -732,7 +732,7 @@ class X86Writer(CStyleWriter):
     n_out = self.n_out
     for acc in self.reduces:
       if acc.dtype.count > 1: raise self.fail(acc, " (vectors are not rendered yet)")
-      init = self.const(reduce_identity(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar())
+      init = self.const(identity_element(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar())
       a = self.acc[acc] = self.new(init.cls)
       self.ins("vmovaps" if init.cls == "x" else "mov", Reg(a, 128 if init.cls == "x" else 64), Reg(init, 128 if init.cls == "x" else 64))
     for j, r in enumerate(self.rloops):

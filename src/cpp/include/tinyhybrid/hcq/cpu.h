@@ -48,10 +48,9 @@ struct CpuConfig {
   // way), so the device starts on it while the host still copies. 0: once, at the end.
   uint32_t batch = 32;
   // Each worker on a CPU of its own (the leader on the process's first, helper i on the (i+1)-th), where the workers
-  // are as many as the process's CPUs. Unpinned, the scheduler at times runs both workers of a 2-core machine on one core for
-  // milliseconds (a host thread waking on the other): a quarter of an LLM's decode steps took 20-27 ms instead of
-  // 15-16. For the one queue that runs a device's kernels: queues that share the cores (CoreShare) would all pin
-  // their leaders to the same CPU.
+  // are as many as the process's CPUs. Unpinned, the scheduler at times runs both workers of a 2-core machine on one
+  // core for milliseconds: a quarter of an LLM's decode steps took 20-27 ms instead of 15-16. For the one queue that
+  // runs a device's kernels: queues that share the cores (CoreShare) would all pin their leaders to the same CPU.
   bool pin = false;
 };
 
