@@ -257,6 +257,22 @@ def test_x86_spills_values_past_its_registers(monkeypatch, capfd):
   assert spilled and max(spilled) > 0
 
 
+def test_x86_vector_code_matches_c(capfd):
+  # 8 lanes a ymm register (AVX2): float32, int32 and uint32 vectors, lane masks from comparisons, per-lane shift
+  # amounts, conversions between uint32 and float across 2^31, constants read from the pool; bit for bit with C
+  if not Device[X86].renderer.vec > 1: pytest.skip("this CPU has no AVX2")
+  u = np.array([0, 1, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1, 2**24 + 1, 3_000_000_001, 77, 2**31 + 2**8 + 1, 5, 6, 7, 8, 9, 10], np.uint32)
+  f = np.array([0.0, 1.5, 2.0**31 - 128, 2.0**31, 2.0**31 + 256, 4.0e9, 2.0**32 - 256, 3.7, 1e5, 0.9, 16777216.0, 7.5, 8.25, 9.0, 10.0, 11.0], np.float32)
+  s = (np.arange(16) % 31).astype(np.int32)
+  cases = {"u32_to_float": (lambda a: a.cast(dtypes.float) * 1.0, u), "float_to_u32": (lambda a: a.cast(dtypes.uint32) + 1, f),
+           "u32_order": (lambda a: (a < a.flip(0)).where(a, a.flip(0) ^ 0xFFFF), u), "u32_max": (lambda a: a.maximum(a.flip(0)) >> 1, u),
+           "per_lane_shift": (lambda a: (a << a) ^ (a >> (a & 7)), s), "i32_max_neg": (lambda a: (-a).maximum(a - 20) * 3, s)}
+  for name, (fn, x) in cases.items(): _same_bits(*_both(X86, fn, x), name)
+  with Context(DEBUG=4): Tensor(f, device=X86).exp2().sqrt().realize()
+  out = capfd.readouterr().out
+  assert re.search(r"vsqrtps ymm\d+", out) and re.search(r"\[\.Lpool\d+\]", out), out[-3000:]
+
+
 def test_x86_refuses_what_it_cannot_encode():
   from tinyhybrid.renderer.cstyle import CRenderer
   from tinyhybrid.renderer.isa.x86 import X86Renderer
@@ -266,11 +282,17 @@ def test_x86_refuses_what_it_cannot_encode():
     seen.append(k)
     return render(self, k)
   CRenderer.render = capture  # type: ignore[method-assign]
-  try: (Tensor(np.arange(64, dtype=np.float32), device=CLANG) * 3 + 1).realize()
+  try:
+    (Tensor(np.arange(64, dtype=np.float32), device=CLANG) * 3 + 1).realize()
+    (Tensor(np.arange(64, dtype=np.float64), device=CLANG) * 3 + 1).realize()
   finally: CRenderer.render = render  # type: ignore[method-assign]
-  vectorized = next(k for k in seen if any(u.dtype.count > 1 for u in k.ast.toposort()))
-  with pytest.raises(NotImplementedError, match=rf"kernel {vectorized.name}: the x86 renderer can't encode Ops\.\w+ of dtypes\.\w+\.vec\(\d+\)"):
-    X86Renderer().render(vectorized)
+  floats, doubles = (next(k for k in seen if any(u.dtype.count > 1 and u.dtype.scalar() is dt for u in k.ast.toposort()))
+                     for dt in (dtypes.float32, dtypes.float64))
+  # vectors of float32 need AVX2; vectors of float64 the x86 renderer has none of (the expander does them lane by lane)
+  with pytest.raises(NotImplementedError, match=rf"kernel {floats.name}: the x86 renderer can't encode Ops\.\w+ of dtypes\.float\.vec\(\d+\) \(this CPU has no AVX2\)"):
+    X86Renderer(frozenset({"fma"})).render(floats)
+  with pytest.raises(NotImplementedError, match=rf"kernel {doubles.name}: the x86 renderer can't encode Ops\.\w+ of dtypes\.double\.vec\(\d+\)"):
+    X86Renderer(frozenset({"avx2", "fma"})).render(doubles)
   with pytest.raises(TypeError, match=r"kernel \S+: the x86 renderer has no dtypes\.fp8e4m3"):
     Tensor([1.0, 2.0], device=X86).cast(dtypes.fp8e4m3).realize()
 

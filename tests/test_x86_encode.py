@@ -155,6 +155,7 @@ VECTOR_FORMS = [
   ("vmovdqu8 vmovdqu16 vmovdqu32 vmovdqu64 vmovdqa32 vmovdqa64", "m,v", "E", "xyz"),
   ("vmovntps vmovntpd vmovntdq", "m,v", "VEn", "xyz"),
   ("vmovntdqa", "v,m", "VEn", "xyz"),
+  ("vmaskmovps vpmaskmovd", "v,v,m", "V", "xy"), ("vmaskmovps vpmaskmovd", "m,v,v", "V", "xy"),
   ("vmovss", "x,m32", "VE", "x"), ("vmovss", "m32,x", "VE", "x"), ("vmovss vmovsd", "x,x,x", "VE", "x"),
   ("vmovsd", "x,m64", "VE", "x"), ("vmovsd", "m64,x", "VE", "x"),
   ("vmovd", "x,r32m32", "VEn", "x"), ("vmovd", "r32m32,x", "VEn", "x"),

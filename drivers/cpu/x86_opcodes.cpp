@@ -286,6 +286,11 @@ void Table::vector_moves() {
   vec("vmovntpd", "m,v", "mr", VE, P66, M0F, 0x2B, 0, 1, XYZ, -1, kNoMask);
   vec("vmovntdq", "m,v", "mr", VE, P66, M0F, 0xE7, 0, 0, XYZ, -1, kNoMask);
   vec("vmovntdqa", "v,m", "rm", VE, P66, M38, 0x2A, 0, 0, XYZ, -1, kNoMask);
+  // AVX's masked moves: a lane moves where its mask lane's sign bit is set; a masked-off lane is never read or written
+  vec("vmaskmovps", "v,v,m", "rvm", V, P66, M38, 0x2C, 0, 0, XY);
+  vec("vmaskmovps", "m,v,v", "mvr", V, P66, M38, 0x2E, 0, 0, XY);
+  vec("vpmaskmovd", "v,v,m", "rvm", V, P66, M38, 0x8C, 0, 0, XY);
+  vec("vpmaskmovd", "m,v,v", "mvr", V, P66, M38, 0x8E, 0, 0, XY);
   for (const auto& [name, pp, ew, load, store] : {std::tuple{"vmovss", PF3, uint8_t{0}, "x,m32", "m32,x"}, std::tuple{"vmovsd", PF2, uint8_t{1}, "x,m64", "m64,x"}}) {
     vec(name, load, "rm", VE, pp, M0F, 0x10, 0, ew, X);
     vec(name, store, "mr", VE, pp, M0F, 0x11, 0, ew, X);

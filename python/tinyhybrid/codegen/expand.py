@@ -26,7 +26,9 @@ from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp
 
 IDX = dtypes.weakint
-VEC_DTYPES = {dtypes.float, dtypes.double, dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong, IDX, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16}
+# the element types whose vectors a renderer computes by default (Renderer.vec_dtypes narrows them)
+VEC_DTYPES = frozenset((dtypes.float, dtypes.double, dtypes.int, dtypes.uint, dtypes.long, dtypes.ulong, IDX, dtypes.int8, dtypes.uint8,
+                        dtypes.int16, dtypes.uint16))
 _VEC_ALU = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.MAX, Ops.WHERE, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.CAST, Ops.BITCAST, Ops.BYTEDOT}
 _VEC_INT = {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
 _VEC_FLOAT = {Ops.FDIV, Ops.RECIPROCAL}
@@ -62,15 +64,15 @@ def csize(dt: DType) -> int:
   return 8 if dt.scalar()._is_weak else dt.scalar().itemsize
 
 
-def cpu_lanes(ast: UOp, vec: int) -> int:
+def cpu_lanes(ast: UOp, vec: int, vec_dtypes: frozenset[DType] = VEC_DTYPES) -> int:
   """The lanes of a CPU kernel's vectors, for registers of `vec` floats: more where every value it computes is
-  narrower than 4 bytes (int_matvec's int16 block sums, 16 a register on AVX2: a Q4_K decode step 30.5 -> 20.5 ms of
-  kernels on 2 cores)."""
+  narrower than 4 bytes and the renderer has vectors of it (int_matvec's int16 block sums, 16 a register on AVX2: a
+  Q4_K decode step 30.5 -> 20.5 ms of kernels on 2 cores)."""
   if vec <= 1: return vec
   k = KernelParts.of(ast)
   # a kernel with inner sums (int_matvec's blocks) does its work in them: its other values take as many registers
   widest = max(map(_widest_value, inner)) if (inner := k.inner_sums) else _widest_value(k.value)
-  return vec * 4 // widest if widest < 4 else vec
+  return vec * 4 // widest if widest < 4 and dtypes.int16 in vec_dtypes else vec
 
 
 def _widest_value(value: UOp) -> int:
@@ -148,26 +150,28 @@ def _uniform_op(u: UOp, srcs: list[UOp]) -> UOp | None:
   return UOp(u.op, u.dtype, tuple(scalars), u.arg)
 
 
-def _vec_ok(u: UOp, srcs: list[UOp], half_loads: bool = False) -> bool:
-  """Whether the renderer can do op u on vectors of these sources (half_loads: a half vector's widening to float)."""
+def _vec_ok(u: UOp, srcs: list[UOp], vec_dtypes: frozenset[DType], half_loads: bool = False, float_ops: frozenset[Ops] = frozenset()) -> bool:
+  """Whether the renderer can do op u on vectors of these sources (vec_dtypes: the element types it has vectors of;
+  half_loads: a half vector's widening to float; float_ops: the float ops it has vector forms of beyond the common ones)."""
   sdt = u.dtype.scalar()
   if half_loads and u.op is Ops.CAST and sdt is dtypes.float and srcs[0].dtype.scalar() is dtypes.half: return True
-  if u.op in GroupOp.Comparison: return all(s.dtype.scalar() in VEC_DTYPES for s in srcs)
+  if u.op in GroupOp.Comparison: return all(s.dtype.scalar() in vec_dtypes for s in srcs)
   if sdt is dtypes.bool: return u.op in (Ops.AND, Ops.OR, Ops.XOR) and len({mask_size(s) for s in srcs}) == 1 and mask_size(srcs[0]) is not None
-  if sdt not in VEC_DTYPES: return False
+  if sdt not in vec_dtypes: return False
   if u.op is Ops.WHERE:
     c = srcs[0]
     return c.dtype.count == 1 or mask_size(c) == csize(sdt)
   if u.op in (Ops.CAST, Ops.BITCAST):
     src = srcs[0].dtype.scalar()
-    return src in VEC_DTYPES and (u.op is Ops.CAST or csize(src) == csize(sdt))
-  return u.op in _VEC_ALU or (u.op in _VEC_INT and not sdt._is_float) or (u.op in _VEC_FLOAT and sdt._is_float)
+    return src in vec_dtypes and (u.op is Ops.CAST or csize(src) == csize(sdt))
+  return u.op in _VEC_ALU or (u.op in _VEC_INT and not sdt._is_float) or (u.op in (_VEC_FLOAT | float_ops) and sdt._is_float)
 
 
 class Expander:
-  def __init__(self, ast: UOp, vec: int, half_loads: bool = False):
+  def __init__(self, ast: UOp, vec: int, half_loads: bool = False, vec_dtypes: frozenset[DType] = VEC_DTYPES,
+               float_ops: frozenset[Ops] = frozenset()):
     self.k = KernelParts.of(ast)
-    self.half_loads = half_loads
+    self.half_loads, self.vec_dtypes, self.float_ops = half_loads, vec_dtypes, float_ops
     self.lane_axes = sorted((r for r in self.k.all_ranges() if rkind(r) in LANES), key=lambda r: r.arg[0])
     self.axes_memo: dict[UOp, tuple[UOp, ...]] = {}
     # a tensor core's fragments are gathered register by register (codegen/tc.py): no vector axis in such a kernel
@@ -255,7 +259,7 @@ class Expander:
     if w == 1: return UOp(u.op, u.dtype, tuple(srcs), u.arg)
     if (folded := _fold_lanes(u, srcs, w)) is not None: return folded
     if (same := _uniform_op(u, srcs)) is not None: return bcast(same, w)
-    if _vec_ok(u, srcs, self.half_loads):
+    if _vec_ok(u, srcs, self.vec_dtypes, self.half_loads, self.float_ops):
       srcs = [s if u.op is Ops.WHERE and i == 0 and s.dtype.count == 1 else bcast(s, w) for i, s in enumerate(srcs)]
       return UOp(u.op, u.dtype.vec(w), tuple(srcs), u.arg)
     return vectorize([UOp(u.op, u.dtype, tuple(gep(s, i) for s in srcs), u.arg) for i in range(w)])
@@ -275,7 +279,7 @@ class Expander:
     (_, w, n), dt = self.chunk(axes, key), u.dtype
     ix = self.lanes_of(idx, axes, key, w)
     gx = self.lanes_of(u.src[1], axes, key, w) if len(u.src) > 1 else None
-    vectors = dt in VEC_DTYPES or (self.half_loads and dt is dtypes.half)
+    vectors = dt in self.vec_dtypes or (self.half_loads and dt is dtypes.half)
     if (ix.uniform or vectors and ix.contiguous) and (gx is None or gx.uniform):
       # one access for every lane, under one gate (the common case, worked out without looking at the lanes)
       gate = None if gx is None or (gx.first.op is Ops.CONST and gx.first.arg is True) else gx.first
@@ -319,7 +323,7 @@ class Expander:
       _, w, n = self.chunk(axes, key)
       v = self.get(value, axes, key)
       ix = self.lanes_of(out.src[1], axes, key, w)
-      if w > 1 and value.dtype in VEC_DTYPES and ix.contiguous:
+      if w > 1 and value.dtype in self.vec_dtypes and ix.contiguous:
         # a chunk with dead lanes stores its live ones as narrower vectors
         for off, pw in ([(0, w)] if n == w else _pieces(n)):
           at = ix.first if off == 0 else self.simplify(ix.first + off)
@@ -389,7 +393,7 @@ class Expander:
       for ckey in itertools.product(*[range(rsize(r)) for r in contract]):
         fk = dict(zip(acc_axes, key)) | dict(zip(contract, ckey))
         terms.append(self.get(body, full_axes, tuple(fk[a] for a in full_axes)))
-      if w == 1 or dt in VEC_DTYPES: accs[key] = UOp(Ops.REDUCE, dt.vec(w) if w > 1 else dt, (*terms, *loops), (op, len(terms)))
+      if w == 1 or dt in self.vec_dtypes: accs[key] = UOp(Ops.REDUCE, dt.vec(w) if w > 1 else dt, (*terms, *loops), (op, len(terms)))
       else: accs[key] = vectorize([UOp(Ops.REDUCE, dt, (*[gep(t, i) for t in terms], *loops), (op, len(terms))) for i in range(w)])
     if not vred: return accs
     # combine the vector axis' lanes (and chunks) of each accumulator once, after the loop
@@ -402,10 +406,10 @@ class Expander:
       # chunks of one shape combine as vectors first, then the live lanes of what is left
       shapes: dict[tuple[int, int], list[UOp]] = {}
       for c, (_, w, n) in enumerate(self.chunks): shapes.setdefault((w, n), []).append(accs[key[:pos] + (c,) + key[pos:]])
-      groups = [((w, n), [a]) for (w, n), g in shapes.items() for a in g] if dt not in VEC_DTYPES else list(shapes.items())
+      groups = [((w, n), [a]) for (w, n), g in shapes.items() for a in g] if dt not in self.vec_dtypes else list(shapes.items())
       for (w, n), g in groups:
         v = _fold(alu, g)
-        if dt in VEC_DTYPES and n == w > 1 and w & (w - 1) == 0: full.append((v, key))
+        if dt in self.vec_dtypes and n == w > 1 and w & (w - 1) == 0: full.append((v, key))
         else: parts[key] += [gep(v, i) for i in range(n)]
     for (_, key), total in zip(full, _transposed_fold(alu, [v for v, _ in full])): parts[key].append(total)
     return {key: _fold(alu, parts[key]) for key in keys}
@@ -470,8 +474,11 @@ def _aligned(idx: UOp, w: int, dt: DType, simplify: Callable[[UOp], UOp]) -> boo
   return True if m.op is Ops.CONST and m.arg == 0 else None
 
 
-def expand(ast: UOp, vec: int, half_loads: bool = False) -> UOp:
+def expand(ast: UOp, vec: int, half_loads: bool = False, vec_dtypes: frozenset[DType] = VEC_DTYPES,
+           float_ops: frozenset[Ops] = frozenset()) -> UOp:
   """The kernel with its lanes expanded (see the module doc); `vec` is the widest vector the renderer takes (1: none),
-  half_loads whether it loads half vectors and widens them to float (Renderer.half_loads)."""
-  return Expander(ast, vec, half_loads).expand()
+  half_loads whether it loads half vectors and widens them to float (Renderer.half_loads), vec_dtypes the element
+  types it has vectors of (Renderer.vec_dtypes: the others are computed lane by lane), float_ops the float ops it
+  has vector forms of beyond the common ones (Renderer.vector_float_ops)."""
+  return Expander(ast, vec, half_loads, vec_dtypes, float_ops).expand()
 

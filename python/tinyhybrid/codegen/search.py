@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tinyhybrid import viz
-from tinyhybrid.codegen.expand import cpu_lanes, expand
+from tinyhybrid.codegen.expand import VEC_DTYPES, cpu_lanes, expand
 from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_grid
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
@@ -62,7 +62,9 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
     return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
   split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
   if rdr is not None and rdr.vector_transcendentals: ast = decompose_transcendentals(ast, rdr.vector_transcendentals, vectors=True)
-  expanded = expand(ast, cpu_lanes(ast, vec), rdr is not None and rdr.half_loads)
+  vec_dtypes = rdr.vec_dtypes if rdr is not None and rdr.vec_dtypes is not None else VEC_DTYPES
+  expanded = expand(ast, cpu_lanes(ast, vec, vec_dtypes), rdr is not None and rdr.half_loads, vec_dtypes,
+                    rdr.vector_float_ops if rdr is not None else frozenset())
   viz.stage("expand", ast, expanded)
   return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
 

@@ -66,6 +66,11 @@ class Renderer:
   # its registers hold one value each (machine code without vectors, renderer/isa/x86.py): a register tile is sized
   # in them; vec=1 otherwise means a compiler that vectorizes scalar C itself
   scalar_registers: bool = False
+  # the element types whose vectors it computes (None: every type codegen/expand.VEC_DTYPES lists); ops on vectors of
+  # other types are expanded lane by lane
+  vec_dtypes: frozenset[DType] | None = None
+  # float ops beyond the common ones (codegen/expand._VEC_ALU) that it computes on vectors (x86's vsqrtps)
+  vector_float_ops: frozenset[Ops] = frozenset()
   cores: int = 1                     # cores a kernel's outer loop is split across
   core_cache: int = 1 << 20          # bytes of one core's own cache (its L2): what a loop may sweep again and again
   # float dtypes whose EXP2 and LOG2 are written as plain ops before the lanes are expanded

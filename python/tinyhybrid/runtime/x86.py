@@ -42,6 +42,9 @@ def parse(src: str) -> list[tuple]:
       out.append(("label", line[:-1]))
       continue
     mn, _, rest = line.partition(" ")
+    if mn == "data":  # constant bytes, written in hex
+      out.append(("data", bytes.fromhex(rest.strip())))
+      continue
     if mn == "lock":  # a prefix: part of the mnemonic
       more, _, rest = rest.partition(" ")
       mn = f"lock {more}"

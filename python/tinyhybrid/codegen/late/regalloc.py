@@ -3,8 +3,8 @@
 The instructions come in program order with loops marked (the position of a loop's head label and of its back jump).
 A value's live interval runs from its first definition to its last use; a value live where a loop starts stays live
 to the loop's back jump, since the next trip reads it again. Intervals are handed registers of their class in order
-of their start; when a class runs out, the interval that ends last is spilled to a stack slot of its own. Each
-instruction that reads a spilled value gets a reload into a scratch register before it, and each that writes one a
+of their start; when a class runs out, the interval whose uses cost least (weighted by the loops around them) is
+spilled to a stack slot of its own. Each instruction that reads a spilled value gets a reload into a scratch register before it, and each that writes one a
 store after it (an ISA supplies the scratch registers and how to spell a reload and a store)."""
 from __future__ import annotations
 
@@ -73,9 +73,21 @@ def live_intervals(code: list[Ins], loops: Iterable[tuple[int, int]]) -> dict[VR
   return iv
 
 
+def spill_costs(code: list[Ins], loops: Iterable[tuple[int, int]]) -> dict[VReg, float]:
+  """What spilling each virtual register would cost: its reads and writes, each weighted 8x for every loop around it
+  (a loop's accumulator or a buffer's address read every trip costs far more than a value read once)."""
+  spans = list(loops)
+  out: dict[VReg, float] = {}
+  for i, ins in enumerate(code):
+    weight = 8.0 ** sum(head <= i <= back for head, back in spans)
+    for v in (*ins.uses, *ins.defs): out[v] = out.get(v, 0.0) + weight
+  return out
+
+
 def linear_scan(code: list[Ins], loops: Iterable[tuple[int, int]], pools: dict[str, list[str]], slot_bytes: dict[str, int]) -> Allocation:
   """Physical registers (from `pools`, by class) or stack slots for every virtual register of `code`."""
   iv = live_intervals(code, loops)
+  cost = spill_costs(code, loops)
   out = Allocation()
   free = {c: list(p) for c, p in pools.items()}
   active: list[tuple[int, VReg]] = []  # (end, vreg), holding a register
@@ -94,9 +106,10 @@ def linear_scan(code: list[Ins], loops: Iterable[tuple[int, int]], pools: dict[s
       out.assigned[v] = free[v.cls].pop(0)
       active.append((end, v))
       continue
-    # no register left: the interval that ends last gives its up (this one, or one holding a register)
-    victim = max((a for a in active if a[1].cls == v.cls), default=None, key=lambda a: a[0])
-    if victim is not None and victim[0] > end:
+    # no register left: the value whose spilling costs least gives its register up (this one, or one holding a
+    # register), of equal costs the one that ends last
+    victim = min((a for a in active if a[1].cls == v.cls), default=None, key=lambda a: (cost[a[1]], -a[0]))
+    if victim is not None and (cost[victim[1]], -victim[0]) < (cost[v], -end):
       active.remove(victim)
       out.assigned[v] = out.assigned.pop(victim[1])
       active.append((end, v))

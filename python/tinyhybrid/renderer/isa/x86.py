@@ -6,10 +6,12 @@ text (what DEBUG=4 prints), which runtime/x86.py encodes with the C++ encoder an
 
 The kernel ABI is the C renderer's (renderer/cstyle.py) under the System V calling convention: rdi = the args array,
 esi = core_id, edx = num_cores. Integers and bools live in 64-bit general registers, each kept as its dtype's value
-sign- or zero-extended to 64 bits; floats in xmm registers, as scalars (this first version renders scalar code: the
-renderer plans kernels with vec=1). half and bfloat16 are computed in float and rounded after every operation, as the
+sign- or zero-extended to 64 bits; floats in xmm registers; vectors of float32, int32 and uint32 (AVX2) in xmm and ymm
+registers (renderer/isa/x86_vector.py). half and bfloat16 are computed in float and rounded after every operation, as the
 C renderer does; exp2, log2 and sin are decomposed into arithmetic (codegen/decomp/transcendental.py), so a kernel calls
 nothing. rax, rcx and rdx are kept for division and shift counts, r10, r11 and xmm13-15 for reloading spilled values.
+Where the register tile of a reduce would not fit, what only its fused multiply-adds read is placed at its first use
+and the accumulators' terms are taken in turns, so that a loaded value lives from its load to its last product.
 What the selector has no rule for is refused at render time, naming the op and the kernel; nothing falls back."""
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CHUNKS, STATE_MARK, CStyleWriter
+from tinyhybrid.renderer.isa.x86_convert import _WIDE, FLOATS, INTS, X86Conversions, _unsigned
+from tinyhybrid.renderer.isa.x86_vector import LANE_DTYPES, VECTOR_RULES, X86Vectors, const_lanes
 from tinyhybrid.uop import AxisType, GroupOp, Ops
 from tinyhybrid.uop.ops import UOp, identity_element
 from tinyhybrid.uop.upat import PatternMatcher, UPat
@@ -30,16 +34,14 @@ CALLEE_SAVED = ("rbx", "rbp", "r12", "r13", "r14", "r15")
 SCRATCH = {"g": ["r10", "r11"], "x": ["xmm13", "xmm14", "xmm15"]}
 _LOW = {"rax": ("eax", "ax", "al"), "rbx": ("ebx", "bx", "bl"), "rcx": ("ecx", "cx", "cl"), "rdx": ("edx", "dx", "dl"),
         "rsi": ("esi", "si", "sil"), "rdi": ("edi", "di", "dil"), "rbp": ("ebp", "bp", "bpl"), "rsp": ("esp", "sp", "spl")}
-_SIZE = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword"}
+_SIZE = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword"}
 
-FLOATS = frozenset((dtypes.half, dtypes.bfloat16, dtypes.float32, dtypes.float64, dtypes.weakfloat))
-INTS = frozenset((*dtypes.ints, dtypes.weakint, dtypes.bool))
-_WIDE = (dtypes.float64, dtypes.weakfloat)  # computed in double; the other floats in float
 
 
 def reg_name(r: str, bits: int) -> str:
   """A 64-bit register's name when read or written `bits` wide (xmm registers keep theirs)."""
-  if r.startswith("xmm") or bits == 64: return r
+  if r.startswith("xmm"): return r if bits <= 128 else "ymm" + r[3:]
+  if bits == 64: return r
   if r in _LOW: return _LOW[r][{32: 0, 16: 1, 8: 2}[bits]]
   return r + {32: "d", 16: "w", 8: "b"}[bits]
 
@@ -55,7 +57,6 @@ def operand_text(o) -> str:
   return str(o)
 
 
-def _unsigned(dt: DType) -> bool: return dtypes.is_unsigned(dt) or dt is dtypes.bool
 def _bits(dt: DType) -> int: return 64 if dt is dtypes.weakint else max(8, dt.itemsize * 8)
 
 
@@ -63,7 +64,7 @@ def _bits(dt: DType) -> int: return 64 if dt is dtypes.weakint else max(8, dt.it
 # writes (most), and these read their first operand too (or only read it)
 _READ_FIRST = {"cmp", "test", "vucomiss", "vucomisd", "idiv", "div"}
 _READ_WRITE_FIRST = {"add", "sub", "and", "or", "xor", "neg", "not", "shl", "shr", "sar", "lock xadd", "vfmadd231ss",
-                     "vfmadd231sd"}
+                     "vfmadd231sd", "vfmadd231ps"}
 _CC = ("e", "ne", "l", "le", "g", "ge", "b", "be", "a", "ae", "s", "ns", "p", "np", "o", "no")
 
 
@@ -85,7 +86,7 @@ def _effects(mn: str, ops: list) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
   return tuple(defs), tuple(uses)
 
 
-class X86Writer(CStyleWriter):
+class X86Writer(X86Conversions, X86Vectors, CStyleWriter):
   LACKS_TRANSCENDENTAL = frozenset((*dtypes.floats, dtypes.weakfloat))
 
   def __init__(self, k: LoweredKernel, ren: X86Renderer):
@@ -97,6 +98,26 @@ class X86Writer(CStyleWriter):
     self.nv = self.nlabel = 0
     self.loop_state: dict[UOp, tuple] = {}
     self.acc: dict[UOp, VReg] = {}
+    self.pool: dict[bytes, str] = {}  # constant vectors, by their bytes: their labels
+    # index + constant read only as an address: the constant becomes the address's displacement, nothing is computed
+    users: dict[UOp, list[UOp]] = {}
+    for u in self.order:
+      for x in u.src: users.setdefault(x, []).append(u)
+    self.users = users
+    def plain_address(ix: UOp) -> bool: return all(not (r.op is Ops.LOAD and r.dtype.count == 1 and len(r.src) > 1) for r in users.get(ix, ()))
+    self.offsets = {u for u in self.order if u.op is Ops.ADD and u.dtype.scalar() in INTS and u.src[0].op is not Ops.CONST and
+                    self.int_imm(u.src[1]) is not None and all(r.op is Ops.INDEX and r.src[1] is u and plain_address(r) for r in users[u])}
+    # a scalar load only broadcast to vectors: each broadcast reads memory itself (vbroadcastss ymm, [mem])
+    self.from_memory = {u for u in self.order if u.op is Ops.LOAD and u.dtype in LANE_DTYPES and len(u.src) == 1 and
+                        all(r.op is Ops.VECTORIZE and all(x is u for x in r.src) for r in users[u])}
+    # the gates and lane masks of vector loads: their vector masks are made where they are computed, out of the loops
+    self.vector_masks: dict[UOp, set[int]] = {}
+    for u in self.order:
+      if u.op is Ops.LOAD and u.dtype.count > 1:
+        for m in u.src[1:]:
+          if m.op is not Ops.CONST: self.vector_masks.setdefault(m, set()).add(max(u.dtype.count, 4))
+    self.lane_masks: dict[tuple[UOp, int], VReg] = {}
+    self.sunk: set[UOp] = set()  # nodes of the innermost loop named where a fused multiply-add reads them (need)
 
   # ** instructions **
 
@@ -132,6 +153,7 @@ class X86Writer(CStyleWriter):
   def val(self, u: UOp) -> VReg:
     """u in a register: a constant is materialized where it is used (it costs a move; a register held for it through
     every loop would cost more)."""
+    if (lanes := const_lanes(u)) is not None: return self.vconst(lanes if len(lanes) > 1 else lanes * u.dtype.count, u.dtype)
     if u.op is not Ops.CONST: return self.v[u]
     return self.const(u.arg, u.dtype)
 
@@ -283,9 +305,35 @@ class X86Writer(CStyleWriter):
   # ** nodes **
 
   def name(self, u: UOp) -> None:
+    # constant vectors are read from the pool where they are used (the registers are better spent on variables)
+    if u in self.offsets or u in self.from_memory or u in self.sunk or const_lanes(u) is not None: return
+    if u.dtype.count > 1 and self.ren.vec == 1: raise self.fail(u, " (this CPU has no AVX2)")
+    self.select(u)
+
+  def select(self, u: UOp) -> None:
     # a rule selects the node's instructions and records its register (set), returning None: it rewrites nothing
     ISEL.rewrite(u, self)
     if u not in self.v and u.op is not Ops.CONST: raise self.fail(u)
+    for n in self.vector_masks.get(u, ()): self.lane_masks[(u, n)] = self.splat(u, dtypes.bool.vec(n)) if u.dtype is dtypes.bool else self.lane_bits(u, n)
+
+  def need(self, u: UOp) -> VReg:
+    """u's register, u named here first if it was sunk to its use."""
+    self.demand(u)
+    return self.val(u)
+
+  def demand(self, u: UOp) -> None:
+    if u in self.sunk and u not in self.v and u not in self.from_memory:
+      for s in u.src: self.demand(s)
+      self.select(u)
+
+  def sink(self, nodes: list[UOp]) -> set[UOp]:
+    """The nodes that only fused multiply-adds read, directly or through each other: named where each is first read,
+    a loaded value lives from its load to its last product instead of through all the loads before (a register
+    tile's values would not fit the registers otherwise)."""
+    out: set[UOp] = set()
+    for u in reversed(nodes):
+      if u.op is not Ops.CONST and (rs := self.users.get(u)) and all(r in self.fused or r in out for r in rs): out.add(u)
+    return out
 
   def set(self, u: UOp, d: VReg) -> None: self.v[u] = d
 
@@ -294,10 +342,18 @@ class X86Writer(CStyleWriter):
     op = x.op
     if x.dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL): op = Ops.OR if op is Ops.ADD else Ops.AND
     mn = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "imul", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}[op]
-    d = self.copy(a)
-    if (i := self.int_imm(b)) is not None and mn != "imul": self.ins(mn, Reg(d, 64), i)
-    elif i is not None: self.ins("imul", Reg(d, 64), Reg(d, 64), i)
-    else: self.ins(mn, Reg(d, 64), Reg(self.val(b), 64))
+    i = self.int_imm(b)
+    if a.op is not Ops.CONST and op is Ops.ADD:  # lea writes a sum to a third register: no copy first
+      d = self.new("g")
+      self.ins("lea", Reg(d, 64), Mem(8, self.v[a], None if i is not None else self.val(b), 1, i or 0))
+    elif a.op is not Ops.CONST and op is Ops.MUL and i is not None:
+      d = self.new("g")
+      self.ins("imul", Reg(d, 64), Reg(self.v[a], 64), i)
+    else:
+      d = self.copy(a)
+      if i is not None and mn != "imul": self.ins(mn, Reg(d, 64), i)
+      elif i is not None: self.ins("imul", Reg(d, 64), Reg(d, 64), i)
+      else: self.ins(mn, Reg(d, 64), Reg(self.val(b), 64))
     self.normalize(d, x.dtype)
     return self.set(x, d)
 
@@ -461,173 +517,6 @@ class X86Writer(CStyleWriter):
     self.ins("and" if x.op is Ops.CMPEQ else "or", Reg(d, 32), Reg(p, 32))
     return self.set(x, d)
 
-  def rounded(self, d: VReg, dt: DType) -> VReg:
-    """d (a float) rounded to dt where dt is computed in float: half through F16C, bfloat16 to nearest even."""
-    if dt.scalar() is dtypes.half:
-      h, out = self.new("x"), self.new("x")
-      self.ins("vcvtps2ph", Reg(h, 128), Reg(d, 128), 0)
-      self.ins("vcvtph2ps", Reg(out, 128), Reg(h, 128))
-      return out
-    if dt.scalar() is not dtypes.bfloat16: return d
-    u, t, n, m, out = self.new("g"), self.new("g"), self.new("g"), self.new("g"), self.new("x")
-    self.ins("vmovd", Reg(u, 32), Reg(d, 128))
-    self.ins("mov", Reg(t, 32), Reg(u, 32))
-    self.ins("shr", Reg(t, 32), 16)
-    self.ins("and", Reg(t, 32), 1)
-    self.ins("add", Reg(t, 32), 0x7FFF)
-    self.ins("add", Reg(t, 32), Reg(u, 32))
-    self.ins("mov", Reg(n, 32), Reg(u, 32))
-    self.ins("or", Reg(n, 32), 0x400000)  # a NaN stays a NaN
-    self.ins("mov", Reg(m, 32), Reg(u, 32))
-    self.ins("and", Reg(m, 32), 0x7FFFFFFF)
-    self.ins("cmp", Reg(m, 32), 0x7F800000)  # (the flags it sets are read by the next instruction)
-    self.ins("cmova", Reg(t, 32), Reg(n, 32))
-    self.ins("and", Reg(t, 32), -0x10000)
-    self.ins("vmovd", Reg(out, 128), Reg(t, 32))
-    return out
-
-  def odd_float(self, a: VReg) -> VReg:
-    """A double as float rounded to odd, so that the rounding on to half is the only one that counts (the C renderer's
-    th_d2f_odd): inexact results have their lowest bit set, moved toward zero first where rounding went away from it."""
-    f, back, d = self.new("x"), self.new("x"), self.new("x")
-    self.ins("vcvtsd2ss", Reg(f, 128), Reg(a, 128), Reg(a, 128))
-    self.ins("vcvtss2sd", Reg(back, 128), Reg(f, 128), Reg(f, 128))
-    gb, ga, mask, u, odd = (self.new("g") for _ in range(5))
-    self.ins("vmovq", Reg(gb, 64), Reg(back, 128))
-    self.ins("vmovq", Reg(ga, 64), Reg(a, 128))
-    self.ins("mov", Reg(mask, 64), 2 ** 63 - 1)
-    self.ins("and", Reg(gb, 64), Reg(mask, 64))
-    self.ins("and", Reg(ga, 64), Reg(mask, 64))
-    self.ins("cmp", Reg(gb, 64), Reg(ga, 64))
-    over = self.flag("a")  # |float| > |double|: rounded away from zero
-    self.ins("vmovd", Reg(u, 32), Reg(f, 128))
-    self.ins("mov", Reg(odd, 32), Reg(u, 32))
-    self.ins("sub", Reg(odd, 32), Reg(over, 32))
-    self.ins("or", Reg(odd, 32), 1)
-    self.ins("vucomisd", Reg(back, 128), Reg(a, 128))
-    self.ins("cmovne", Reg(u, 32), Reg(odd, 32))  # inexact (a NaN compares unordered: ZF set, kept)
-    self.ins("vmovd", Reg(d, 128), Reg(u, 32))
-    return d
-
-  def float_of_uint64(self, a: VReg, dt: DType) -> VReg:
-    """A uint64 as a float of dt (computed in float below double) without AVX-512's unsigned conversion: a value with its top bit set
-    is halved, its lost bit kept as a sticky bit so that the one rounding stays correct, converted as signed and
-    doubled back (exactly, by a multiply with 2.0 where other values get 1.0)."""
-    half, low, t, one, two = (self.new("g") for _ in range(5))
-    self.ins("mov", Reg(half, 64), Reg(a, 64))
-    self.ins("shr", Reg(half, 64), 1)
-    self.ins("mov", Reg(low, 64), Reg(a, 64))
-    self.ins("and", Reg(low, 64), 1)
-    self.ins("or", Reg(half, 64), Reg(low, 64))
-    self.ins("mov", Reg(t, 64), Reg(a, 64))
-    self.ins("test", Reg(a, 64), Reg(a, 64))
-    self.ins("cmovs", Reg(t, 64), Reg(half, 64))
-    d, scale, s = self.new("x"), self.new("x"), self.sfx(dt)
-    wide = s == "sd"
-    self.ins("vxorps", Reg(d, 128), Reg(d, 128), Reg(d, 128))
-    self.ins(f"vcvtsi2{s}", Reg(d, 128), Reg(d, 128), Reg(t, 64))
-    bits = (0x3FF0000000000000, 0x4000000000000000) if wide else (0x3F800000, 0x40000000)  # 1.0 and 2.0
-    self.ins("mov", Reg(one, 64), bits[0])
-    self.ins("mov", Reg(two, 64), bits[1])
-    self.ins("test", Reg(a, 64), Reg(a, 64))
-    self.ins("cmovs", Reg(one, 64), Reg(two, 64))
-    self.ins("vmovq" if wide else "vmovd", Reg(scale, 128), Reg(one, 64 if wide else 32))
-    self.ins(f"vmul{s}", Reg(d, 128), Reg(d, 128), Reg(scale, 128))
-    return d
-
-  def uint64_of_float(self, a: VReg, src: DType) -> VReg:
-    """A float as a uint64 without AVX-512's unsigned conversion: from 2^63 up, the signed conversion of a - 2^63
-    with the top bit set again (below 0 and past 2^64 it is undefined, as in C)."""
-    s = self.sfx(src)
-    big, less = self.const(2.0 ** 63, dtypes.double if s == "sd" else dtypes.float), self.new("x")
-    self.ins(f"vsub{s}", Reg(less, 128), Reg(a, 128), Reg(big, 128))
-    d, high, top = self.new("g"), self.new("g"), self.new("g")
-    self.ins(f"vcvtt{s}2si", Reg(d, 64), Reg(a, 128))
-    self.ins(f"vcvtt{s}2si", Reg(high, 64), Reg(less, 128))
-    self.ins("mov", Reg(top, 64), 1 << 63)
-    self.ins("xor", Reg(high, 64), Reg(top, 64))
-    self.ins(f"vucomi{s}", Reg(a, 128), Reg(big, 128))
-    self.ins("cmovae", Reg(d, 64), Reg(high, 64))
-    return d
-
-  def cast(self, x: UOp) -> None:  # type: ignore[override]
-    src, dt = x.src[0].dtype.scalar(), x.dtype.scalar()
-    a = self.val(x.src[0])
-    sx, dx = self.cls(src) == "x", self.cls(dt) == "x"
-    if dt is dtypes.bool:
-      if not sx:
-        self.ins("test", Reg(a, 64), Reg(a, 64))
-        return self.set(x, self.flag("ne"))
-      z = self.const(0.0, src)
-      self.ins(f"vucomi{self.sfx(src)}", Reg(a, 128), Reg(z, 128))
-      d, p = self.flag("ne"), self.flag("p")  # a NaN is true
-      self.ins("or", Reg(d, 32), Reg(p, 32))
-      return self.set(x, d)
-    if sx and dx:
-      if (src in _WIDE) == (dt in _WIDE): d = a
-      elif dt is dtypes.half: d = self.odd_float(a)
-      else:
-        d = self.new("x")
-        self.ins("vcvtss2sd" if dt in _WIDE else "vcvtsd2ss", Reg(d, 128), Reg(a, 128), Reg(a, 128))
-      return self.set(x, d if src is dt else self.rounded(d, dt))
-    if dx:  # an integer to a float
-      if src is dtypes.uint64 and not self.ren.avx512: return self.set(x, self.rounded(self.float_of_uint64(a, dt), dt))
-      d = self.new("x")
-      mn = ("vcvtusi2sd" if dt in _WIDE else "vcvtusi2ss") if src is dtypes.uint64 else ("vcvtsi2sd" if dt in _WIDE else "vcvtsi2ss")
-      self.ins("vxorps", Reg(d, 128), Reg(d, 128), Reg(d, 128))
-      self.ins(mn, Reg(d, 128), Reg(d, 128), Reg(a, 64))
-      return self.set(x, self.rounded(d, dt))
-    if sx:  # a float to an integer (out of range is undefined, as in C)
-      if dt is dtypes.uint64 and not self.ren.avx512: return self.set(x, self.uint64_of_float(a, src))
-      d = self.new("g")
-      wide = src in _WIDE
-      mn = ("vcvttsd2usi" if wide else "vcvttss2usi") if dt is dtypes.uint64 else ("vcvttsd2si" if wide else "vcvttss2si")
-      self.ins(mn, Reg(d, 64), Reg(a, 128))
-      self.normalize(d, dt)
-      return self.set(x, d)
-    d = self.new("g")  # between integers: dt's value of the source's 64 bits
-    self.ins("mov", Reg(d, 64), Reg(a, 64))
-    self.normalize(d, dt)
-    return self.set(x, d)
-
-  def bitcast(self, x: UOp) -> None:  # type: ignore[override]
-    src, dt = x.src[0].dtype.scalar(), x.dtype.scalar()
-    a = self.val(x.src[0])
-    if self.cls(src) == "g" and self.cls(dt) == "g":
-      d = self.new("g")
-      self.ins("mov", Reg(d, 64), Reg(a, 64))
-      self.normalize(d, dt)
-      return self.set(x, d)
-    if self.cls(src) == "x":  # the float's bits
-      g = self.new("g")
-      if src is dtypes.half:
-        h = self.new("x")
-        self.ins("vcvtps2ph", Reg(h, 128), Reg(a, 128), 0)
-        self.ins("vmovd", Reg(g, 32), Reg(h, 128))
-      else: self.ins("vmovq" if src in _WIDE else "vmovd", Reg(g, 64 if src in _WIDE else 32), Reg(a, 128))
-      if src is dtypes.bfloat16: self.ins("shr", Reg(g, 32), 16)
-      if self.cls(dt) == "g":
-        self.normalize(g, dt)
-        return self.set(x, g)
-      return self.set(x, self.float_of_bits(g, dt))
-    return self.set(x, self.float_of_bits(a, dt))
-
-  def float_of_bits(self, g: VReg, dt: DType) -> VReg:
-    """The float of dt whose bits (its storage's: 16 for half and bfloat16) are in general register g."""
-    d = self.new("x")
-    if dt is dtypes.half:
-      t = self.new("g")
-      self.ins("movzx", Reg(t, 32), Reg(g, 16))
-      self.ins("vmovd", Reg(d, 128), Reg(t, 32))
-      self.ins("vcvtph2ps", Reg(d, 128), Reg(d, 128))
-    elif dt is dtypes.bfloat16:
-      t = self.new("g")
-      self.ins("movzx", Reg(t, 32), Reg(g, 16))
-      self.ins("shl", Reg(t, 32), 16)
-      self.ins("vmovd", Reg(d, 128), Reg(t, 32))
-    else: self.ins("vmovq" if dt in _WIDE else "vmovd", Reg(d, 128), Reg(g, 64 if dt in _WIDE else 32))
-    return d
-
   # ** memory **
 
   def address(self, index: UOp, at: VReg | None = None) -> Mem:
@@ -635,12 +524,14 @@ class X86Writer(CStyleWriter):
     size = _storage_size(buf.dtype.base)
     base = self.v[buf]
     if at is None and (i := self.int_imm(idx)) is not None and -2 ** 31 <= i * size < 2 ** 31: return Mem(size, base, disp=i * size)
+    if at is None and idx in self.offsets and -2 ** 31 <= (disp := self.int_imm(idx.src[1]) * size) < 2 ** 31:  # type: ignore[operator]
+      return Mem(size, base, self.val(idx.src[0]), size, disp)
     return Mem(size, base, at or self.val(idx), size)
 
   def load(self, x: UOp) -> None:
     index, dt = x.src[0], x.dtype.scalar()
     gate = next((s for s in x.src[1:] if s.dtype is dtypes.bool), None)
-    if x.dtype.count > 1 or len(x.src) > (2 if gate is not None else 1): raise self.fail(x, " (vectors are not rendered yet)")
+    if x.dtype.count > 1 or len(x.src) > (2 if gate is not None else 1): raise self.fail(x, " (a vector of a type with no vector registers here)")
     at, zero = None, None
     if gate is not None:  # a closed gate reads element 0 instead (every buffer has one) and gives 0
       at, zero = self.new("g"), self.const(0, dtypes.int64)
@@ -671,7 +562,7 @@ class X86Writer(CStyleWriter):
   def store(self, st: UOp) -> None:
     index, val = st.src
     dt = val.dtype.scalar()
-    if val.dtype.count > 1: raise self.fail(st, " (vectors are not rendered yet)")
+    if val.dtype.count > 1: return self.store_vector(st)
     mem = self.address(index)
     if mem.index is not None:  # the address in one register: a spilled base, index and value need no third scratch
       p = self.new("g")
@@ -731,23 +622,29 @@ class X86Writer(CStyleWriter):
   def reduce_section(self) -> None:
     n_out = self.n_out
     for acc in self.reduces:
-      if acc.dtype.count > 1: raise self.fail(acc, " (vectors are not rendered yet)")
+      if acc.dtype.count > 1:
+        self.acc[acc] = self.vacc_init(acc)
+        continue
       init = self.const(identity_element(acc.arg[0], acc.dtype.scalar()), acc.dtype.scalar())
       a = self.acc[acc] = self.new(init.cls)
       self.ins("vmovaps" if init.cls == "x" else "mov", Reg(a, 128 if init.cls == "x" else 64), Reg(init, 128 if init.cls == "x" else 64))
+    self.sunk = self.sink(self.at.get(n_out + len(self.rloops), []))
     for j, r in enumerate(self.rloops):
       self.open_loop(r, f"ridx{n_out + j}")
       for u in self.at.get(n_out + j + 1, ()): self.name(u)
-    for acc in self.reduces:
-      for term in acc.src[:acc.arg[1]]:
-        if term in self.fused and self.ren.fma:
-          self.ins(f"vfmadd231{self.sfx(acc.dtype)}", Reg(self.acc[acc], 128), Reg(self.val(term.src[0]), 128), Reg(self.val(term.src[1]), 128))
-        elif term in self.fused:
-          p = self.new("x")
-          self.ins(f"vmul{self.sfx(acc.dtype)}", Reg(p, 128), Reg(self.val(term.src[0]), 128), Reg(self.val(term.src[1]), 128))
-          self.step(acc, self.acc[acc], p)
-        else: self.step(acc, self.acc[acc], term)
-        self.round_acc(acc)
+    # the accumulators' terms taken in turns, each accumulator's in its order: what the i-th terms share (a conv's
+    # window, read by every output channel) is then read by consecutive instructions and lives briefly
+    for i, j in sorted((i, j) for j, acc in enumerate(self.reduces) for i in range(acc.arg[1])):
+      acc, term = self.reduces[j], self.reduces[j].src[i]
+      if acc.dtype.count > 1: self.vterm(acc, term)
+      elif term in self.fused and self.ren.fma:
+        self.ins(f"vfmadd231{self.sfx(acc.dtype)}", Reg(self.acc[acc], 128), Reg(self.need(term.src[0]), 128), Reg(self.need(term.src[1]), 128))
+      elif term in self.fused:
+        p = self.new("x")
+        self.ins(f"vmul{self.sfx(acc.dtype)}", Reg(p, 128), Reg(self.need(term.src[0]), 128), Reg(self.need(term.src[1]), 128))
+        self.step(acc, self.acc[acc], p)
+      else: self.step(acc, self.acc[acc], term)
+      self.round_acc(acc)
     for r in reversed(self.rloops): self.end_loop(r)
     if any(r.arg[1] is AxisType.GROUP_REDUCE for r in self.rloops): self.combine()
     for acc in self.reduces: self.v[acc] = self.acc[acc]
@@ -755,7 +652,9 @@ class X86Writer(CStyleWriter):
   def combine(self) -> None:
     """Two-stage reduce, as CWriter.combine: each core leaves its accumulators in its slot of the state; the last core
     to finish adds up the others' and goes on to the store."""
-    self.stateful, self.part_stride = True, -(-8 * len(self.reduces) // 64) * 64
+    # each core's accumulators side by side, 8 bytes a scalar and 32 a vector
+    offsets = [64 + sum(32 if a.dtype.count > 1 else 8 for a in self.reduces[:i]) for i in range(len(self.reduces) + 1)]
+    self.stateful, self.part_stride = True, -(-(offsets[-1] - 64) // 64) * 64
     def part_of(core: VReg) -> VReg:
       p = self.new("g")
       self.ins("imul", Reg(p, 64), Reg(core, 64), self.part_stride)
@@ -764,8 +663,9 @@ class X86Writer(CStyleWriter):
     mine = part_of(self.core)
     for i, acc in enumerate(self.reduces):
       a = self.acc[acc]
-      if a.cls == "x": self.ins("vmovsd", Mem(8, mine, disp=64 + 8 * i), Reg(a, 128))
-      else: self.ins("mov", Mem(8, mine, disp=64 + 8 * i), Reg(a, 64))
+      if acc.dtype.count > 1: self.ins("vmovups", Mem(32, mine, disp=offsets[i]), Reg(a, 256))
+      elif a.cls == "x": self.ins("vmovsd", Mem(8, mine, disp=offsets[i]), Reg(a, 128))
+      else: self.ins("mov", Mem(8, mine, disp=offsets[i]), Reg(a, 64))
     t = self.new("g")
     self.ins("mov", Reg(t, 32), 1)
     self.ins("lock xadd", Mem(4, self.state, disp=12), Reg(t, 32))
@@ -780,8 +680,12 @@ class X86Writer(CStyleWriter):
     theirs = part_of(c)
     for i, acc in enumerate(self.reduces):
       a, p = self.acc[acc], self.new(self.acc[acc].cls)
-      if a.cls == "x": self.ins("vmovsd", Reg(p, 128), Mem(8, theirs, disp=64 + 8 * i))
-      else: self.ins("mov", Reg(p, 64), Mem(8, theirs, disp=64 + 8 * i))
+      if acc.dtype.count > 1:
+        self.ins("vmovups", Reg(p, 256), Mem(32, theirs, disp=offsets[i]))
+        self.vstep(acc, a, p)
+        continue
+      if a.cls == "x": self.ins("vmovsd", Reg(p, 128), Mem(8, theirs, disp=offsets[i]))
+      else: self.ins("mov", Reg(p, 64), Mem(8, theirs, disp=offsets[i]))
       self.step(acc, a, p)
       self.round_acc(acc)
     self.place(skip)
@@ -794,12 +698,12 @@ class X86Writer(CStyleWriter):
     spans = [(a + len(code) - len(self.code) - 1, b + len(code) - len(self.code) - 1) for a, b in self.loop_spans]
     # xmm16-31 are left out: VEX instructions (vblendvps, vcmpss to a register, vroundss) cannot name them
     pools = {"g": list(GPR_POOL), "x": [f"xmm{i}" for i in range(13)]}
-    alloc = linear_scan(code, spans, pools, {"g": 8, "x": 8})
+    alloc = linear_scan(code, spans, pools, {"g": 8, "x": 32})
     frame = -(-alloc.frame // 16) * 16
     def reload(reg: str, v: VReg, off: int) -> Ins:
-      return Ins("mov" if v.cls == "g" else "vmovsd", [Reg(reg, 64 if v.cls == "g" else 128), Mem(8, "rsp", disp=off)])
+      return Ins("mov", [Reg(reg, 64), Mem(8, "rsp", disp=off)]) if v.cls == "g" else Ins("vmovups", [Reg(reg, 256), Mem(32, "rsp", disp=off)])
     def store(reg: str, v: VReg, off: int) -> Ins:
-      return Ins("mov" if v.cls == "g" else "vmovsd", [Mem(8, "rsp", disp=off), Reg(reg, 64 if v.cls == "g" else 128)])
+      return Ins("mov", [Mem(8, "rsp", disp=off), Reg(reg, 64)]) if v.cls == "g" else Ins("vmovups", [Mem(32, "rsp", disp=off), Reg(reg, 256)])
     body = rewrite(code, alloc, SCRATCH, reload, store)
     saved = [r for r in CALLEE_SAVED if r in alloc.assigned.values()]
     lines = [f"; x86-64 machine code for {self.k.name} ({len(alloc.slots)} values spilled to {alloc.frame} bytes)"]
@@ -814,6 +718,8 @@ class X86Writer(CStyleWriter):
     if frame: lines.append(f"  add rsp, {frame}")
     lines += [f"  pop {r}" for r in reversed(saved)]
     lines.append("  ret")
+    if self.pool: lines.append("  align 32")
+    for data, at in self.pool.items(): lines += [f"{at}:", f"  data {data.hex()}"]
     return "\n".join(lines) + "\n"
 
 
@@ -841,8 +747,8 @@ def _rule(fn_name: str):
 _I, _F = tuple(INTS), tuple(FLOATS)
 # instruction selection: a rule per (op, kind of value); the C++ matcher picks it by the node's op. A node no rule
 # takes is refused (X86Writer.name); a constant needs none (it is materialized where it is used).
-ISEL = PatternMatcher([
-  (UPat(Ops.LOAD, name="x"), _rule("load")),
+ISEL = PatternMatcher(VECTOR_RULES + [
+  (UPat(Ops.LOAD, dtype=(*_I, *_F), name="x"), _rule("load")),
   (UPat((Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR), dtype=_I, name="x"), _rule("int_alu")),
   (UPat(Ops.NEG, dtype=_I, name="x"), _rule("int_unary")),
   (UPat((Ops.SHL, Ops.SHR), dtype=_I, name="x"), _rule("shift")),
@@ -854,21 +760,25 @@ ISEL = PatternMatcher([
   (UPat((Ops.SQRT, Ops.TRUNC, Ops.RECIPROCAL, Ops.NEG), dtype=_F, name="x"), _rule("float_unary")),
   (UPat(Ops.MAX, dtype=_F, name="x"), _rule("float_max")),
   (UPat(Ops.WHERE, dtype=(*_I, *_F), name="x"), _rule("where")),
-  (UPat(Ops.CAST, dtype=(*_I, *_F), src=(UPat(dtype=(*_I, *_F)),), name="x"), _rule("cast")),
-  (UPat(Ops.BITCAST, dtype=(*_I, *_F), src=(UPat(dtype=(*_I, *_F)),), name="x"), _rule("bitcast")),
+  (UPat(Ops.CAST, dtype=(*_I, *_F), src=(UPat(dtype=(*_I, *_F)),), name="x"), _rule("cast_value")),
+  (UPat(Ops.BITCAST, dtype=(*_I, *_F), src=(UPat(dtype=(*_I, *_F)),), name="x"), _rule("bitcast_value")),
 ])
 
 
 class X86Renderer(Renderer):
-  """x86-64 machine code for this host (see the module doc): scalar code for now (vec=1), with FMA and AVX-512's extra
-  registers and unsigned conversions where the CPU has them."""
+  """x86-64 machine code for this host (see the module doc): vectors of 8 float32, int32 or uint32 lanes where the CPU
+  has AVX2 (renderer/isa/x86_vector.py; other types lane by lane), scalar code where it has not; FMA and AVX-512's
+  unsigned conversions where the CPU has them."""
   device = "CPU"
-  vec = 1
-  scalar_registers = True
+  vec_dtypes = LANE_DTYPES
+  vector_float_ops = frozenset((Ops.SQRT, Ops.TRUNC))
 
   def __init__(self, flags: frozenset[str] = frozenset()):
     self.fma, self.avx512 = "fma" in flags, "avx512f" in flags
-    self.registers = 16
+    avx2 = "avx2" in flags
+    # 16 vector registers; three of them are kept for reloading spilled values (SCRATCH)
+    self.vec, self.scalar_registers, self.registers = (8, False, 13) if avx2 else (1, True, 16)
+    if avx2: self.vector_transcendentals = frozenset({dtypes.float32})
 
   def supported_dtypes(self) -> set[DType]: return set(INTS) | set(FLOATS) - {dtypes.weakfloat} | {dtypes.float64}
 
