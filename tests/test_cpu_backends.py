@@ -5,6 +5,7 @@ bit for bit; the paths their renderers have of their own (masked and gated loads
 bfloat16 and half, spills); how the device is chosen; and the suite's torch comparisons with no C compiler at all."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -191,6 +192,8 @@ def test_device_selection(monkeypatch):
 
   def none() -> str: raise RuntimeError("no C compiler found")
   monkeypatch.setattr(ops_cpu, "c_compiler", none)
+  assert ops_cpu.renderer_name("CPU") == "X86"  # no C compiler and no llvmlite: machine code written here
+  monkeypatch.setattr(ops_cpu.importlib.util, "find_spec", real_find_spec)
   assert ops_cpu.renderer_name("CPU") == "LLVM"  # no C compiler: LLVM in process
   assert compiler.c_compiler is not none
 
@@ -246,6 +249,34 @@ def test_torch_comparisons_with_no_c_compiler(tmp_path):
   assert re.search(r"\d+ passed", tail) and "failed" not in tail, tail
 
 
+def test_repaired_wheel_runs_the_main_job_with_no_compiler(tmp_path):
+  # the wheel users install: built, repaired to a manylinux tag by auditwheel (its libraries grafted in), installed
+  # into a fresh virtual environment, and the main job run there with no C compiler on PATH, on the CPU's default
+  # in-process backend. The environment reads the job's other packages (numpy, scikit-learn) from this one's
+  # site-packages, listed after its own, so that nothing is downloaded and this checkout's tinyhybrid stays out.
+  wheels, fixed, venv = tmp_path / "wheels", tmp_path / "fixed", tmp_path / "venv"
+  run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=1200)
+  res = run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(wheels), f"-Cbuild-dir={ROOT / 'build' / 'wheel-test'}"])
+  assert res.returncode == 0, res.stderr[-3000:]
+  res = run([sys.executable, "-m", "auditwheel", "repair", str(next(wheels.glob("tinyhybrid-*.whl"))), "-w", str(fixed)])
+  assert res.returncode == 0, res.stderr[-3000:]
+  wheel = next(fixed.glob("tinyhybrid-*.whl"))
+  assert re.search(r"-manylinux_2_\d+_x86_64\.whl$", wheel.name), wheel.name
+  assert run([sys.executable, "-m", "venv", "--without-pip", str(venv)]).returncode == 0
+  python = venv / "bin" / "python"
+  site = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+  res = run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)])
+  assert res.returncode == 0, res.stderr[-3000:]
+  (site / "outer.pth").write_text("\n".join(p for p in sys.path if p.endswith("-packages")) + "\n")
+  env = {k: v for k, v in os.environ.items() if k not in ("CC", "DEV", "CPU_LLVM", "CPU_CC", "PYTEST_XDIST_WORKER", "PYTHONPATH")}
+  env.update(PATH=_path_without_compilers(tmp_path / "bin"), TINYHYBRID_CACHE=str(tmp_path / "cache"))
+  where = run([str(python), "-c", "import tinyhybrid; from tinyhybrid import Device; print(tinyhybrid.__file__, Device['CPU'].renderer.__class__.__name__)"],
+              env=env, cwd=tmp_path)
+  assert where.stdout.startswith(str(site)) and where.stdout.split()[-1] in ("LLVMRenderer", "X86Renderer"), where.stdout + where.stderr[-2000:]
+  job = run([str(python), str(ROOT / "examples" / "train_digits.py")], env=env, cwd=tmp_path)
+  assert job.returncode == 0 and re.search(r"test accuracy: 9\d\.\d%", job.stdout), (job.stdout + job.stderr)[-3000:]
+
+
 def test_x86_spills_values_past_its_registers(monkeypatch, capfd):
   # a register tile planned for 60 registers: far more accumulators live at once than x86 has
   monkeypatch.setattr(Device[X86].renderer, "registers", 60)
@@ -271,6 +302,25 @@ def test_x86_vector_code_matches_c(capfd):
   with Context(DEBUG=4): Tensor(f, device=X86).exp2().sqrt().realize()
   out = capfd.readouterr().out
   assert re.search(r"vsqrtps ymm\d+", out) and re.search(r"\[\.Lpool\d+\]", out), out[-3000:]
+
+
+def test_x86_instructions_are_what_its_text_says():
+  # the renderer hands the encoder its instructions with the text (no text is read back on a build); the text read
+  # back (runtime/x86.parse, what a DEBUG=4 listing or a hand-written kernel goes through) must give the same ones
+  from tinyhybrid.renderer.isa.x86 import X86Writer
+  from tinyhybrid.runtime.x86 import parse
+  seen = []
+  write = X86Writer.write
+  def capture(self):
+    seen.append(src := write(self))
+    return src
+  X86Writer.write = capture  # type: ignore[method-assign]
+  try:
+    a = Tensor(np.random.default_rng(6).standard_normal((19, 37)).astype(np.float32), device=X86)
+    Tensor.realize((a @ a.T).softmax(), a.pad(((1, 2), (3, 0))).max(0), (a.cast(dtypes.int32) << 2) // 3, a.cast(dtypes.half).exp2())
+  finally: X86Writer.write = write  # type: ignore[method-assign]
+  assert len(seen) >= 4
+  for src in seen: assert parse(str(src)) == src.program, src  # type: ignore[attr-defined]
 
 
 def test_x86_refuses_what_it_cannot_encode():

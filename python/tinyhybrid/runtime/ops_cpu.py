@@ -71,8 +71,8 @@ RENDERERS = ("CLANG", "LLVM", "X86")
 def renderer_name(name: str) -> str:
   """Which renderer the CPU device `name` uses: the one its name gives (CPU:LLVM), else CPU_CC's (tinygrad's CPU_CC=LLVM)
   or CPU_LLVM=1's, else CLANG where the C compiler is clang, LLVM where it is another (gcc gets scalar code: Q8_0
-  decode 4.9 tok/s against LLVM's 40) and llvmlite is installed, CLANG where it is not, and LLVM where no C compiler
-  is found."""
+  decode 4.9 tok/s against LLVM's 40) and llvmlite is installed, CLANG where it is not; where no C compiler is found,
+  LLVM where llvmlite is installed and X86 (machine code written here, nothing to install) where it is not."""
   t = Target.parse(name)
   if t.arch is not None: raise ValueError(f"{name}: the CPU device compiles for this host (no architecture)")
   env = os.environ.get
@@ -80,7 +80,7 @@ def renderer_name(name: str) -> str:
     raise ValueError(f"{name}: the CPU device has no renderer {want!r} (renderers: {', '.join(RENDERERS)})")
   if want: return want
   try: c_compiler()
-  except RuntimeError: return "LLVM"
+  except RuntimeError: return "LLVM" if importlib.util.find_spec("llvmlite") is not None else "X86"
   return "CLANG" if is_clang() or importlib.util.find_spec("llvmlite") is None else "LLVM"
 
 

@@ -4,6 +4,7 @@ then mprotect to read-execute). No tool runs and no file is written: a kernel bu
 so nothing is cached on disk."""
 from __future__ import annotations
 
+import functools
 import re
 
 from tinyhybrid.device import CompileError
@@ -13,21 +14,27 @@ _MEM = re.compile(r"(byte|word|dword|qword|xmmword|ymmword|zmmword) ptr \[([^\]]
 _SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "xmmword": 16, "ymmword": 32, "zmmword": 64}
 
 
+_TERM = re.compile(r"([+-]?)\s*([^\s+-]+)")
+_NUMBER = re.compile(r"-?(\d+|0x[0-9a-fA-F]+)")
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _operand(text: str):
-  """One operand of the renderer's assembly: a register name, an immediate, a memory reference or a label."""
+  """One operand of the renderer's assembly: a register name, an immediate, a memory reference or a label (the same
+  few hundred spellings recur in every kernel: each is read once)."""
   if m := _MEM.fullmatch(text):
     base = index = label = None
     scale, disp = 1, 0
-    for sign, term in re.findall(r"([+-]?)\s*([^\s+-]+)", m.group(2)):
+    for sign, term in _TERM.findall(m.group(2)):
       if "*" in term:
         index, s = term.split("*")
         scale = int(s)
-      elif re.fullmatch(r"\d+|0x[0-9a-fA-F]+", term): disp += int(term, 0) * (-1 if sign == "-" else 1)
+      elif _NUMBER.fullmatch(term) and term[0] != "-": disp += int(term, 0) * (-1 if sign == "-" else 1)
       elif term.startswith("."): label = term  # [rip + .Lconst]: the label's address
       else: base = term
     if label is not None: return ("mem", _SIZES[m.group(1)], "rip", None, 1, disp, label)
     return ("mem", _SIZES[m.group(1)], base, index, scale, disp)
-  if re.fullmatch(r"-?(\d+|0x[0-9a-fA-F]+)", text): return int(text, 0)
+  if _NUMBER.fullmatch(text): return int(text, 0)
   if text.startswith("."): return ("label", text)
   return text
 
@@ -55,7 +62,8 @@ def parse(src: str) -> list[tuple]:
 def assemble(name: str, src: str) -> tuple[bytes, dict[str, int]]:
   """A kernel's machine code and its labels' offsets."""
   from tinyhybrid._core import x86
-  try: return x86.assemble(parse(src))
+  # the renderer's text carries its instructions (renderer/isa/x86.Assembly); text from elsewhere is read
+  try: return x86.assemble(getattr(src, "program", None) or parse(src))
   except ValueError as e: raise CompileError(f"kernel {name}: the x86 encoder refuses its code: {e}\n--- source ---\n{src}") from None
 
 

@@ -8,30 +8,30 @@ spilled to a stack slot of its own. Each instruction that reads a spilled value 
 store after it (an ISA supplies the scratch registers and how to spell a reload and a store)."""
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 
-@dataclass(frozen=True, eq=False)
 class VReg:
-  """A virtual register of a class ("g": general purpose, "x": vector/float), given a physical one by allocation."""
-  cls: str
-  n: int
+  """A virtual register of a class ("g": general purpose, "x": vector/float), given a physical one by allocation; each
+  is its own (equal only to itself)."""
+  __slots__ = ("cls", "n")
+  def __init__(self, cls: str, n: int): self.cls, self.n = cls, n
   def __repr__(self) -> str: return f"%{self.cls}{self.n}"
 
 
-@dataclass(frozen=True)
-class Mem:
+# operands are tuples (made by the thousand for every kernel, where a frozen dataclass costs several times more)
+class Mem(NamedTuple):
   """A memory operand: size bytes at [base + index * scale + disp] (base and index: registers, virtual or not)."""
   size: int
   base: VReg | str | None
-  index: VReg | str | None = None
+  index: VReg | str | None = None  # type: ignore[assignment]  # (a field, where tuple has a method of the name)
   scale: int = 1
   disp: int = 0
 
 
-@dataclass(frozen=True)
-class Reg:
+class Reg(NamedTuple):
   """A register operand: a virtual or physical register, read or written `bits` wide."""
   r: VReg | str
   bits: int
@@ -76,11 +76,17 @@ def live_intervals(code: list[Ins], loops: Iterable[tuple[int, int]]) -> dict[VR
 def spill_costs(code: list[Ins], loops: Iterable[tuple[int, int]]) -> dict[VReg, float]:
   """What spilling each virtual register would cost: its reads and writes, each weighted 8x for every loop around it
   (a loop's accumulator or a buffer's address read every trip costs far more than a value read once)."""
-  spans = list(loops)
+  change = [0] * (len(code) + 1)  # the loops around each position: +1 where one starts, -1 past its end
+  for head, back in loops:
+    change[head] += 1
+    change[back + 1] -= 1
   out: dict[VReg, float] = {}
+  depth = 0
   for i, ins in enumerate(code):
-    weight = 8.0 ** sum(head <= i <= back for head, back in spans)
-    for v in (*ins.uses, *ins.defs): out[v] = out.get(v, 0.0) + weight
+    depth += change[i]
+    weight = 8.0 ** depth
+    for v in ins.uses: out[v] = out.get(v, 0.0) + weight
+    for v in ins.defs: out[v] = out.get(v, 0.0) + weight
   return out
 
 
@@ -124,11 +130,12 @@ def rewrite(code: list[Ins], alloc: Allocation, scratch: dict[str, list[str]],
   that read them and stored after those that write them. reload(reg, vreg, offset) and store(reg, vreg, offset) spell
   the ISA's moves between a register and a stack slot."""
   out: list[Ins] = []
+  slots = alloc.slots
   for ins in code:
-    spilled = [v for v in dict.fromkeys((*ins.uses, *ins.defs)) if v in alloc.slots]
-    if not spilled:
+    if not slots or not any(v in slots for v in ins.uses) and not any(v in slots for v in ins.defs):
       out.append(_on_physical(ins, alloc.assigned))
       continue
+    spilled = [v for v in dict.fromkeys((*ins.uses, *ins.defs)) if v in slots]
     regs: dict[VReg, str] = {}
     taken: dict[str, int] = {}
     for v in spilled:  # read ones first: a value only written may reuse a scratch register its reads freed
@@ -139,18 +146,21 @@ def rewrite(code: list[Ins], alloc: Allocation, scratch: dict[str, list[str]],
       if v not in regs: regs[v] = scratch[v.cls][0]
     for v in spilled:
       if v in ins.uses: out.append(reload(regs[v], v, alloc.slots[v]))
-    out.append(_on_physical(ins, {**alloc.assigned, **regs}))
+    out.append(_on_physical(ins, alloc.assigned, regs))
     for v in spilled:
       if v in ins.defs: out.append(store(regs[v], v, alloc.slots[v]))
   return out
 
 
-def _on_physical(ins: Ins, where: dict[VReg, str]) -> Ins:
-  def phys(r):
-    return where[r] if isinstance(r, VReg) else r
+def _on_physical(ins: Ins, where: dict[VReg, str], scratch: dict[VReg, str] | None = None) -> Ins:
+  if not ins.uses and not ins.defs: return Ins(ins.mn, ins.ops)  # no virtual register in it
+  if scratch: where = collections.ChainMap(scratch, where)  # type: ignore[assignment]
   ops = []
   for o in ins.ops:
-    if isinstance(o, Reg): o = Reg(phys(o.r), o.bits)
-    elif isinstance(o, Mem): o = Mem(o.size, phys(o.base), phys(o.index), o.scale, o.disp)
+    t = type(o)
+    if t is Reg:
+      if type(o.r) is VReg: o = Reg(where[o.r], o.bits)
+    elif t is Mem and (type(o.base) is VReg or type(o.index) is VReg):
+      o = Mem(o.size, where[o.base] if type(o.base) is VReg else o.base, where[o.index] if type(o.index) is VReg else o.index, o.scale, o.disp)
     ops.append(o)
   return Ins(ins.mn, ops)

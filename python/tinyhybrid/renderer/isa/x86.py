@@ -15,6 +15,7 @@ and the accumulators' terms are taken in turns, so that a loaded value lives fro
 What the selector has no rule for is refused at render time, naming the op and the kernel; nothing falls back."""
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -38,6 +39,7 @@ _SIZE = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmwo
 
 
 
+@functools.cache
 def reg_name(r: str, bits: int) -> str:
   """A 64-bit register's name when read or written `bits` wide (xmm registers keep theirs)."""
   if r.startswith("xmm"): return r if bits <= 128 else "ymm" + r[3:]
@@ -47,14 +49,15 @@ def reg_name(r: str, bits: int) -> str:
 
 
 def operand_text(o) -> str:
-  if isinstance(o, Reg): return reg_name(o.r, o.bits)  # type: ignore[arg-type]
-  if isinstance(o, Mem):
-    parts = [str(o.base)] if o.base is not None else []
-    if o.index is not None: parts.append(f"{o.index}*{o.scale}")
-    text = " + ".join(parts)
-    if o.disp or not parts: text += f" {'-' if o.disp < 0 else '+'} {abs(o.disp)}" if parts else str(o.disp)
-    return f"{_SIZE[o.size]} ptr [{text}]"
-  return str(o)
+  """An operand in the encoder's form (encoder_operand) as the assembly text spells it."""
+  if type(o) is not tuple: return str(o)
+  if o[0] == "label": return o[1]
+  _, size, base, index, scale, disp, *label = o
+  parts = [label[0] if label else base] if base is not None else []
+  if index is not None: parts.append(f"{index}*{scale}")
+  text = " + ".join(parts)
+  if disp or not parts: text += f" {'-' if disp < 0 else '+'} {abs(disp)}" if parts else str(disp)
+  return f"{_SIZE[size]} ptr [{text}]"
 
 
 def _bits(dt: DType) -> int: return 64 if dt is dtypes.weakint else max(8, dt.itemsize * 8)
@@ -68,21 +71,28 @@ _READ_WRITE_FIRST = {"add", "sub", "and", "or", "xor", "neg", "not", "shl", "shr
 _CC = ("e", "ne", "l", "le", "g", "ge", "b", "be", "a", "ae", "s", "ns", "p", "np", "o", "no")
 
 
+@functools.cache
+def _first_operand(mn: str, n: int) -> str:
+  """How an instruction of n operands treats its first register operand: "w" written, "r" read, "rw" both ("xadd":
+  lock xadd, whose register operand is read and written)."""
+  if mn in _READ_FIRST: return "r"
+  if mn == "lock xadd": return "xadd"  # its register (the second operand) is exchanged: read, then written
+  if mn in _READ_WRITE_FIRST or mn.startswith("cmov") or mn == "imul" and n == 2: return "rw"
+  return "w"
+
+
 def _effects(mn: str, ops: list) -> tuple[tuple[VReg, ...], tuple[VReg, ...]]:
   defs: list[VReg] = []
   uses: list[VReg] = []
+  first = _first_operand(mn, len(ops))
   for i, o in enumerate(ops):
-    if isinstance(o, Mem):
-      uses += [r for r in (o.base, o.index) if isinstance(r, VReg)]
-    elif isinstance(o, Reg) and isinstance(o.r, VReg):
-      if mn == "lock xadd":  # exchanges: the register's old value is read, the memory's written to it
-        uses.append(o.r)
-        defs.append(o.r)
-      elif i > 0 or mn in _READ_FIRST: uses.append(o.r)
-      elif mn in _READ_WRITE_FIRST or mn.startswith("cmov") or mn == "imul" and len(ops) == 2:
-        uses.append(o.r)
-        defs.append(o.r)
-      else: defs.append(o.r)
+    t = type(o)
+    if t is Mem:
+      if type(o.base) is VReg: uses.append(o.base)
+      if type(o.index) is VReg: uses.append(o.index)
+    elif t is Reg and type(o.r) is VReg:
+      if i > 0 or first != "w": uses.append(o.r)
+      if i == 0 and first in ("w", "rw") or first == "xadd": defs.append(o.r)
   return tuple(defs), tuple(uses)
 
 
@@ -706,21 +716,46 @@ class X86Writer(X86Conversions, X86Vectors, CStyleWriter):
       return Ins("mov", [Mem(8, "rsp", disp=off), Reg(reg, 64)]) if v.cls == "g" else Ins("vmovups", [Mem(32, "rsp", disp=off), Reg(reg, 256)])
     body = rewrite(code, alloc, SCRATCH, reload, store)
     saved = [r for r in CALLEE_SAVED if r in alloc.assigned.values()]
+    head = [Ins("label", [self.k.name]), *(Ins("push", [Reg(r, 64)]) for r in saved)]
+    if frame: head.append(Ins("sub", [Reg("rsp", 64), frame]))
+    tail = [Ins("add", [Reg("rsp", 64), frame])] if frame else []
+    tail += [*(Ins("pop", [Reg(r, 64)]) for r in reversed(saved)), Ins("ret", [])]
+    if self.pool: tail.append(Ins("align", [32]))
+    for data, at in self.pool.items(): tail += [Ins("label", [at]), Ins("data", [data])]
     lines = [f"; x86-64 machine code for {self.k.name} ({len(alloc.slots)} values spilled to {alloc.frame} bytes)"]
     if self.stateful: lines.insert(0, f"; {STATE_MARK}{self.part_stride}")
-    lines.append(f"{self.k.name}:")
-    lines += [f"  push {r}" for r in saved]
-    if frame: lines.append(f"  sub rsp, {frame}")
-    for ins in body:
+    program: list[tuple] = []
+    for ins in (*head, *body, *tail):
+      if ins.mn in ("mov", "vmovaps") and type(ins.ops[0]) is Reg and ins.ops[0] == ins.ops[1] and ins.ops[0].bits != 32: continue
       if ins.mn == "label": lines.append(f"{ins.ops[0]}:")
-      elif ins.mn in ("mov", "vmovaps") and isinstance(ins.ops[0], Reg) and ins.ops[0] == ins.ops[1] and ins.ops[0].bits in (64, 128): continue
-      else: lines.append(f"  {ins.mn} {', '.join(operand_text(o) for o in ins.ops)}".rstrip())
-    if frame: lines.append(f"  add rsp, {frame}")
-    lines += [f"  pop {r}" for r in reversed(saved)]
-    lines.append("  ret")
-    if self.pool: lines.append("  align 32")
-    for data, at in self.pool.items(): lines += [f"{at}:", f"  data {data.hex()}"]
-    return "\n".join(lines) + "\n"
+      elif ins.mn == "data": lines.append(f"  data {ins.ops[0].hex()}")
+      else:
+        ops = [encoder_operand(o) for o in ins.ops]
+        lines.append(f"  {ins.mn} {', '.join(map(operand_text, ops))}".rstrip())
+        program.append((ins.mn, *ops))
+        continue
+      program.append(("label", ins.ops[0]) if ins.mn == "label" else (ins.mn, *ins.ops))
+    return Assembly("\n".join(lines) + "\n", program)
+
+
+class Assembly(str):
+  """A kernel's assembly text (what DEBUG=4 prints, and what runtime/x86.py reads back) with the instructions it spells
+  as the encoder takes them, so that the build reads no text."""
+  program: list[tuple]
+
+  def __new__(cls, text: str, program: list[tuple]) -> Assembly:
+    self = super().__new__(cls, text)
+    self.program = program
+    return self
+
+
+def encoder_operand(o):
+  """An operand as the encoder takes it (tinyhybrid._core.x86.assemble)."""
+  if type(o) is Reg: return reg_name(o.r, o.bits)  # type: ignore[arg-type]
+  if type(o) is Mem:
+    if isinstance(o.base, str) and o.base.startswith("."): return ("mem", o.size, "rip", None, 1, o.disp, o.base)
+    return ("mem", o.size, o.base, o.index, o.scale, o.disp)
+  return ("label", o) if isinstance(o, str) else o
 
 
 def _canonical(v: int, dt: DType) -> int:

@@ -30,7 +30,7 @@ _COMMUTATIVE = {"vaddps", "vmulps", "vpaddd", "vpmulld", "vpand", "vpor", "vpxor
 
 def const_lanes(u: UOp) -> list | None:
   """The lanes of a constant vector (one value for a splat), None for anything else."""
-  if u.dtype.count > 1 and u.op is Ops.CONST: return [u.arg]
+  if u.op is Ops.CONST: return [u.arg] if u.dtype.count > 1 else None
   if u.op is Ops.VECTORIZE and all(s.op is Ops.CONST for s in u.src): return [s.arg for s in u.src]
   return None
 
@@ -43,7 +43,9 @@ def vbits(dt: DType) -> int:
 def lane_bytes(value, dt: DType) -> bytes:
   """One lane of a constant vector of dt as memory holds it (a bool: its lane mask)."""
   if dt is dtypes.float32:
-    with np.errstate(over="ignore"): return np.array(value, np.float32).tobytes()
+    try: return struct.pack("<f", value)
+    except OverflowError:  # past float32's range: rounded to an infinity, as a cast does
+      with np.errstate(over="ignore"): return np.array(value, np.float32).tobytes()
   if dt is dtypes.bool: return struct.pack("<i", -1 if value else 0)
   return struct.pack("<I", int(value) & 0xFFFFFFFF)
 
