@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 
 class VReg:
@@ -19,6 +19,9 @@ class VReg:
   __slots__ = ("cls", "n")
   def __init__(self, cls: str, n: int): self.cls, self.n = cls, n
   def __repr__(self) -> str: return f"%{self.cls}{self.n}"
+
+
+T = TypeVar("T")
 
 
 # operands are tuples (made by the thousand for every kernel, where a frozen dataclass costs several times more)
@@ -124,16 +127,31 @@ def linear_scan(code: list[Ins], loops: Iterable[tuple[int, int]], pools: dict[s
   return out
 
 
-def rewrite(code: list[Ins], alloc: Allocation, scratch: dict[str, list[str]],
-            reload: Callable[[str, VReg, int], Ins], store: Callable[[str, VReg, int], Ins]) -> list[Ins]:
+def on_physical(ins: Ins, where: Mapping[VReg, str]) -> Ins:
+  """ins with its virtual registers replaced by their places in `where`."""
+  if not ins.uses and not ins.defs: return Ins(ins.mn, ins.ops)  # no virtual register in it
+  ops = []
+  for o in ins.ops:
+    t = type(o)
+    if t is Reg:
+      if type(o.r) is VReg: o = Reg(where[o.r], o.bits)
+    elif t is Mem and (type(o.base) is VReg or type(o.index) is VReg):
+      o = Mem(o.size, where[o.base] if type(o.base) is VReg else o.base, where[o.index] if type(o.index) is VReg else o.index, o.scale, o.disp)
+    ops.append(o)
+  return Ins(ins.mn, ops)
+
+
+def rewrite(code: list[Ins], alloc: Allocation, scratch: dict[str, list[str]], reload: Callable[[str, VReg, int], Ins],
+            store: Callable[[str, VReg, int], Ins], spell: Callable[[Ins, Mapping[VReg, str]], T] = on_physical) -> list[T]:  # type: ignore[assignment]
   """The instructions on physical registers: spilled values reloaded into scratch registers before the instructions
   that read them and stored after those that write them. reload(reg, vreg, offset) and store(reg, vreg, offset) spell
-  the ISA's moves between a register and a stack slot."""
-  out: list[Ins] = []
+  the ISA's moves between a register and a stack slot; spell(ins, where) writes each instruction out with its virtual
+  registers at their places (an Ins by default, or the ISA's own form)."""
+  out: list[T] = []
   slots = alloc.slots
   for ins in code:
     if not slots or not any(v in slots for v in ins.uses) and not any(v in slots for v in ins.defs):
-      out.append(_on_physical(ins, alloc.assigned))
+      out.append(spell(ins, alloc.assigned))
       continue
     spilled = [v for v in dict.fromkeys((*ins.uses, *ins.defs)) if v in slots]
     regs: dict[VReg, str] = {}
@@ -145,22 +163,8 @@ def rewrite(code: list[Ins], alloc: Allocation, scratch: dict[str, list[str]],
     for v in spilled:  # written only: the instruction has read its sources by the time it writes
       if v not in regs: regs[v] = scratch[v.cls][0]
     for v in spilled:
-      if v in ins.uses: out.append(reload(regs[v], v, alloc.slots[v]))
-    out.append(_on_physical(ins, alloc.assigned, regs))
+      if v in ins.uses: out.append(spell(reload(regs[v], v, alloc.slots[v]), {}))
+    out.append(spell(ins, collections.ChainMap(regs, alloc.assigned)))
     for v in spilled:
-      if v in ins.defs: out.append(store(regs[v], v, alloc.slots[v]))
+      if v in ins.defs: out.append(spell(store(regs[v], v, alloc.slots[v]), {}))
   return out
-
-
-def _on_physical(ins: Ins, where: dict[VReg, str], scratch: dict[VReg, str] | None = None) -> Ins:
-  if not ins.uses and not ins.defs: return Ins(ins.mn, ins.ops)  # no virtual register in it
-  if scratch: where = collections.ChainMap(scratch, where)  # type: ignore[assignment]
-  ops = []
-  for o in ins.ops:
-    t = type(o)
-    if t is Reg:
-      if type(o.r) is VReg: o = Reg(where[o.r], o.bits)
-    elif t is Mem and (type(o.base) is VReg or type(o.index) is VReg):
-      o = Mem(o.size, where[o.base] if type(o.base) is VReg else o.base, where[o.index] if type(o.index) is VReg else o.index, o.scale, o.disp)
-    ops.append(o)
-  return Ins(ins.mn, ops)

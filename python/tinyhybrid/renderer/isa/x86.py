@@ -22,6 +22,7 @@ import struct
 from tinyhybrid.codegen.late.regalloc import Ins, Mem, Reg, VReg, linear_scan, rewrite
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.dtype import DType, dtypes
+from tinyhybrid.helpers import disable_gc
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CHUNKS, STATE_MARK, CStyleWriter
 from tinyhybrid.renderer.isa.x86_convert import _WIDE, FLOATS, INTS, X86Conversions, _unsigned
@@ -36,6 +37,8 @@ SCRATCH = {"g": ["r10", "r11"], "x": ["xmm13", "xmm14", "xmm15"]}
 _LOW = {"rax": ("eax", "ax", "al"), "rbx": ("ebx", "bx", "bl"), "rcx": ("ecx", "cx", "cl"), "rdx": ("edx", "dx", "dl"),
         "rsi": ("esi", "si", "sil"), "rdi": ("edi", "di", "dil"), "rbp": ("ebp", "bp", "bpl"), "rsp": ("esp", "sp", "spl")}
 _SIZE = {1: "byte", 2: "word", 4: "dword", 8: "qword", 16: "xmmword", 32: "ymmword"}
+# registers whose move to themselves does nothing (a 32-bit move clears the upper half)
+_WHOLE = frozenset((*GPR_POOL, "rax", "rcx", "rdx", "r10", "r11", *(f"{p}mm{i}" for p in "xy" for i in range(16))))
 
 
 
@@ -49,7 +52,7 @@ def reg_name(r: str, bits: int) -> str:
 
 
 def operand_text(o) -> str:
-  """An operand in the encoder's form (encoder_operand) as the assembly text spells it."""
+  """An operand in the encoder's form (spelled) as the assembly text spells it."""
   if type(o) is not tuple: return str(o)
   if o[0] == "label": return o[1]
   _, size, base, index, scale, disp, *label = o
@@ -109,23 +112,24 @@ class X86Writer(X86Conversions, X86Vectors, CStyleWriter):
     self.loop_state: dict[UOp, tuple] = {}
     self.acc: dict[UOp, VReg] = {}
     self.pool: dict[bytes, str] = {}  # constant vectors, by their bytes: their labels
-    # index + constant read only as an address: the constant becomes the address's displacement, nothing is computed
     users: dict[UOp, list[UOp]] = {}
-    for u in self.order:
-      for x in u.src: users.setdefault(x, []).append(u)
-    self.users = users
-    def plain_address(ix: UOp) -> bool: return all(not (r.op is Ops.LOAD and r.dtype.count == 1 and len(r.src) > 1) for r in users.get(ix, ()))
-    self.offsets = {u for u in self.order if u.op is Ops.ADD and u.dtype.scalar() in INTS and u.src[0].op is not Ops.CONST and
-                    self.int_imm(u.src[1]) is not None and all(r.op is Ops.INDEX and r.src[1] is u and plain_address(r) for r in users[u])}
-    # a scalar load only broadcast to vectors: each broadcast reads memory itself (vbroadcastss ymm, [mem])
-    self.from_memory = {u for u in self.order if u.op is Ops.LOAD and u.dtype in LANE_DTYPES and len(u.src) == 1 and
-                        all(r.op is Ops.VECTORIZE and all(x is u for x in r.src) for r in users[u])}
-    # the gates and lane masks of vector loads: their vector masks are made where they are computed, out of the loops
     self.vector_masks: dict[UOp, set[int]] = {}
     for u in self.order:
+      for x in u.src: users.setdefault(x, []).append(u)
+      # the gates and lane masks of vector loads: their vector masks are made where they are computed, out of the loops
       if u.op is Ops.LOAD and u.dtype.count > 1:
         for m in u.src[1:]:
           if m.op is not Ops.CONST: self.vector_masks.setdefault(m, set()).add(max(u.dtype.count, 4))
+    self.users = users
+    def plain_address(ix: UOp) -> bool: return all(not (r.op is Ops.LOAD and r.dtype.count == 1 and len(r.src) > 1) for r in users.get(ix, ()))
+    self.offsets, self.from_memory = set(), set()
+    for u in self.order:
+      # index + constant read only as an address: the constant becomes the address's displacement, nothing is computed
+      if u.op is Ops.ADD and u.dtype.scalar() in INTS and u.src[0].op is not Ops.CONST and self.int_imm(u.src[1]) is not None and \
+         all(r.op is Ops.INDEX and r.src[1] is u and plain_address(r) for r in users[u]): self.offsets.add(u)
+      # a scalar load only broadcast to vectors: each broadcast reads memory itself (vbroadcastss ymm, [mem])
+      elif u.op is Ops.LOAD and u.dtype in LANE_DTYPES and len(u.src) == 1 and \
+           all(r.op is Ops.VECTORIZE and all(x is u for x in r.src) for r in users[u]): self.from_memory.add(u)
     self.lane_masks: dict[tuple[UOp, int], VReg] = {}
     self.sunk: set[UOp] = set()  # nodes of the innermost loop named where a fused multiply-add reads them (need)
 
@@ -714,27 +718,21 @@ class X86Writer(X86Conversions, X86Vectors, CStyleWriter):
       return Ins("mov", [Reg(reg, 64), Mem(8, "rsp", disp=off)]) if v.cls == "g" else Ins("vmovups", [Reg(reg, 256), Mem(32, "rsp", disp=off)])
     def store(reg: str, v: VReg, off: int) -> Ins:
       return Ins("mov", [Mem(8, "rsp", disp=off), Reg(reg, 64)]) if v.cls == "g" else Ins("vmovups", [Mem(32, "rsp", disp=off), Reg(reg, 256)])
-    body = rewrite(code, alloc, SCRATCH, reload, store)
+    body = rewrite(code, alloc, SCRATCH, reload, store, spelled)
     saved = [r for r in CALLEE_SAVED if r in alloc.assigned.values()]
-    head = [Ins("label", [self.k.name]), *(Ins("push", [Reg(r, 64)]) for r in saved)]
-    if frame: head.append(Ins("sub", [Reg("rsp", 64), frame]))
-    tail = [Ins("add", [Reg("rsp", 64), frame])] if frame else []
-    tail += [*(Ins("pop", [Reg(r, 64)]) for r in reversed(saved)), Ins("ret", [])]
-    if self.pool: tail.append(Ins("align", [32]))
-    for data, at in self.pool.items(): tail += [Ins("label", [at]), Ins("data", [data])]
+    head: list[tuple] = [("label", self.k.name), *(("push", r) for r in saved)]
+    if frame: head.append(("sub", "rsp", frame))
+    tail: list[tuple] = [("add", "rsp", frame)] if frame else []
+    tail += [*(("pop", r) for r in reversed(saved)), ("ret",)]
+    if self.pool: tail.append(("align", 32))
+    for data, at in self.pool.items(): tail += [("label", at), ("data", data)]
     lines = [f"; x86-64 machine code for {self.k.name} ({len(alloc.slots)} values spilled to {alloc.frame} bytes)"]
     if self.stateful: lines.insert(0, f"; {STATE_MARK}{self.part_stride}")
-    program: list[tuple] = []
-    for ins in (*head, *body, *tail):
-      if ins.mn in ("mov", "vmovaps") and type(ins.ops[0]) is Reg and ins.ops[0] == ins.ops[1] and ins.ops[0].bits != 32: continue
-      if ins.mn == "label": lines.append(f"{ins.ops[0]}:")
-      elif ins.mn == "data": lines.append(f"  data {ins.ops[0].hex()}")
-      else:
-        ops = [encoder_operand(o) for o in ins.ops]
-        lines.append(f"  {ins.mn} {', '.join(map(operand_text, ops))}".rstrip())
-        program.append((ins.mn, *ops))
-        continue
-      program.append(("label", ins.ops[0]) if ins.mn == "label" else (ins.mn, *ins.ops))
+    program = [ins for ins in (*head, *body, *tail) if not (ins[0] in ("mov", "vmovaps") and ins[1] == ins[2] and ins[1] in _WHOLE)]
+    for ins in program:
+      if ins[0] == "label": lines.append(f"{ins[1]}:")
+      elif ins[0] == "data": lines.append(f"  data {ins[1].hex()}")
+      else: lines.append(f"  {ins[0]} {', '.join(map(operand_text, ins[1:]))}".rstrip())
     return Assembly("\n".join(lines) + "\n", program)
 
 
@@ -749,13 +747,20 @@ class Assembly(str):
     return self
 
 
-def encoder_operand(o):
-  """An operand as the encoder takes it (tinyhybrid._core.x86.assemble)."""
-  if type(o) is Reg: return reg_name(o.r, o.bits)  # type: ignore[arg-type]
-  if type(o) is Mem:
-    if isinstance(o.base, str) and o.base.startswith("."): return ("mem", o.size, "rip", None, 1, o.disp, o.base)
-    return ("mem", o.size, o.base, o.index, o.scale, o.disp)
-  return ("label", o) if isinstance(o, str) else o
+def spelled(ins: Ins, where) -> tuple:
+  """An instruction as the encoder takes it (tinyhybrid._core.x86.assemble), its virtual registers at their places."""
+  if ins.mn in ("label", "data"): return (ins.mn, ins.ops[0])
+  out: list = [ins.mn]
+  for o in ins.ops:
+    t = type(o)
+    if t is Reg: out.append(reg_name(where[o.r] if type(o.r) is VReg else o.r, o.bits))
+    elif t is Mem:
+      base = where[o.base] if type(o.base) is VReg else o.base
+      if isinstance(base, str) and base.startswith("."): out.append(("mem", o.size, "rip", None, 1, o.disp, base))  # a pool constant
+      else: out.append(("mem", o.size, base, where[o.index] if type(o.index) is VReg else o.index, o.scale, o.disp))
+    elif t is str: out.append(("label", o))
+    else: out.append(o)
+  return tuple(out)
 
 
 def _canonical(v: int, dt: DType) -> int:
@@ -817,6 +822,9 @@ class X86Renderer(Renderer):
 
   def supported_dtypes(self) -> set[DType]: return set(INTS) | set(FLOATS) - {dtypes.weakfloat} | {dtypes.float64}
 
+  # a kernel's selection and allocation make tens of thousands of short-lived objects: with a large heap around them
+  # (a test session's, a model's) the collector's passes cost a fifth of a build
+  @disable_gc()
   def render(self, k: LoweredKernel) -> str:
     self.check_dtypes(k, "the x86 renderer")
     return X86Writer(k, self).write()

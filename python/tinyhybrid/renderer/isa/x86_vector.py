@@ -7,6 +7,7 @@ the code (`data`, read rip-relative).
 X86Vectors is a part of X86Writer (renderer/isa/x86.py): it uses the writer's instructions, registers and values."""
 from __future__ import annotations
 
+import functools
 import struct
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,13 @@ def lane_bytes(value, dt: DType) -> bytes:
   return struct.pack("<I", int(value) & 0xFFFFFFFF)
 
 
+@functools.lru_cache(maxsize=4096)
+def pool_bytes(values: tuple, dt: DType) -> bytes:
+  """A constant vector's bytes in the pool: its lanes, padded to an xmm or ymm register's 16 or 32."""
+  data = b"".join(lane_bytes(v, dt) for v in values)
+  return data + bytes((16 if len(data) <= 16 else 32) - len(data))
+
+
 class X86Vectors:
   if TYPE_CHECKING:
     from tinyhybrid.renderer.isa.x86 import X86Renderer
@@ -73,8 +81,7 @@ class X86Vectors:
 
   def pooled(self, values: list, dt: DType) -> Mem:
     """The constant lanes `values` of vector type dt in the constant pool."""
-    data = b"".join(lane_bytes(v, dt.scalar()) for v in values)
-    data += bytes((16 if len(data) <= 16 else 32) - len(data))
+    data = pool_bytes(tuple(values), dt.scalar())
     if (at := self.pool.get(data)) is None: at = self.pool[data] = f".Lpool{len(self.pool)}"
     return Mem(len(data), at)
 
