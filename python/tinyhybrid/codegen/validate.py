@@ -101,7 +101,8 @@ class _Z3:
     if (hit := self.map.get(root)) is not None: return hit
     for u in root.toposort(gate=lambda n: n not in self.map and n.op not in (Ops.INDEX, Ops.PARAM)):
       if u not in self.map: self.map[u] = self.node(u)
-    return self.map[root]
+    # an address or a buffer (met inside a lane mask that a loaded value decides) has no value to follow: unknown
+    return self.map[root] if root in self.map else (None,) * root.dtype.count
 
   def node(self, u: UOp) -> tuple:
     z3, op, dt = self.z3, u.op, u.dtype
