@@ -119,7 +119,6 @@ class X86Vectors:
   def vval(self, u: UOp, vdt: DType) -> VReg:
     """u as a vector of vdt's lanes: a scalar is splatted."""
     if u.dtype.count == 1: return self.splat(u, vdt.scalar().vec(vdt.count))
-    if u.op is Ops.CONST: return self.vconst([u.arg] * u.dtype.count, u.dtype)
     return self.val(u)
 
   def shuffle(self, src: UOp, lanes: list[int], vdt: DType) -> VReg:
@@ -214,7 +213,7 @@ class X86Vectors:
 
   def vmem(self, index: UOp, n: int) -> Mem:
     m = self.address(index)
-    return Mem(4 * n, m.base, m.index, m.scale, m.disp)
+    return m._replace(size=4 * n)
 
   def load_vector(self, x: UOp) -> None:
     n, bits = x.dtype.count, vbits(x.dtype)
@@ -227,7 +226,7 @@ class X86Vectors:
       return self.set(x, d)
     # masked: a lane masked off is never read (a vector may overhang its buffer's end); 2 lanes are 4 with 2 off
     m = self.lane_mask(gate, mask, max(n, 4))
-    self.ins("vmaskmovps", Reg(d, bits), Reg(m, bits), Mem(bits // 8, mem.base, mem.index, mem.scale, mem.disp))
+    self.ins("vmaskmovps", Reg(d, bits), Reg(m, bits), mem._replace(size=bits // 8))
     return self.set(x, d)
 
   def store_vector(self, st: UOp) -> None:
