@@ -418,6 +418,20 @@ def test_a_matrix_product_reads_an_operand_strided_along_the_reduce_from_a_copy(
   np.testing.assert_allclose(t.numpy(), a_np @ b_np, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("stride,hw,cout,copies", [(2, 32, 64, 1), (3, 45, 64, 1), (1, 32, 64, 0), (2, 32, 4, 0)])
+def test_a_strided_1x1_conv_reads_its_input_from_a_copy_of_the_values_it_uses(stride, hw, cout, copies):
+  # a 1x1 conv of stride 2 (ResNet's downsampling) reads every other value of its rows: on a CPU those values are
+  # copied first, so its vectors load rows whole; a conv of stride 1, or one with too few output channels to reuse the
+  # copy, reads its input as it is
+  x_np, w_np = _f(2, 64, hw, hw), _f(cout, 64, 1, 1)
+  x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
+  t = x.conv2d(w, stride=stride)
+  names = _cpu_schedule(t)
+  assert sum(n.startswith("E_") for n in names) == copies and sum(n.startswith("r_") for n in names) == 1, names
+  ref = torch.nn.functional.conv2d(torch.from_numpy(x_np), torch.from_numpy(w_np), stride=stride).numpy()
+  np.testing.assert_allclose(t.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
 def test_a_copied_operand_that_is_itself_a_product_is_computed_once():
   # x = a @ b is kept and also read, down its columns, by p @ x: the copy of x reads x's kernel, which reads the copy
   # of b; each product is computed by one kernel

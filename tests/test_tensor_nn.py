@@ -42,6 +42,7 @@ CONV_CASES = [
   ("2d_mixed", (2, 4, 7, 6), (6, 2, 3, 2), dict(groups=2, stride=(2, 1), dilation=(1, 2), padding=(1, 0)), True),
   ("2d_depthwise_dil", (1, 4, 6, 6), (4, 1, 3, 3), dict(groups=4, dilation=2, padding=2), True),
   ("2d_stride_gt_kernel", (1, 2, 8, 7), (2, 2, 2, 2), dict(stride=3, padding=1), False),
+  ("2d_1x1_stride", (2, 3, 10, 7), (4, 3, 1, 1), dict(stride=(3, 2)), True),
   ("3d", (1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(stride=(1, 2, 1), padding=1), True),
 ]
 
@@ -224,6 +225,9 @@ POOL_CASES = [
   ("avg_pad_ceil", "avg", (2, 2, 7, 6), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
   ("avg_pad_ceil_nocount", "avg", (2, 2, 7, 6), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
   ("max_1d", "max", (2, 3, 9), dict(kernel_size=(3,), stride=2, padding=1)),
+  ("max_apart", "max", (2, 3, 9, 11), dict(kernel_size=1, stride=2)),
+  ("max_apart_pad", "max", (1, 2, 10, 7), dict(kernel_size=2, stride=3, padding=1)),
+  ("avg_apart_ceil", "avg", (2, 2, 11, 9), dict(kernel_size=(2, 1), stride=(3, 2), ceil_mode=True)),
   ("avg_1d", "avg", (2, 3, 9), dict(kernel_size=(4,), stride=3, ceil_mode=True)),
   ("max_3d", "max", (1, 2, 4, 5, 4), dict(kernel_size=(2, 2, 2), stride=(1, 2, 2))),
   ("avg_3d", "avg", (1, 2, 4, 5, 4), dict(kernel_size=(2, 3, 2), padding=(1, 1, 0))),

@@ -185,6 +185,14 @@ class NNMixin:
     if all(s == k and d == 1 for k, s, d in zip(k_, s_, d_)):
       x = self.shrink(tuple([None] * np_ + [(0, o * k) for o, k in zip(o_, k_)]))
       x = x.reshape(pre + tuple(v for o, k in zip(o_, k_) for v in (o, k)))
+    elif all(k <= s and (d == 1 or k == 1) and isinstance(i, int) for k, s, d, i in zip(k_, s_, d_, i_)):
+      # windows apart (a 1x1 conv of stride 2): the first k of every s values, one strided view of self, which the
+      # scheduler can read (and copy) as such; the repetition below would merge a repeated axis into a row
+      if any(o * s > i for o, s, i in zip(o_, s_, i_)): x = self.pad(((0, 0),) * np_ + tuple((0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_)))
+      else: x = self
+      x = x.shrink(tuple([None] * np_ + [(0, o * s) for o, s in zip(o_, s_)]))
+      x = x.reshape(pre + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
+      x = x.shrink(tuple([None] * np_ + [r for o, k in zip(o_, k_) for r in ((0, o), (0, k))]))
     else:
       f_ = [smax(1, ceildiv(o * s - d, i)) for o, s, d, i in zip(o_, s_, d_, i_)]
       L_ = [i * f + d for i, f, d in zip(i_, f_, d_)]
