@@ -60,7 +60,7 @@ def _few_registers(lanes: int, acc_lanes: int) -> bool:
   return 1 < lanes and acc_lanes < 16 * lanes
 
 
-def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int, rows: bool) -> int:
+def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int, rows: bool, window: bool = False) -> int:
   """Lanes to upcast the vector axis by: a register tile (matmul, convolution) takes up to 4 vectors of it. With few
   registers (_few_registers), an axis that no vector divides is tiled by one vector with its last lanes masked, the
   most rows of the reused axis with it: a 3x3 conv's rows of 28 as chunks of 8, 8, 8 and 4 by 2 output channels ran at 30 GFLOPS on 2 AVX2 cores, by 7 lanes and 8 channels at 89
@@ -72,6 +72,11 @@ def _vector_amount(size: int, tile: bool, vec: int, acc_lanes: int, rows: bool) 
   for a in (((2 * vec, vec) if few else (4 * vec, 2 * vec, vec)) if tile else (vec,)):
     if size % a == 0: return a
   if tile and size > vec and few and (part := next((d for d in range(vec - 1, vec // 2, -1) if size % d == 0), 0)): return part
+  # a conv's row of up to 2 vectors that none divides, with 16 registers of accumulators (AVX-512): one masked vector
+  # of it, for 16 output channels (step 2). 28x28 3x3 at batch 8 on 2 Zen 4 cores: the whole row by 8 channels 105
+  # GFLOPS, 14 lanes by 16 channels 178; a row of 56 stays whole (4 vectors by 4 channels 170, 14 lanes by 16 155)
+  if tile and window and vec < size <= 2 * vec and rows and 16 * vec <= acc_lanes and \
+     (part := next((d for d in range(vec - 1, vec // 2, -1) if size % d == 0), 0)): return part
   if vec // 4 <= size <= 4 * vec: return size  # the whole axis, in chunks of different widths
   return next((a for a in (8, 4) if size % a == 0), 1)
 
@@ -177,6 +182,7 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   reuse = {r: sum(1 + 2 * (vec is not None and stride(ld, vec) != 0) for ld in streamed if stride(ld, r) == 0) for r in p.loops}
   reused = sorted((r for r in p.loops if reuse[r] and red is not None), key=lambda r: -reuse[r])
   acc_vec = 1  # lanes each accumulator of the register tile holds
+  window = any(1 < rsize(r) <= 4 for r in p.reduce_ranges)  # a conv's window (unrolled in step 3)
   tile_with = [r for r in reused if r is not vec]
   # the sums the work is in: the inner sums where the reduce has them (int_matvec's blocks), else the reduce's own
   hot = next(iter(p.inner_sums), red)
@@ -194,7 +200,8 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
     reused = []
   elif vec is not None and red is not None and tile_with and rsize(vec) % lanes == 0 and _operand_ops(red, vec, tile_with) >= COMPUTED_OPERAND_OPS:
     plan.apply(OptOps.UPCAST, vec.arg[0], lanes)
-  elif vec is not None and (amt := _vector_amount(rsize(vec), bool(tile_with) or _streams(red, vec, lanes), lanes, acc_lanes, bool(tile_with))) > 1:
+  elif vec is not None and (amt := _vector_amount(rsize(vec), bool(tile_with) or _streams(red, vec, lanes), lanes, acc_lanes, bool(tile_with),
+                                                   window)) > 1:
     plan.apply(OptOps.UPCAST, vec.arg[0], _whole_vector_axis(rsize(vec), amt, lanes, acc_lanes, tile_with))
   elif red is not None:
     # no output vector: accumulate along a reduce axis contiguous in memory, in vector accumulators (several of them
@@ -222,7 +229,6 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   # output channels 150 GFLOPS, by 8 channels and 2 images 113; 7x7 (7 lanes, a register each) 124, by 8 channels and
   # 4 images (32 registers of accumulators) 77-98. A 1x1 conv (no window) lost by 16 rows: 14x14x1024 -> 256 at batch
   # 1, 3.0 -> 6.0 ms (its weight rows' broadcasts outrun the loads)
-  window = any(1 < rsize(r) <= 4 for r in p.reduce_ranges)
   first = next((r for r in reused if r is not vec), None)
   for r in reused:
     if r is vec or square is not None: continue
