@@ -200,8 +200,7 @@ class NNMixin:
     elif all(k <= s and (d == 1 or k == 1) and isinstance(i, int) for k, s, d, i in zip(k_, s_, d_, i_)):
       # windows apart (a 1x1 conv of stride 2): the first k of every s values, one strided view of self, which the
       # scheduler can read (and copy) as such; the repetition below would merge a repeated axis into a row
-      if any(o * s > i for o, s, i in zip(o_, s_, i_)): x = self.pad(((0, 0),) * np_ + tuple((0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_)))
-      else: x = self
+      x = self.pad(((0, 0),) * np_ + tuple((0, max(0, o * s - i)) for o, s, i in zip(o_, s_, i_)))
       x = x.shrink(tuple([None] * np_ + [(0, o * s) for o, s in zip(o_, s_)]))
       x = x.reshape(pre + tuple(v for o, s in zip(o_, s_) for v in (o, s)))
       x = x.shrink(tuple([None] * np_ + [r for o, k in zip(o_, k_) for r in ((0, o), (0, k))]))
@@ -243,12 +242,12 @@ class NNMixin:
       raise RuntimeError(f"conv2d: input shape {self.shape} does not match weight shape {weight.shape} with groups={groups} "
                          f"(input channels {cin_x} vs groups*cin {groups * cin}, cout {cout} must divide by groups)")
     if bias is not None and bias.shape != (cout,): raise RuntimeError(f"conv2d: bias shape {bias.shape} does not match cout={cout}")
-    x = self.pad(((0, 0), (0, 0)) + pads)
+    x = self.pad(padded := ((0, 0), (0, 0)) + pads)
     if 2 <= s_[-1] <= 4 and k_[-1] > 1 and d_[-1] == 1 and all(isinstance(n, int) for n in x.shape) and prod(x.shape) >= 1 << 16:
       # the input made contiguous first, so a layer's elementwise tail (BatchNorm, relu) stays in the kernel that
       # computes it rather than moving into the copy (the 1x1 conv before ResNet's strided 3x3 lost its epilogue and
       # half its speed: 1.09 -> 2.08 ms at batch 1)
-      x = _deinterleaved(self.contiguous().pad(((0, 0), (0, 0)) + pads), s_[-1])
+      x = _deinterleaved(self.contiguous().pad(padded), s_[-1])
     x = x._pool(k_, s_, d_)   # (bs, cin_x, *o, *k)
     o_, rcout = x.shape[2:2 + nd], cout // groups
     # (bs, groups, cin, 1, *o, *k) -> broadcast over rcout -> (bs, groups, rcout, *o, cin, *k)

@@ -345,8 +345,8 @@ def _rows_along_reduce(u: UOp) -> UOp | None:
     if prod(shape) // prod(part) < ROWS_MIN_REUSE or (view := strided_view(e.src[0])) is None: return o  # type: ignore[arg-type]
     inner = max((i for i, n in enumerate(part) if n > 1), default=None)  # type: ignore[arg-type]
     if inner is None or not 2 <= abs(view[2][inner]) <= 4 or perm.index(inner) in axes: return o
-    return o.replace(src=(e.replace(src=(UOp(Ops.CONTIGUOUS, e.dtype, (e.src[0],)),)),)) if o is not e else \
-      e.replace(src=(UOp(Ops.CONTIGUOUS, e.dtype, (e.src[0],)),))
+    copy = e.replace(src=(UOp(Ops.CONTIGUOUS, e.dtype, (e.src[0],)),))
+    return copy if o is e else o.replace(src=(copy,))
   mul = u.src[0]
   if (srcs := tuple(subsampled(copied(o)) for o in mul.src)) == mul.src: return None
   return u.replace(src=(mul.replace(src=srcs), *u.src[1:]))
