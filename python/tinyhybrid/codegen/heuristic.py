@@ -225,10 +225,10 @@ def hand_coded_optimizations(k: LoweredKernel, ren: Renderer | None = None) -> l
   square = _balanced_tile(tile_with, acc_lanes // acc_vec, registers) if acc_vec > 1 else None
   for r, amt in square or (): plan.apply(OptOps.UPCAST, r.arg[0], amt)
   # a conv's window (a small reduce axis, unrolled below) with one vector of its row: 16 rows of the most reused axis
-  # where the registers hold them (AVX-512), and no other axis. 3x3 convs at batch 8 on 2 Zen 4 cores: 14x14 by 16
-  # output channels 150 GFLOPS, by 8 channels and 2 images 113; 7x7 (7 lanes, a register each) 124, by 8 channels and
-  # 4 images (32 registers of accumulators) 77-98. A 1x1 conv (no window) lost by 16 rows: 14x14x1024 -> 256 at batch
-  # 1, 3.0 -> 6.0 ms (its weight rows' broadcasts outrun the loads)
+  # where the registers hold them (AVX-512), and no other axis. 3x3 convs at batch 8 on 2 Zen 4 cores (clang): 14x14 by
+  # 16 output channels 186 GFLOPS, by 8 channels and 2 images 171; 7x7 (7 lanes, a register each) 129, by 8 channels
+  # and 4 images (32 registers of accumulators) 122; the 7x7 stem 88 against 45. A 1x1 conv (no window) lost by 16
+  # rows: 14x14x1024 -> 256 at batch 1, 3.0 -> 6.0 ms (LLVM's code; its weight rows' broadcasts outrun the loads)
   first = next((r for r in reused if r is not vec), None)
   for r in reused:
     if r is vec or square is not None: continue

@@ -324,7 +324,8 @@ def _rows_along_reduce(u: UOp) -> UOp | None:
   the backward passes of `x @ w.T`) reads it from a copy laid out along the reduce instead. A product over rows that
   run along the reduce accumulates vectors of both operands, the register tile a CPU runs best: on 2 AVX2 cores a
   1024^2 `a @ b` ran at 43 GFLOPS and `a @ b.T` at 94-150, while the copy, a transpose in 8 x 8 tiles, costs one pass
-  over b (0.75 ms). Only an operand reused by many outputs and not small: else the copy costs more than it saves."""
+  over b (0.75 ms). An operand read every 2nd to 4th value along an output axis is likewise read from a copy of those
+  values (subsampled). Only an operand reused by many outputs and not small: else the copy costs more than it saves."""
   if u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])): return None
   axes = [a for a in u.arg[1] if shape[a] > 1]  # type: ignore[index]
   if not axes or _one_hot_axes(u.src[0], shape) & set(axes): return None  # type: ignore[arg-type]

@@ -127,26 +127,12 @@ def linear_scan(code: list[Ins], loops: Iterable[tuple[int, int]], pools: dict[s
   return out
 
 
-def on_physical(ins: Ins, where: Mapping[VReg, str]) -> Ins:
-  """ins with its virtual registers replaced by their places in `where`."""
-  if not ins.uses and not ins.defs: return Ins(ins.mn, ins.ops)  # no virtual register in it
-  ops = []
-  for o in ins.ops:
-    t = type(o)
-    if t is Reg:
-      if type(o.r) is VReg: o = Reg(where[o.r], o.bits)
-    elif t is Mem and (type(o.base) is VReg or type(o.index) is VReg):
-      o = Mem(o.size, where[o.base] if type(o.base) is VReg else o.base, where[o.index] if type(o.index) is VReg else o.index, o.scale, o.disp)
-    ops.append(o)
-  return Ins(ins.mn, ops)
-
-
 def rewrite(code: list[Ins], alloc: Allocation, scratch: dict[str, list[str]], reload: Callable[[str, VReg, int], Ins],
-            store: Callable[[str, VReg, int], Ins], spell: Callable[[Ins, Mapping[VReg, str]], T] = on_physical) -> list[T]:  # type: ignore[assignment]
+            store: Callable[[str, VReg, int], Ins], spell: Callable[[Ins, Mapping[VReg, str]], T]) -> list[T]:
   """The instructions on physical registers: spilled values reloaded into scratch registers before the instructions
   that read them and stored after those that write them. reload(reg, vreg, offset) and store(reg, vreg, offset) spell
-  the ISA's moves between a register and a stack slot; spell(ins, where) writes each instruction out with its virtual
-  registers at their places (an Ins by default, or the ISA's own form)."""
+  the ISA's moves between a register and a stack slot; spell(ins, where) writes each instruction out in the ISA's own
+  form with its virtual registers at their places."""
   out: list[T] = []
   slots = alloc.slots
   for ins in code:
