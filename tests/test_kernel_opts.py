@@ -445,8 +445,9 @@ def test_a_strided_conv_reads_its_rows_from_a_copy_laid_out_phase_by_phase(strid
   np.testing.assert_allclose(t.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
   (t * t).sum().backward()
   (ref * ref).sum().backward()
-  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
-  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-2)
+  # float32 sums in another order: an element near zero among gradients in the hundreds is off by the scale's rounding
+  for got, want in ((x.grad.numpy(), tx.grad.numpy()), (w.grad.numpy(), tw.grad.numpy())):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
 def test_a_copied_operand_that_is_itself_a_product_is_computed_once():

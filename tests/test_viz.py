@@ -102,6 +102,15 @@ def test_kernels_are_groups_with_stages_and_source():
   assert any(c.name == "simplify" and c.steps for g in kernels for c in g.calls)
 
 
+def test_merging_loops_is_a_rewrite():
+  # a 7x7 image's loops become one loop of 49: the rule on the kernel's END merges a pair a step
+  with recording() as s:
+    (Tensor.arange(98).reshape(2, 7, 7).float().exp() + 1).numpy()
+  (kernel,) = [g for g in s.groups if g.kind == "kernel"]
+  merge = next(c for c in kernel.calls if c.name == "merge loops")
+  assert not merge.stage and merge.steps and all(st.rule.startswith("_merge_a_pair") for st in merge.steps)
+
+
 # ---------------------------------------------------------------- graphs of steps
 
 def test_each_step_applies_one_rule():

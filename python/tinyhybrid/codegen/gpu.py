@@ -17,6 +17,7 @@ from tinyhybrid.codegen.tc import tc_choices
 from tinyhybrid.helpers import NOLOCALS, TC, TC_SELECT, prod
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
 
 if TYPE_CHECKING:
   from tinyhybrid.codegen.lower import LoweredKernel
@@ -30,27 +31,42 @@ def grid(loops: list[UOp], rloops: list[UOp]) -> tuple[list[UOp], list[UOp]]:
   return [r for r in reversed(loops) if rkind(r) is AxisType.GLOBAL], [r for r in reversed(loops + rloops) if rkind(r) in LOCALS]
 
 
+def _fewer_loops(ctx: Renderer, e: UOp) -> UOp | None:
+  """More output loops of fixed sizes than grid dimensions: the two outermost become one."""
+  glob = [r for r in e.src[1:] if rkind(r) is AxisType.LOOP and r.src[0].op is Ops.CONST]
+  if len(glob) <= len(ctx.max_global): return None
+  a, b = glob[0], glob[1]
+  m = rng(rsize(a) * rsize(b), a.arg[0], AxisType.LOOP)
+  loops = [m if r is a else r for r in e.src[1:] if r is not b]
+  return UOp(Ops.END, e.dtype, (e.src[0].substitute({a: m // rsize(b), b: m % rsize(b)}).simplify(), *loops))
+
+
+# the work-item's position first: nothing depends on a loop around it; a warp's lanes stay innermost (threadIdx.x)
+_NEST_ORDER = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.WARP: 1}
+
+
+def _grid_first(e: UOp) -> UOp | None:
+  loops = sorted(e.src[1:], key=lambda r: _NEST_ORDER.get(rkind(r), 2))
+  return None if loops == list(e.src[1:]) else e.replace(src=(e.src[0], *loops))
+
+
+def _on_grid(r: UOp) -> UOp | None:
+  return rng(rsize(r), r.arg[0], AxisType.GLOBAL) if rkind(r) is AxisType.LOOP and r.src[0].op is Ops.CONST else None
+
+
+# a kernel's fixed-size output loops to the grid: first as many loops as the grid has dimensions (a rule on the kernel's
+# END), then each one a GLOBAL range, first in the nest
+pm_fit_grid = PatternMatcher([(UPat(Ops.END, name="e"), _fewer_loops)])
+pm_to_grid = PatternMatcher([(UPat(Ops.RANGE, name="r"), _on_grid), (UPat(Ops.END, name="e"), _grid_first)])
+
+
 def to_grid(ast: UOp, ren: Renderer) -> tuple[UOp, Launch]:
   """The kernel with its fixed-size output loops mapped to the grid (GLOBAL ranges first in the nest), and its launch."""
+  ast = graph_rewrite(graph_rewrite(ast, pm_fit_grid, ctx=ren, name="fit the grid"), pm_to_grid, name="map to the grid")
   k = KernelParts.of(ast)
-  glob = [r for r in k.loops if rkind(r) is AxisType.LOOP and r.src[0].op is Ops.CONST]
-  while len(glob) > len(ren.max_global):
-    # more output loops than grid dimensions: the two outermost become one
-    a, b = glob[0], glob[1]
-    m = rng(rsize(a) * rsize(b), a.arg[0], AxisType.LOOP)
-    k.replace(a, m, m // rsize(b))
-    k.replace(b, m, m % rsize(b))
-    k.loops = list(dict.fromkeys(k.loops))
-    glob = [m] + glob[2:]
-  for r in glob:
-    g = rng(rsize(r), r.arg[0], AxisType.GLOBAL)
-    k.replace(r, g, g)
-  # the work-item's position first: nothing depends on a loop around it
-  order = {AxisType.GLOBAL: 0, AxisType.LOCAL: 1, AxisType.WARP: 1}  # a warp's lanes stay innermost: threadIdx.x
-  k.loops.sort(key=lambda r: order.get(rkind(r), 2))
   gl, lo = grid(k.loops, k.reduce_ranges)
   if any(rsize(r) > m for r, m in zip(gl, ren.max_global)): raise KernelOptError(f"a grid of {[rsize(r) for r in gl]} is past the device's")
-  return k.build(), (_dims(gl), _dims(lo))
+  return ast, (_dims(gl), _dims(lo))
 
 
 def _dims(rs: list[UOp]) -> tuple[int, ...]: return tuple(rsize(r) for r in rs) + (1,) * (3 - len(rs))

@@ -16,6 +16,7 @@ from tinyhybrid.dtype import dtypes
 from tinyhybrid.helpers import prod
 from tinyhybrid.uop import AxisType, Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.upat import PatternMatcher, UPat, graph_rewrite
 from tinyhybrid.codegen.kernel import (MAX_LANES, MAX_UPCAST, LANES, KernelOptError, KernelParts, Opt, OptOps, rkind, rng,
                                        rsize)
 from tinyhybrid.codegen.tc import apply_tc
@@ -144,42 +145,37 @@ _DIVMOD = {Ops.FLOORDIV, Ops.FLOORMOD, Ops.CDIV, Ops.CMOD}
 
 
 def merge_loops(ast: UOp, vec: int = 16) -> UOp:
-  """Adjacent output loops that every access walks as one (row-major: the outer index times the inner size plus the
-  inner index) become one loop: a longer axis to vectorize and share, e.g. a 7x7 image as 49 positions. A pair
-  merges when no division or modulo of the merged loop is left once the indices are simplified, and when the merged
-  loop cuts into `vec`-lane vectors at least as well (a 14x14 image stays two loops: 196 splits only by 4, while a
-  row of 14 is one vector of 16 with two dead lanes)."""
-  k = KernelParts.of(ast)
-  i = 0
-  while i + 1 < len(k.loops):
-    a, b = k.loops[i], k.loops[i + 1]
-    if (joined := _joined(a, b, AxisType.LOOP)) is not None and \
-       ((size := rsize(a) * rsize(b)) % vec == 0 or rsize(b) >= vec or size <= 4 * vec):
-      m, subs = joined
-      merged = KernelParts(k.out, k.value.substitute(subs).simplify(), k.loops[:i] + [m] + k.loops[i + 2:], None, k.also)
-      merged.move_outs(subs)
-      if not _divides(m, merged.value, merged.out, *merged.also):
-        k = KernelParts.of(merged.build())
-        continue
-    i += 1
-  return _merge_reduce_loops(k).build()
+  """Adjacent loops that every access walks as one (row-major: the outer index times the inner size plus the inner
+  index) become one loop, a pair at a time by the rule on the kernel's END (pm_merge_loops): output loops first, a
+  longer axis to vectorize and share (a 7x7 image as 49 positions), then the reduce's (a weight gradient summed over
+  a batch's images and their tokens, 4 x 256, is one loop of 1024, which blocks and streams as a matrix product's:
+  76 -> 162 GFLOPS for 768x3072). A pair merges when no division or modulo of the merged loop is left once the
+  indices are simplified; output loops also when the merged loop cuts into `vec`-lane vectors at least as well (a
+  14x14 image stays two loops: 196 splits only by 4, while a row of 14 is one vector of 16 with two dead lanes)."""
+  return graph_rewrite(ast, pm_merge_loops, ctx=vec, name="merge loops")
 
 
-def _merge_reduce_loops(k: KernelParts) -> KernelParts:
-  """Adjacent loops of the reduce that every load walks as one, by the same test: a weight gradient summed over a
-  batch's images and their tokens (4 x 256) is one loop of 1024, which blocks and streams as a matrix product's
-  (76 -> 162 GFLOPS for 768x3072 over 4 x 256)."""
-  while (red := k.reduce) is not None:
-    rs = list(red.src[1:])
-    for i in range(len(rs) - 1):
-      if (joined := _joined(rs[i], rs[i + 1], AxisType.REDUCE)) is None: continue
-      m, subs = joined
-      if _divides(m, body := red.src[0].substitute(subs).simplify()): continue
-      merged = UOp(Ops.REDUCE, red.dtype, (body, *rs[:i], m, *rs[i + 2:]), red.arg)
-      k = KernelParts.of(KernelParts(k.out, k.value.substitute({red: merged}), k.loops, None, k.also).build())
-      break
-    else: return k
-  return k
+def _merge_a_pair(ctx: int, e: UOp) -> UOp | None:
+  k = KernelParts.of(UOp.sink(e))
+  for a, b in zip(k.loops, k.loops[1:]):
+    if (joined := _joined(a, b, AxisType.LOOP)) is None or not \
+       ((size := rsize(a) * rsize(b)) % ctx == 0 or rsize(b) >= ctx or size <= 4 * ctx): continue
+    m, subs = joined
+    merged = KernelParts(k.out, k.value.substitute(subs).simplify(), [m if r is a else r for r in k.loops if r is not b], None, k.also)
+    merged.move_outs(subs)
+    if not _divides(m, merged.value, merged.out, *merged.also): return merged.build().src[0]
+  if (red := k.reduce) is None: return None
+  rs = list(red.src[1:])
+  for a, b in zip(rs, rs[1:]):
+    if (joined := _joined(a, b, AxisType.REDUCE)) is None: continue
+    m, subs = joined
+    if _divides(m, body := red.src[0].substitute(subs).simplify()): continue
+    merged_red = UOp(Ops.REDUCE, red.dtype, (body, *[m if r is a else r for r in rs if r is not b]), red.arg)
+    return KernelParts(k.out, k.value.substitute({red: merged_red}), k.loops, None, k.also).build().src[0]
+  return None
+
+
+pm_merge_loops = PatternMatcher([(UPat(Ops.END, name="e"), _merge_a_pair)])
 
 
 def _joined(a: UOp, b: UOp, kind: AxisType) -> tuple[UOp, dict[UOp, UOp]] | None:

@@ -53,9 +53,7 @@ def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer 
   if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
   if rdr is None or Ops.BYTEDOT not in rdr.code_for_op: ast = decompose_bytedot(ast)
   if rdr is not None and rdr.has_local:
-    opted = ast
-    ast, launch = to_grid(opted, rdr)
-    viz.stage("map to the grid", opted, ast)
+    ast, launch = to_grid(ast, rdr)
     ex = expand(ast, vec)
     viz.stage("expand", ast, ex)
     check_local_memory(ex, launch, rdr)
@@ -82,9 +80,7 @@ def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None
   # beam search of that width: read before merging loops rebuilds the SINK
   width = int(BEAM.value) or (k.ast.arg.beam if isinstance(k.ast.arg, KernelInfo) else 0)
   if not symbolic and not NOOPT.value:
-    merged = merge_loops(k.ast, max(vec, 1))
-    viz.stage("merge loops", k.ast, merged)
-    k = replace(k, ast=merged)
+    k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
   elif width >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, width)  # it runs kernels
   elif gpu: opts = gpu_optimizations(k, ren)  # type: ignore[arg-type]  # gpu: there is a renderer
