@@ -18,7 +18,7 @@ from tinyhybrid import Device, Tensor, dtypes
 from tinyhybrid.codegen.gpu import gpu_optimizations
 from tinyhybrid.codegen.kernel import Opt, OptOps
 from tinyhybrid.codegen.lower import Lowerer
-from tinyhybrid.codegen.search import finalize
+from tinyhybrid.codegen import finalize
 from tinyhybrid.device import Buffer
 from tinyhybrid.schedule.kernelize import create_schedule, normalize
 

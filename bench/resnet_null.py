@@ -4,7 +4,7 @@
 
 Cases: `forward` (batch 64, eval mode) and `train` (forward, backward and an SGD step, train mode). The model uses only
 API both frameworks have, so one definition serves both. Ours reports its per-phase times (engine.realize.phase_times:
-schedule, rewrite = lowering with its optimizations, render, compile); tinygrad's total is from the same run (its
+schedule, codegen = lowering through rendering, compile); tinygrad's total is from the same run (its
 codegen runs in worker processes, so a profile of the parent cannot split it into phases).
 `python bench/resnet_null.py` prints one JSON line per case.
 """

@@ -127,7 +127,7 @@ def test_lacking_dtype_fails_before_any_launch():
 def test_double_needs_fp64():
   from dataclasses import replace
   from tinyhybrid.codegen.lower import Lowerer
-  from tinyhybrid.codegen.search import finalize
+  from tinyhybrid.codegen import finalize
   from tinyhybrid.renderer.opencl import OpenCLRenderer
   from tinyhybrid.schedule.kernelize import create_schedule, normalize
   ren = OpenCLRenderer(replace(Device["CL"].props, extensions=frozenset()))

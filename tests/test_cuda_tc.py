@@ -68,11 +68,12 @@ def test_tc_0_and_odd_shapes_fall_back(dev):
 
 def test_beam_searches_the_tc_action(monkeypatch):
   from tinyhybrid import Device
+  from tinyhybrid import codegen
   from tinyhybrid.codegen import search
   from tinyhybrid.codegen.kernel import Opt, OptOps
   from tinyhybrid.codegen.opt import apply_opts
-  seen = []
-  monkeypatch.setattr(realize, "optimize", lambda k, dev: seen.append(k) or search.optimize(k, dev))
+  seen, orig = [], codegen.optimize
+  monkeypatch.setattr(codegen, "optimize", lambda k, dev, ren=None: seen.append(k) or orig(k, dev, ren))
   _matmul(CUDA, 32, 32, 32, dtypes.bfloat16, dtypes.float).realize()
   ren = Device[CUDA].renderer
   acts = search.actions(seen[0].ast, ren)
@@ -251,16 +252,16 @@ def test_emulated_tc_with_unrolled_k_and_more_warps(dev, monkeypatch):
   """What BEAM may add after TC: several instructions per accumulator per step (UNROLL of k), warps side by side
   (LOCAL), more tiles per warp (UPCAST)."""
   from tinyhybrid import Device
-  from tinyhybrid.codegen import search
+  from tinyhybrid import codegen
   from tinyhybrid.codegen.kernel import KernelParts, Opt, OptOps
-  seen = []
-  monkeypatch.setattr(realize, "optimize", lambda k, d: seen.append(k) or search.optimize(k, d))
+  seen, orig = [], codegen.optimize
+  monkeypatch.setattr(codegen, "optimize", lambda k, d, ren=None: seen.append(k) or orig(k, d, ren))
   m, n, k = 64, 32, 64
   _matmul(dev, m, n, k, dtypes.half, dtypes.float).realize()
   p = KernelParts.of(seen[0].ast)
   (rm, rn), (rk,) = p.loops, p.reduce_ranges
   opts = [Opt(OptOps.TC, 0, -1), Opt(OptOps.UNROLL, rk.arg[0], 2), Opt(OptOps.LOCAL, rm.arg[0], 2), Opt(OptOps.UPCAST, rn.arg[0], 2)]
-  lk = search.finalize(seen[0], opts, Device[dev].renderer)
+  lk = codegen.finalize(seen[0], opts, Device[dev].renderer)
   assert lk.launch[1] == (32, 2, 1)
   rng = np.random.default_rng(5)
   a, b = rng.integers(-4, 5, (m, k)).astype(np.float64), rng.integers(-4, 5, (k, n)).astype(np.float64)

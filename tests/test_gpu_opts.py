@@ -13,7 +13,8 @@ from tinyhybrid import Device, Tensor, Variable
 from tinyhybrid.codegen.gpu import gpu_optimizations
 from tinyhybrid.codegen.kernel import KernelOptError, Opt, OptOps
 from tinyhybrid.codegen.opt import apply_opts
-from tinyhybrid.codegen.search import actions, finalize
+from tinyhybrid.codegen import finalize
+from tinyhybrid.codegen.search import actions
 from tinyhybrid.device import Buffer
 from tinyhybrid.runtime import ops_cl
 

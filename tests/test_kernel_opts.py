@@ -12,7 +12,8 @@ from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import Lowerer
 from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rsize
 from tinyhybrid.codegen.opt import apply_opts, merge_loops
-from tinyhybrid.codegen.search import actions, finalize
+from tinyhybrid.codegen import finalize
+from tinyhybrid.codegen.search import actions
 from tinyhybrid.device import Buffer
 from tinyhybrid.engine.realize import kernel_cache, schedule_cache
 from tinyhybrid.renderer.cstyle import CRenderer, last_level_cache

@@ -58,7 +58,7 @@ def test_block_scales_are_computed_once_per_vector():
   from tinyhybrid import Device
   from tinyhybrid.codegen.heuristic import hand_coded_optimizations
   from tinyhybrid.codegen.lower import Lowerer
-  from tinyhybrid.codegen.search import finalize
+  from tinyhybrid.codegen import finalize
   from tinyhybrid.schedule.kernelize import create_schedule, normalize
   rng = np.random.default_rng(0)
   rows, cols = 256, 1536

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tinyhybrid import Device, Tensor, dtypes
-from tinyhybrid.codegen import search
+from tinyhybrid import codegen
 from tinyhybrid.codegen.kernel import KernelParts, Opt, OptOps
 from tinyhybrid.device import Buffer
 from tinyhybrid.engine import realize
@@ -60,13 +60,13 @@ def test_tc_batched_with_a_transposed_operand():
 def _tc_kernel(m: int, n: int, k: int, opts_after_tc) -> tuple:
   """The 64x32x64 fp16 matmul kernel lowered with TC and then `opts_after_tc(m, n, k ranges)`, and its PYTHON program."""
   seen = []
-  orig = realize.optimize
-  realize.optimize = lambda kk, d: seen.append(kk) or orig(kk, d)
+  orig = codegen.optimize
+  codegen.optimize = lambda kk, d, ren=None: seen.append(kk) or orig(kk, d, ren)
   try: Tensor.empty(m, k, dtype=dtypes.half, device=EMU).matmul(Tensor.empty(k, n, dtype=dtypes.half, device=EMU), dtype=dtypes.float).realize()
-  finally: realize.optimize = orig
+  finally: codegen.optimize = orig
   p = KernelParts.of(seen[0].ast)
   (rm, rn), (rk,) = p.loops, p.reduce_ranges
-  lk = search.finalize(seen[0], [Opt(OptOps.TC, 0, -1), *opts_after_tc(rm.arg[0], rn.arg[0], rk.arg[0])], Device[EMU].renderer)
+  lk = codegen.finalize(seen[0], [Opt(OptOps.TC, 0, -1), *opts_after_tc(rm.arg[0], rn.arg[0], rk.arg[0])], Device[EMU].renderer)
   return lk, Device[EMU].compile(lk.name, Device[EMU].renderer.render(lk))
 
 

@@ -162,7 +162,7 @@ def test_symbolic_kernels_compile_once():
 
 def test_symbolic_kernel_source():
   from tinyhybrid.codegen.lower import lower
-  from tinyhybrid.codegen.search import optimize
+  from tinyhybrid.codegen import optimize
   from tinyhybrid.schedule.kernelize import create_schedule, normalize
   from tinyhybrid.schedule.localize import localize
   var_vals: dict = {}

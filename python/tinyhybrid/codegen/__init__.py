@@ -1,22 +1,43 @@
-"""The kernel pipeline, one pass after another: a schedule item (one kernel of a plan, schedule/kernelize.KernelItem
-in its local form) lowered to loops over its buffers (codegen/lower.py), optimized for the renderer (merged loops,
-then the heuristics' or BEAM's actions, the grid and the expansion: codegen/search.py), and rendered to source.
-tinygrad's names for the stages: to_program (all of them), full_rewrite_to_sink (all but the rendering),
-codegen.late.linearizer.linearize and line_rewrite (the kernel as a list of nodes in program order)."""
+"""The code generator: one kernel of a plan (schedule/kernelize.KernelItem in its local form) through its passes, in
+order, to source for a renderer. Every pass is a rewrite of the kernel's UOp graph; VIZ=1 shows each one's steps.
+
+  lower           loops and stores laid out; views to indices (lower.pm_views); values to kernel IR (lower.pm_lower)
+  merge loops     adjacent loops every access walks as one become one (opt.pm_merge_loops)
+  choose opts     the heuristics' actions, or BEAM's (search.choose_opts: heuristic.py, gpu.py)
+  apply opts      ranges split into upcast, unrolled, local, grouped and threaded ones; tensor cores (opt.py, tc.py)
+  bytedot         8-bit dot products decomposed where the renderer has none (decomp/op.pm_bytedot)
+  grid            a GPU's output loops to the grid (gpu.pm_fit_grid, gpu.pm_to_grid)
+  transcendental  exp, log, sin... as polynomials where the renderer asks (decomp/transcendental.py)
+  expand          upcast and unrolled lanes to vectors (expand.py)
+  render          the renderer's program order (late/linearizer.linearize), then its source
+
+tinygrad's names: to_program (every pass), full_rewrite_to_sink (all but the rendering), linearize and line_rewrite
+(the kernel as a list of nodes in program order)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from tinyhybrid import viz
+from tinyhybrid.codegen.decomp.op import decompose_bytedot
+from tinyhybrid.codegen.decomp.transcendental import decompose_transcendentals
+from tinyhybrid.codegen.expand import VEC_DTYPES, cpu_lanes, expand
+from tinyhybrid.codegen.gpu import check_local_memory, to_grid
+from tinyhybrid.codegen.kernel import KernelParts, Opt, rkind, rsize
 from tinyhybrid.codegen.late.linearizer import linearize  # noqa: F401 (tinygrad's codegen exports it too)
 from tinyhybrid.codegen import lower as lowering  # (the module stays codegen.lower: its function is not bound there)
 from tinyhybrid.codegen.lower import LoweredKernel
-from tinyhybrid.codegen.search import optimize
+from tinyhybrid.codegen.opt import apply_opts, merge_loops
+from tinyhybrid.codegen.search import SPLIT, choose_opts, has_variable_loops
+from tinyhybrid.helpers import NOOPT
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.schedule.kernelize import KernelItem
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.upat import PatternMatcher, UPat
+
+if TYPE_CHECKING:
+  from tinyhybrid.device import Compiled
 
 
 @dataclass(frozen=True)
@@ -30,20 +51,54 @@ class Program:
   def uops(self) -> list[UOp]: return linearize(self.kernel.ast)
 
 
-def _lowered(item: KernelItem, ren: Renderer, opt: bool) -> LoweredKernel:
+def _through_passes(item: KernelItem, ren: Renderer, dev: Compiled | None, opt: bool) -> LoweredKernel:
   k = lowering.lower(item)
-  return optimize(k, None, ren) if opt else k
+  return optimize(k, dev, ren) if opt else k
+
+
+def to_program(item: KernelItem, renderer: Renderer, dev: Compiled | None = None) -> Program:
+  """The kernel through every pass for this renderer: what a plan compiles. dev, where given, is the device BEAM times
+  candidates on; without one no device is touched."""
+  k = _through_passes(item, renderer, dev, True)
+  return Program(k.name, renderer.render(k), k)
 
 
 def full_rewrite_to_sink(item: KernelItem, ren: Renderer, optimize: bool = True) -> UOp:
   """The kernel's SINK in kernel IR after every pass before rendering (optimize=False: lowered only)."""
-  return _lowered(item, ren, optimize).ast
+  return _through_passes(item, ren, None, optimize).ast
 
 
-def to_program(item: KernelItem, renderer: Renderer) -> Program:
-  """The kernel through the whole pipeline for this renderer, with no device: what a plan compiles."""
-  k = _lowered(item, renderer, True)
-  return Program(k.name, renderer.render(k), k)
+def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None) -> LoweredKernel:
+  """A lowered kernel through the passes from merging its loops to expanding its lanes, for the renderer (the
+  device's unless given)."""
+  if ren is None and dev is not None: ren = dev.renderer
+  if not has_variable_loops(k.ast) and not NOOPT.value: k = replace(k, ast=merge_loops(k.ast, max(ren.vec if ren is not None else 1, 1)))
+  return finalize(k, choose_opts(k, dev, ren), ren if ren is not None else 1)
+
+
+def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | int) -> LoweredKernel:
+  """The passes after the optimizations are chosen: k with `opts` applied for the device `ren` renders for (an int:
+  the CPU's, with vectors of that many lanes), mapped to its grid on a GPU-style device, and its lanes expanded: what
+  the renderer takes. BEAM runs them on each candidate plan."""
+  rdr: Renderer | None
+  if isinstance(ren, int): rdr, vec = None, ren
+  else: rdr, vec = ren, ren.vec
+  ast = apply_opts(k.ast, opts, rdr)
+  if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
+  if rdr is None or Ops.BYTEDOT not in rdr.code_for_op: ast = decompose_bytedot(ast)
+  if rdr is not None and rdr.has_local:
+    ast, launch = to_grid(ast, rdr)
+    ex = expand(ast, vec)
+    viz.stage("expand", ast, ex)
+    check_local_memory(ex, launch, rdr)
+    return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
+  split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
+  if rdr is not None and rdr.vector_transcendentals: ast = decompose_transcendentals(ast, rdr.vector_transcendentals, vectors=True)
+  vec_dtypes = rdr.vec_dtypes if rdr is not None and rdr.vec_dtypes is not None else VEC_DTYPES
+  expanded = expand(ast, cpu_lanes(ast, vec, vec_dtypes), rdr is not None and rdr.half_loads, vec_dtypes,
+                    rdr.vector_float_ops if rdr is not None else frozenset())
+  viz.stage("expand", ast, expanded)
+  return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
 
 
 def _no_control_flow(u: UOp) -> UOp:

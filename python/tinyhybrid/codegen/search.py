@@ -8,22 +8,17 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tinyhybrid import viz
-from tinyhybrid.codegen.expand import VEC_DTYPES, cpu_lanes, expand
-from tinyhybrid.codegen.gpu import check_local_memory, gpu_optimizations, to_grid
+from tinyhybrid.codegen.gpu import gpu_optimizations
 from tinyhybrid.codegen.heuristic import hand_coded_optimizations
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen.kernel import KernelOptError, KernelParts, Opt, OptOps, rkind, rsize
-from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, apply_opts, merge_loops
+from tinyhybrid.codegen.opt import CPU_ONLY, GPU_ONLY, apply_opts
 from tinyhybrid.codegen.tc import has_tc, tc_choices
-from tinyhybrid.codegen.decomp.op import decompose_bytedot
-from tinyhybrid.codegen.decomp.transcendental import decompose_transcendentals
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer
 from tinyhybrid.dtype import np_storage
@@ -31,7 +26,7 @@ from tinyhybrid.helpers import BEAM, CACHELEVEL, CHECK_OOB, DEBUG, IGNORE_BEAM_C
 from tinyhybrid.runtime import diskcache
 from tinyhybrid.device import CompileError
 from tinyhybrid.uop import AxisType, Ops
-from tinyhybrid.uop.ops import KernelInfo
+from tinyhybrid.uop.ops import KernelInfo, UOp
 from tinyhybrid.digest import sha256
 
 if TYPE_CHECKING:
@@ -43,50 +38,26 @@ AMOUNTS = {OptOps.UPCAST: (2, 3, 4, 6, 8, 16, 32, 64), OptOps.UNROLL: (2, 3, 4, 
 SPLIT = (AxisType.THREAD, AxisType.GROUP_REDUCE)
 
 
-def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | int) -> LoweredKernel:
-  """k with `opts` applied for the device `ren` renders for (an int: the CPU's, with vectors of that many lanes),
-  mapped to its grid on a GPU-style device, and its lanes expanded: what the renderer takes."""
-  rdr: Renderer | None
-  if isinstance(ren, int): rdr, vec = None, ren
-  else: rdr, vec = ren, ren.vec
-  ast = apply_opts(k.ast, opts, rdr)
-  if viz.tracking(): viz.stage(f"apply opts {', '.join(map(str, opts)) or '(none)'}", k.ast, ast)
-  if rdr is None or Ops.BYTEDOT not in rdr.code_for_op: ast = decompose_bytedot(ast)
-  if rdr is not None and rdr.has_local:
-    ast, launch = to_grid(ast, rdr)
-    ex = expand(ast, vec)
-    viz.stage("expand", ast, ex)
-    check_local_memory(ex, launch, rdr)
-    return replace(k, ast=ex, outer=1, opts=tuple(opts), launch=launch)
-  split = [r for r in KernelParts.of(ast).all_ranges() if rkind(r) in SPLIT]
-  if rdr is not None and rdr.vector_transcendentals: ast = decompose_transcendentals(ast, rdr.vector_transcendentals, vectors=True)
-  vec_dtypes = rdr.vec_dtypes if rdr is not None and rdr.vec_dtypes is not None else VEC_DTYPES
-  expanded = expand(ast, cpu_lanes(ast, vec, vec_dtypes), rdr is not None and rdr.half_loads, vec_dtypes,
-                    rdr.vector_float_ops if rdr is not None else frozenset())
-  viz.stage("expand", ast, expanded)
-  return replace(k, ast=expanded, outer=rsize(split[0]) if split else 1, opts=tuple(opts))
-
-
-def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None) -> LoweredKernel:
-  """The kernel with its optimizations applied: the heuristics' for the renderer (the device's unless given), or
-  BEAM's, which times candidates on the device."""
-  if ren is None and dev is not None: ren = dev.renderer
-  vec = ren.vec if ren is not None else 1
-  gpu = ren is not None and ren.has_local
-  # a loop of a variable's length has no size to split by: such kernels only share a loop of fixed length (attention
-  # heads, a batch) across the cores
-  symbolic = any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in k.ast.toposort())
+def choose_opts(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None) -> list[Opt]:
+  """The optimizations for a kernel whose loops are merged: the heuristics' for the renderer, or BEAM's, which times
+  candidates on the device; none with NOOPT, or for a GPU kernel with a loop of a variable's length."""
+  symbolic = has_variable_loops(k.ast)
   # a kernel whose SINK carries a KernelInfo with a beam width (a custom kernel's, engine.realize.pm_beam) asks for a
-  # beam search of that width: read before merging loops rebuilds the SINK
+  # beam search of that width
   width = int(BEAM.value) or (k.ast.arg.beam if isinstance(k.ast.arg, KernelInfo) else 0)
-  if not symbolic and not NOOPT.value:
-    k = replace(k, ast=merge_loops(k.ast, max(vec, 1)))
+  gpu = ren is not None and ren.has_local
   if NOOPT.value or (symbolic and gpu): opts: list[Opt] = []
   elif width >= 1 and not symbolic and dev is not None and dev.name.split(":")[0] != "NULL": opts = beam_search(k, dev, width)  # it runs kernels
   elif gpu: opts = gpu_optimizations(k, ren)  # type: ignore[arg-type]  # gpu: there is a renderer
   else: opts = hand_coded_optimizations(k, ren)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
-  return finalize(k, opts, ren if ren is not None else vec)
+  return opts
+
+
+def has_variable_loops(ast: UOp) -> bool:
+  """Whether a loop runs a variable's length: it has no size to split by, so such kernels only share a loop of fixed
+  length (attention heads, a batch) across the cores."""
+  return any(r.op is Ops.RANGE and r.src[0].op is not Ops.CONST for r in ast.toposort())
 
 
 def default_optimizations(k: LoweredKernel, ren: Renderer) -> list[Opt]:
@@ -136,6 +107,7 @@ class _Timer:
     self.bufs: list[Buffer] = [Buffer(dev.name, max(b.size, 1), b.dtype, initial=np.ones(max(b.size, 1), np_storage(b.dtype))) for b in k.buffers]
 
   def source(self, plan: tuple[Opt, ...]) -> tuple[LoweredKernel, str] | None:
+    from tinyhybrid.codegen import finalize  # the pipeline's passes after the choice, which calls this search
     try: fk = finalize(self.k, plan, self.dev.renderer)
     except KernelOptError: return None
     src = self.dev.renderer.render(fk)
@@ -171,6 +143,7 @@ def _compile_or_none(dev: Compiled, name: str, src: str):
 
 
 def _cache_path(k: LoweredKernel, dev: Compiled, width: int) -> Path:
+  from tinyhybrid.codegen import finalize
   src = dev.renderer.render(finalize(k, (), dev.renderer if dev.renderer.has_local else 1))
   parts: tuple[str, ...] = (src, dev.name, str(dev.max_threads), dev.compiler_key(), str(width), str(dev.renderer.vec))
   if props := getattr(dev, "props", None): parts += (props.ident,)  # a GPU-style device: which one, and its driver

@@ -4,7 +4,7 @@ per kernel and device, then run as a step of its own, so TinyJit captures it as 
 from __future__ import annotations
 
 from tinyhybrid.codegen.custom import lower_custom
-from tinyhybrid.codegen.search import finalize, optimize
+from tinyhybrid.codegen import finalize, optimize
 from tinyhybrid.device import Buffer, Device
 from tinyhybrid.engine.realize import CompiledSchedule, ExecItem, Step, kernel_program, run_step
 from tinyhybrid.helpers import DEBUG

@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.gpu import Launch
-from tinyhybrid.codegen.lower import LoweredKernel, lower
-from tinyhybrid.codegen.search import optimize
+from tinyhybrid.codegen.lower import LoweredKernel
+from tinyhybrid.codegen import to_program
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.dtype import dtypes
@@ -103,9 +103,9 @@ def run_once() -> Iterator[None]:
     for name in Device.opened(): Device[name].forget_programs(programs.get(name, set()))
 
 
-# Seconds spent in each compile phase since the last reset (bench/resnet_null.py reads it): scheduling, lowering with
-# its rewrites and optimizations, rendering (which linearizes), compiling.
-phase_times: dict[str, float] = {"schedule": 0.0, "rewrite": 0.0, "render": 0.0, "compile": 0.0}
+# Seconds spent in each compile phase since the last reset (bench/resnet_null.py reads it): scheduling, the code
+# generator's passes (codegen.to_program: lowering to rendering), compiling.
+phase_times: dict[str, float] = {"schedule": 0.0, "codegen": 0.0, "compile": 0.0}
 
 
 def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp, ...] = ()) -> CompiledSchedule:
@@ -139,18 +139,16 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
       fresh[ck] = (same[0], same[1].src)
       continue
     with viz.group("kernel") as vg:
-      k = optimize(lower(local), dev)  # heuristics, or BEAM timing candidates on dev
+      program = to_program(local, dev.renderer, dev)  # dev: BEAM times candidates on it
+      k, src = program.kernel, program.src
       spec_check(k.ast, "lowered", "lower")
-      t2 = time.perf_counter()
-      src = dev.renderer.render(k)
-      t3 = time.perf_counter()
       vg.name, vg.text = k.name, src
     if DEBUG >= 4: print(src)
     if CHECK_OOB: check_kernel(k, src)  # before it is compiled, so before it ever runs; kept with the kernel
     fresh[ck] = (k, src)
-    phase_times["rewrite"] += t2 - t1
-    phase_times["render"] += t3 - t2
-    t1 = t3
+    t2 = time.perf_counter()
+    phase_times["codegen"] += t2 - t1
+    t1 = t2
   # kernels with the same source compile once; the device builds the new ones together (on the CPU: a compiler run
   # per core, each over its share)
   unique = list({(k.name, src): None for k, src in fresh.values()})
