@@ -343,7 +343,7 @@ def test_scatter_reduce(reduce, include_self):
   _close(ours.numpy(), ref)
 
 def test_gather_on_a_gpu_is_not_split():
-  """A GPU splits a long reduce in two kernels (schedule/kernelize.split_reduces), but not the one-hot sum of a
+  """A GPU splits a long reduce in two kernels (schedule/kernelize.pm_split_reduces), but not the one-hot sum of a
   lookup, which the lowering turns into one load per output: planned for an H200, the gather stays that cheap."""
   from tinyhybrid import GlobalCounters
   t = Tensor.empty(50000, 8, device="NULL:CUDA:sm_90").realize()

@@ -111,6 +111,18 @@ def test_merging_loops_is_a_rewrite():
   assert not merge.stage and merge.steps and all(st.rule.startswith("_merge_a_pair") for st in merge.steps)
 
 
+def test_the_schedulers_passes_are_rewrites():
+  # a product whose reduce is long against its outputs, on a CPU-like device: the scheduler's rule sets run in order,
+  # and the one that splits it in two stages shows one step, on the product's reduce
+  with recording() as s:
+    (Tensor.empty(64, 4096, device="NULL") @ Tensor.empty(4096, 64, device="NULL")).realize()
+  (sched,) = [g for g in s.groups if g.kind == "schedule"]
+  names = [c.name for c in sched.calls if c.depth == 0 and not c.stage]
+  assert names[:2] == ["rows along the reduce", "split for the cache"], names
+  split = sched.calls[[c.name for c in sched.calls].index("split for the cache")]
+  assert [st.rule.split(" ")[0] for st in split.steps] == ["_split_for_cache"]
+
+
 # ---------------------------------------------------------------- graphs of steps
 
 def test_each_step_applies_one_rule():

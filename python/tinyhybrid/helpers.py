@@ -150,7 +150,7 @@ CPU_LLVM = ContextVar("CPU_LLVM", 0)
 AMD_LLVM = ContextVar("AMD_LLVM", 0)
 EMULATE = ContextVar("EMULATE", "")
 # the scheduler's and planner's switches: SPLIT_REDUCEOP=0 keeps a GPU's long reduces in one kernel (see
-# schedule/kernelize.split_reduces); NOLOCALS=1 plans GPU kernels without work-groups (one work-item per group)
+# schedule/kernelize.pm_split_reduces); NOLOCALS=1 plans GPU kernels without work-groups (one work-item per group)
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 # TRANSCENDENTAL=2 computes exp2, log2 and sin of every float type from other ops (codegen/decomp/transcendental.py), as the
 # renderers do for a type they have no instruction for (PTX's float64)

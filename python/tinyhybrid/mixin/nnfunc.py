@@ -151,7 +151,7 @@ def _conv_grad(g: Tensor, out: Tensor, x: list[Tensor], groups: int, s_: tuple[i
   bs, (cout, cin), k_ = inp.shape[0], weight.shape[:2], weight.shape[2:]
   o_, rcout = g.shape[2:], cout // groups
   # g in memory: both products read it, and the weight's is then a plain matrix product (schedule/kernelize
-  # split_for_cache blocks it), not one that computes the layers' elementwise backward pass on every read
+  # pm_split_for_cache blocks it), not one that computes the layers' elementwise backward pass on every read
   g = g.contiguous()
   dx = _conv_input_grad(g, weight, groups, s_, d_, pads, inp.shape[2:])
   # the weight's: a matmul of g (groups, rcout, [bs, O]) with the input's windows laid out as columns

@@ -116,16 +116,13 @@ def without_history(roots: list[UOp]) -> tuple[list[UOp], list[UOp]]:
 def create_schedule(key: UOp, n_inputs: int, split_reduce: bool = False, cache: int = 0, two_stages: bool = True,
                     inner_sums: bool = False) -> ScheduleSpec:
   """Plans the kernels of a normalized sink (see normalize). split_reduce (a GPU-style device): a reduce of many
-  values into few becomes two kernels (split_reduces); cache (a CPU's core cache, in bytes): a matrix product reads
+  values into few becomes two kernels (pm_split_reduces); cache (a CPU's core cache, in bytes): a matrix product reads
   an operand strided along its reduce from a copy along it (pm_rows_along_reduce), and one whose operands would stream
-  from memory is reduced in two stages (split_for_cache) unless two_stages is False; inner_sums (a renderer that
+  from memory is reduced in two stages (pm_split_for_cache) unless two_stages is False; inner_sums (a renderer that
   writes a loop inside a reduce's): small integer sums are computed by the reduce that reads them (_inner_sums)."""
-  if split_reduce: key = split_reduces(key)
-  # the rule reads shapes, which a node keeps while its Python object lives: ctx keeps every node it saw alive through
-  # the rewrite, so each shape is worked out once (else each of a ResNet-50 training step's 373 reduces walked the
-  # rebuilt graph below it again: 16 s of a 19 s schedule)
-  if cache: key = graph_rewrite(key, pm_rows_along_reduce, ctx=list(key.toposort()), name="rows along the reduce")
-  if cache and two_stages: key = split_for_cache(key, cache)
+  if split_reduce: key = graph_rewrite(key, pm_split_reduces, ctx=Seen(key), name="split reduces")
+  if cache: key = graph_rewrite(key, pm_rows_along_reduce, ctx=Seen(key), name="rows along the reduce")
+  if cache and two_stages: key = graph_rewrite(key, pm_split_for_cache, ctx=Seen(key, cache), name="split for the cache")
   roots = list(key.src)
   nodes = list(key.toposort())  # keeps every node's Python object (and its cached shape) alive
   ends_kernel = {u for u in nodes if u.op in (Ops.REDUCE, Ops.CONTIGUOUS, Ops.STORE)}
@@ -241,33 +238,44 @@ def _one_hot_axes(x: UOp, shape: tuple[int, ...]) -> set[int]:
   return {a for a, n in enumerate(shape) if n in lengths}
 
 
-def split_reduces(key: UOp) -> UOp:
+class Seen:
+  """The context of the scheduler's rules on reduces. They read shapes, which a node keeps while its Python object
+  lives: `nodes` keeps every node of the graph, and every one the rules see, alive through the rewrite, so each shape
+  is worked out once (else each of a ResNet-50 training step's 373 reduces walked the rebuilt graph below it again:
+  16 s of a 19 s schedule). A reduce a rule made (`made`: the two stages of a split) is not rewritten again."""
+  def __init__(self, key: UOp, cache: int = 0):
+    self.nodes: set[UOp] = set(key.toposort())
+    self.made: set[UOp] = set()
+    self.cache = cache
+
+  def visit(self, u: UOp) -> bool:
+    """Whether a rule may rewrite u (kept alive from here on)."""
+    self.nodes.add(u)
+    return u not in self.made
+
+
+def _split_reduce(ctx: Seen, u: UOp) -> UOp | None:
   """Each reduce of at least SPLIT_RATIO values into every output reduced in two stages: first into `split` partial
   results per output, each over a contiguous block of one reduce axis, then those. A GPU spreads work over its
   work-groups by the outputs of a kernel: a sum of 16M floats into one value would otherwise run on one of them."""
-  subs: dict[UOp, UOp] = {}
-  shape: tuple[int, ...]
-  out: tuple[int, ...]
-  # a list, not the lazy toposort: it keeps every node's wrapper, and so the shapes cached on it, alive through the
-  # loop. Read from the toposort, a wrapper dies with its iteration, and each reduce worked out the graph under it again
-  for u in list(key.toposort()):
-    if u.op is not Ops.REDUCE or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): continue  # type: ignore[assignment]
-    op, axes = u.arg
-    looped = [a for a in axes if a not in _one_hot_axes(u.src[0], shape)]
-    if prod(shape) // max(prod(out), 1) // prod(shape[a] for a in axes if a not in looped) < SPLIT_RATIO: continue
-    for split in range(min(256, SPLIT_OUTPUTS // max(prod(out), 1)), 7, -1):
-      if (a := next((a for a in looped if shape[a] % split == 0 and shape[a] // split > 1), None)) is not None: break
-    else: continue
-    subs[u] = _in_two_stages(u, subs, a, split)
-  return key.substitute(subs) if subs else key
+  if not ctx.visit(u) or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): return None  # type: ignore[assignment]
+  op, axes = u.arg
+  looped = [a for a in axes if a not in _one_hot_axes(u.src[0], shape)]  # type: ignore[arg-type]
+  if prod(shape) // max(prod(out), 1) // prod(shape[a] for a in axes if a not in looped) < SPLIT_RATIO: return None  # type: ignore[index, arg-type]
+  for split in range(min(256, SPLIT_OUTPUTS // max(prod(out), 1)), 7, -1):  # type: ignore[arg-type]
+    if (a := next((a for a in looped if shape[a] % split == 0 and shape[a] // split > 1), None)) is not None:  # type: ignore[index]
+      return _in_two_stages(ctx, u, a, split)
+  return None
 
 
-def _in_two_stages(u: UOp, subs: dict[UOp, UOp], a: int, split: int, blocks_outside: bool = False) -> UOp:
+pm_split_reduces = PatternMatcher([(UPat(Ops.REDUCE, name="u"), _split_reduce)])
+
+
+def _in_two_stages(ctx: Seen, u: UOp, a: int, split: int, blocks_outside: bool = False) -> UOp:
   """u reduced in two stages: first into `split` partial results per output, each over a contiguous block of reduce
   axis a, then those. blocks_outside: the blocks are the first stage's outermost axis, so its loop runs over one
   block's operands for all the outputs before the next block."""
-  (op, axes), full = u.arg, shape_of(u.src[0]) or ()
-  x = u.src[0].substitute(subs) if subs else u.src[0]
+  (op, axes), full, x = u.arg, shape_of(u.src[0]) or (), u.src[0]
   shape = full[:a] + (split, full[a] // split) + full[a + 1:]
   x = UOp(Ops.RESHAPE, x.dtype, (x,), shape)
   axes = tuple(sorted(b if b < a else b + 1 for b in axes))
@@ -276,7 +284,9 @@ def _in_two_stages(u: UOp, subs: dict[UOp, UOp], a: int, split: int, blocks_outs
     x = UOp(Ops.PERMUTE, x.dtype, (x,), order)
     axes, a = tuple(sorted(order.index(b) for b in axes)), 0
   first = UOp(Ops.REDUCE, u.dtype, (x,), (op, axes))
-  return UOp(Ops.RESHAPE, u.dtype, (UOp(Ops.REDUCE, u.dtype, (first,), (op, (a,))),), shape_of(u))
+  second = UOp(Ops.REDUCE, u.dtype, (first,), (op, (a,)))
+  ctx.made.update((first, second))
+  return UOp(Ops.RESHAPE, u.dtype, (second,), shape_of(u))
 
 
 SPLIT_FOR_CACHE_MIN = 1024  # values reduced per output from which a matrix product may be blocked: a 64-wide tile of
@@ -288,8 +298,8 @@ SPLIT_FOR_CACHE_MIN = 1024  # values reduced per output from which a matrix prod
 SPLIT_FOR_CACHE_RATIO = {1: 8, 2: 4}  # by the number of reduced axes (more: as 2)
 
 
-def split_for_cache(key: UOp, cache: int) -> UOp:
-  """A CPU's counterpart of split_reduces: a matrix product whose reduce is long against its outputs (a conv's weight
+def _split_for_cache(ctx: Seen, u: UOp) -> UOp | None:
+  """A CPU's counterpart of _split_reduce: a matrix product whose reduce is long against its outputs (a conv's weight
   gradient, summed over every image position: 64 x 576 outputs over 8 x 3136 values) reduced in two stages, over
   blocks of the reduce whose rows of both operands fit a quarter of a core's cache. In one stage each tile of outputs
   streams the whole reduce from memory, tile after tile (50 GFLOPS where the blocks run at 170).
@@ -300,21 +310,21 @@ def split_for_cache(key: UOp, cache: int) -> UOp:
   partial results than the operands hold. A transformer's products (K no longer than M or N) keep one
   stage: their tiles' rows fit the cache, and partial results would only add traffic. A conv, which reads its
   input through overlapping windows, is no such product: its loops reuse each value from the cache already."""
-  subs: dict[UOp, UOp] = {}
-  for u in list(key.toposort()):
-    if u.op is not Ops.REDUCE or u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): continue
-    if _one_hot_axes(u.src[0], shape) & set(u.arg[1]): continue  # type: ignore[arg-type]  # a gather: one load per output once lowered
-    if (outputs := prod(out)) == 0 or (k := prod(shape) // outputs) < SPLIT_FOR_CACHE_MIN: continue  # type: ignore[arg-type]
-    if (values := _operand_values(u)) is None: continue
-    s = values / k  # M + N
-    ratio = SPLIT_FOR_CACHE_RATIO[min(len(u.arg[1]), 2)]
-    if (disc := s * s - 4 * outputs) < 0 or (s - math.sqrt(disc)) / 2 < 16 or k < ratio * (s + math.sqrt(disc)) / 2: continue
-    want = min(k * s * u.dtype.itemsize / (cache / 4), k * s / outputs)
-    divisors = [(d, a) for a in u.arg[1] for d in range(4, shape[a] + 1) if shape[a] % d == 0 and d <= want]  # type: ignore[index]
-    if not divisors: continue
-    split, a = max(divisors)
-    subs[u] = _in_two_stages(u, subs, a, split, blocks_outside=True)
-  return key.substitute(subs) if subs else key
+  if not ctx.visit(u) or u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): return None
+  if _one_hot_axes(u.src[0], shape) & set(u.arg[1]): return None  # type: ignore[arg-type]  # a gather: one load per output once lowered
+  if (outputs := prod(out)) == 0 or (k := prod(shape) // outputs) < SPLIT_FOR_CACHE_MIN: return None  # type: ignore[arg-type]
+  if (values := _operand_values(u)) is None: return None
+  s = values / k  # M + N
+  ratio = SPLIT_FOR_CACHE_RATIO[min(len(u.arg[1]), 2)]
+  if (disc := s * s - 4 * outputs) < 0 or (s - math.sqrt(disc)) / 2 < 16 or k < ratio * (s + math.sqrt(disc)) / 2: return None
+  want = min(k * s * u.dtype.itemsize / (ctx.cache / 4), k * s / outputs)
+  divisors = [(d, a) for a in u.arg[1] for d in range(4, shape[a] + 1) if shape[a] % d == 0 and d <= want]  # type: ignore[index]
+  if not divisors: return None
+  split, a = max(divisors)
+  return _in_two_stages(ctx, u, a, split, blocks_outside=True)
+
+
+pm_split_for_cache = PatternMatcher([(UPat(Ops.REDUCE, name="u"), _split_for_cache)])
 
 
 # when an operand read across its rows is copied first: each of its values serves this many outputs or more (a matrix
@@ -322,15 +332,14 @@ def split_for_cache(key: UOp, cache: int) -> UOp:
 ROWS_MIN_REUSE, ROWS_MIN_VALUES, ROWS_MIN_STRIDE = 32, 1 << 14, 16
 
 
-def _rows_along_reduce(ctx: list[UOp], u: UOp) -> UOp | None:
+def _rows_along_reduce(ctx: Seen, u: UOp) -> UOp | None:
   """A CPU's matrix product whose operand steps across its rows along the reduce (`a @ b` reads b down its columns;
   the backward passes of `x @ w.T`) reads it from a copy laid out along the reduce instead. A product over rows that
   run along the reduce accumulates vectors of both operands, the register tile a CPU runs best: on 2 AVX2 cores a
   1024^2 `a @ b` ran at 43 GFLOPS and `a @ b.T` at 94-150, while the copy, a transpose in 8 x 8 tiles, costs one pass
   over b (0.75 ms). An operand read every 2nd to 4th value along an output axis is likewise read from a copy of those
   values (subsampled). Only an operand reused by many outputs and not small: else the copy costs more than it saves."""
-  ctx.append(u)
-  if u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])): return None
+  if not ctx.visit(u) or u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])): return None
   axes = [a for a in u.arg[1] if shape[a] > 1]  # type: ignore[index]
   if not axes or _one_hot_axes(u.src[0], shape) & set(axes): return None  # type: ignore[arg-type]
   order = tuple(a for a in range(len(shape)) if a not in axes) + tuple(axes)  # type: ignore[arg-type]
