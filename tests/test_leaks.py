@@ -247,3 +247,16 @@ def test_simplify_keeps_its_answer_on_the_node_and_frees_both():
   del e, x, y, z
   gc.collect()
   assert _core.live_uop_count() == live  # e's reference to its answer went with e: no cycle
+
+
+def test_a_program_past_its_cache_entry_keeps_its_kernel_packed(monkeypatch):
+  # while the engine's cache holds a kernel its program shares the nodes; once the entry goes, the program (still in
+  # its device's cache) keeps only a compressed pickle, read back as the same kernel
+  monkeypatch.setattr(realize, "kernel_cache", realize.KernelCache())
+  monkeypatch.setattr(realize, "schedule_cache", type(realize.schedule_cache)())
+  a = np.arange(12, dtype=np.float32).reshape(3, 4)
+  np.testing.assert_allclose((Tensor(a) * 2 + 1).numpy(), a * 2 + 1)
+  (k, prg), = realize.kernel_cache.values()
+  assert prg._ast is k.ast
+  realize.kernel_cache.clear()
+  assert isinstance(prg._ast, bytes) and prg.ast is k.ast

@@ -83,9 +83,25 @@ def _cache_key(key: UOp, device: str) -> tuple[UOp, str, tuple]: return (key, de
 SCHEDULE_CACHE_SIZE = 256
 
 
-# A kernel's local form (schedule/localize.py), device and optimization settings -> it lowered and compiled: kernels
-# repeated across a network or a schedule are lowered once. Least recently added entries go first past the limit.
-kernel_cache: OrderedDict[tuple, tuple[LoweredKernel, CompiledProgram]] = OrderedDict()
+class KernelCache(OrderedDict):
+  """A kernel's local form (schedule/localize.py), device and optimization settings -> it lowered and compiled: kernels
+  repeated across a network or a schedule are lowered once. Least recently added entries go first past the limit. A
+  program outlives its entry (in its device's cache, or a JIT's capture): the entry that goes packs its kernel."""
+  def __delitem__(self, key: tuple) -> None:
+    self[key][1].pack_ast()
+    super().__delitem__(key)
+
+  def popitem(self, last: bool = True) -> tuple:
+    key, value = super().popitem(last)
+    value[1].pack_ast()
+    return key, value
+
+  def clear(self) -> None:
+    for _, prg in self.values(): prg.pack_ast()
+    super().clear()
+
+
+kernel_cache: OrderedDict[tuple, tuple[LoweredKernel, CompiledProgram]] = KernelCache()
 KERNEL_CACHE_SIZE = 4096
 
 
