@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tinyhybrid.engine.realize as realize
-from tinyhybrid import Tensor, UOp, _core, dtypes
+from tinyhybrid import Tensor, UOp, _core, codegen, dtypes
 from tinyhybrid.helpers import Context
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.spec import spec_check, spec_check_linear
@@ -91,12 +91,12 @@ def test_spec_off_checks_nothing():
 def test_pipeline_catches_a_broken_pass(monkeypatch):
   """A lowering (with its optimizer) that leaves a movement op in the kernel is stopped at the pass boundary, naming
   the pass."""
-  real_optimize = realize.optimize
-  def broken_optimize(k, dev):
-    k = real_optimize(k, dev)
+  real_optimize = codegen.optimize
+  def broken_optimize(k, dev, ren=None):
+    k = real_optimize(k, dev, ren)
     load = next(u for u in k.ast.toposort() if u.op is Ops.LOAD)
     return dataclasses.replace(k, ast=k.ast.substitute({load: UOp(Ops.RESHAPE, load.dtype, (load,), (1,))}))
-  monkeypatch.setattr(realize, "optimize", broken_optimize)
+  monkeypatch.setattr(codegen, "optimize", broken_optimize)
   for cache in ("schedule_cache", "kernel_cache"): monkeypatch.setattr(realize, cache, type(getattr(realize, cache))())
   a = np.arange(6, dtype=np.float32)
   with Context(SPEC=1), pytest.raises(RuntimeError, match=r"^SPEC: lower \(lowered\): RESHAPE breaks rule 'tensor-graph ops are gone"):

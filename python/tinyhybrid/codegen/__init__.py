@@ -34,6 +34,7 @@ from tinyhybrid.renderer import Renderer
 from tinyhybrid.schedule.kernelize import KernelItem
 from tinyhybrid.uop import Ops
 from tinyhybrid.uop.ops import UOp
+from tinyhybrid.uop.spec import spec_check
 from tinyhybrid.uop.upat import PatternMatcher, UPat
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def to_program(item: KernelItem, renderer: Renderer, dev: Compiled | None = None
   """The kernel through every pass for this renderer: what a plan compiles. dev, where given, is the device BEAM times
   candidates on; without one no device is touched."""
   k = _through_passes(item, renderer, dev, True)
+  spec_check(k.ast, "lowered", "lower")  # SPEC=1: what the passes made is checked before the renderer reads it
   return Program(k.name, renderer.render(k), k)
 
 
