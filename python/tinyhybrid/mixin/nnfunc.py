@@ -154,23 +154,18 @@ def _conv_grad(g: Tensor, out: Tensor, x: list[Tensor], groups: int, s_: tuple[i
   # pm_split_for_cache blocks it), not one that computes the layers' elementwise backward pass on every read
   g = g.contiguous()
   dx = _conv_input_grad(g, weight, groups, s_, d_, pads, inp.shape[2:])
-  # the weight's: a matmul of g (groups, rcout, [bs, O]) with the input's windows laid out as columns
-  # (groups, [bs, O], K*cin), the reduce over the batch and the output positions. The input goes channels-last first
-  # (one pass), so that each column is K runs of cin values, copied as whole vectors; read from channels-first memory
-  # each value of a column would come from another plane. The columns' rows are padded to a whole number of cache
-  # lines (a stem's 7*7*3 = 147 to 160), so that the matmul runs on full vectors along them
-  nd, O, n = len(k_), prod(o_), cin * prod(k_)
-  last = inp.pad(((0, 0), (0, 0)) + pads).permute(0, *range(2, 2 + nd), 1).contiguous()
-  windows = last.permute(0, nd + 1, *range(1, nd + 1))._pool(k_, s_, d_).reshape(bs, groups, cin, O, prod(k_))
-  cols = windows.permute(1, 0, 3, 4, 2).reshape(groups, 1, bs, O, n)
-  cols = cols.pad(((0, 0),) * 4 + ((0, -n % COLUMN_ROWS_ALIGN),)).cast(g.dtype).contiguous()
-  dw = (g.reshape(bs, groups, rcout, O).permute(1, 2, 0, 3).reshape(groups, rcout, bs, O, 1) * cols).sum((2, 3))
-  # (in memory in the product's own order: the permute to the weight's would reorder the product's loops)
-  dw = dw[:, :, :n].contiguous().reshape(cout, *k_, cin).permute(0, nd + 1, *range(1, nd + 1))
+  # the weight's: a product of g (groups, rcout, [bs, O]) with the input's windows (groups, [cin, K], [bs, O]), both
+  # copied along the reduce over the batch and the output positions, the form a CPU's register tiles run best (the
+  # windows' copy reads each plane's rows in order). On 2 Zen 4 cores at batch 8, with g read across its planes and
+  # the windows copied channels-last, then transposed for the product, a 64-channel 3x3 conv's weight gradient at 56x56
+  # took 34.5 ms, now 10.4; the 7x7 stem's 50.5 -> 12.8; a ResNet-50 training step 1248 -> 878 ms
+  O, n = prod(o_), cin * prod(k_)
+  cols = inp.pad(((0, 0), (0, 0)) + pads)._pool(k_, s_, d_).reshape(bs, groups, cin, O, prod(k_))
+  cols = cols.permute(1, 2, 4, 0, 3).cast(g.dtype).contiguous().reshape(groups, 1, n, bs * O)
+  gt = g.reshape(bs, groups, rcout, O).permute(1, 2, 0, 3)
+  if bs > 1: gt = gt.contiguous()
+  dw = (gt.reshape(groups, rcout, 1, bs * O) * cols).sum(3).reshape(cout, cin, *k_)
   return dx.cast(inp.dtype), dw.cast(weight.dtype)
-
-
-COLUMN_ROWS_ALIGN = 16  # values: 64 bytes of float32, a cache line, and a whole number of vectors on every CPU
 
 
 class NNMixin:
