@@ -1,6 +1,8 @@
 """Kernel optimizations: numerics of optimized kernels (heuristics, each action alone, BEAM) against numpy/torch."""
 import json
 import re
+from math import prod
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -142,6 +144,25 @@ def test_lanes_along_the_reduction_are_summed_across_accumulators(rows, cols):
   np.testing.assert_allclose(run_plan(x @ w.T, opts), x.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
   if dev.renderer.vec > 1 and "acc1" in src:  # several vector accumulators: no lane of one is added to another lane
     assert not re.search(r"acc\d+\[\d+\] \+", src)
+
+
+@pytest.mark.parametrize("m,n,k,blocked", [(128, 1152, 6272, True), (1024, 3072, 768, False)])
+def test_rows_past_half_the_shared_cache_are_swept_in_blocks(m, n, k, blocked):
+  """x @ w.T where neither operand's share fits a core's cache: each tile of x's rows sweeps all of w's rows. Past half
+  the shared cache (a weight gradient's 29 MB against 32 MB) the reduce is blocked, so a block of w's rows, at most 2
+  core caches, is swept from the cache; below that it is not (the blocks' partial outputs would cost more)."""
+  ren = CRenderer(16, registers=32)  # AVX-512's vectors, whatever the host's
+  ren.cores, ren.core_cache, ren.shared_cache = 2, 1 << 20, 32 << 20
+  x, w = Tensor.empty(m, k), Tensor.empty(n, k)
+  kern, _ = kernel_of(x @ w.T)
+  opts = hand_coded_optimizations(replace(kern, ast=merge_loops(kern.ast, 16)), ren)
+  block = [o for o in opts if o.op is OptOps.BLOCK]
+  assert bool(block) == blocked, opts
+  if blocked:
+    per_step = prod(o.arg for o in opts if o.op is OptOps.UNROLL)
+    assert 64 <= block[0].arg * per_step and n * block[0].arg * per_step * 4 <= 2 << 20, opts
+    xs, ws = Tensor(_f(m, k)).realize(), Tensor(_f(n, k)).realize()
+    np.testing.assert_allclose(run_plan(xs @ ws.T, opts), xs.numpy() @ ws.numpy().T, rtol=1e-4, atol=1e-2)
 
 
 def test_adjacent_reduce_loops_walked_as_one_merge():

@@ -78,12 +78,13 @@ def _count_kernels(t: Tensor, cache: int = 0) -> int:
 
 
 def test_a_long_matrix_product_is_blocked_for_the_cache():
-  # (64 x 4096) @ (4096 x 96): each output tile would stream 4096 rows of both operands; with a 1 MB core cache the
-  # reduce runs in blocks that fit a quarter of it (partial results, then their sum), after b is copied with its rows
-  # along the reduce. A matrix-vector product, a short reduce and a conv take no second stage
-  a, b = Tensor(_arr((64, 4096))), Tensor(_arr((4096, 96)))
+  # (64 x 32768) @ (32768 x 96): each output tile would stream 32768 rows of both operands (21 MB); with a 1 MB core
+  # cache the reduce runs in blocks whose rows fill it (partial results, then their sum), after b is copied with its
+  # rows along the reduce. A matrix-vector product, a short reduce and a conv take no second stage
+  a, b = Tensor(_arr((64, 32768))), Tensor(_arr((32768, 96)))
   assert _count_kernels(a @ b) == 1
   assert _count_kernels(a @ b, cache=1 << 20) == 3
+  assert _count_kernels(a[:, :4096] @ b[:4096], cache=1 << 20) == 2  # 2.6 MB of rows: the blocks' partials cost more
   np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4, atol=1e-3)
   assert _count_kernels(a[:1] @ b, cache=1 << 20) == 1
   assert _count_kernels(a[:, :512] @ b[:512], cache=1 << 20) == 2
@@ -102,7 +103,7 @@ def test_a_cpu_with_8_lane_vectors_reduces_a_long_product_in_one_stage(monkeypat
   if not is_clang(): pytest.skip("vector lanes are clang's ext_vector_type")
   monkeypatch.setattr(Device["CPU"].renderer, "vec", lanes)
   monkeypatch.setattr(Device["CPU"].renderer, "core_cache", 1 << 20)
-  a, b = Tensor(_arr((64, 4096))).realize(), Tensor(_arr((96, 4096))).realize()
+  a, b = Tensor(_arr((64, 32768))).realize(), Tensor(_arr((96, 32768))).realize()
   key, inputs, _ = k.normalize([(a @ b.T).uop])
   cs = _compile_schedule(key, len(inputs), "CPU")
   assert sum(it.prg.name.startswith("r_") for it in cs.items) == stages, [it.prg.name for it in cs.items]

@@ -73,6 +73,7 @@ class Renderer:
   vector_float_ops: frozenset[Ops] = frozenset()
   cores: int = 1                     # cores a kernel's outer loop is split across
   core_cache: int = 1 << 20          # bytes of one core's own cache (its L2): what a loop may sweep again and again
+  shared_cache: int = 32 << 20       # bytes of the cache the cores share (their L3): what a blocked reduce keeps out of it
   # float dtypes whose EXP2 and LOG2 are written as plain ops before the lanes are expanded
   # (codegen/decomp/transcendental.py), so that they run on vectors: a CPU's libm takes one value per call
   vector_transcendentals: frozenset[DType] = frozenset()

@@ -63,3 +63,9 @@ def cache_sizes() -> dict[int, int]:
 def core_cache_bytes() -> int:
   """Bytes of one core's own cache, its level 2 (1 MiB where the system does not say)."""
   return cache_sizes().get(2, 1 << 20)
+
+
+def shared_cache_bytes() -> int:
+  """Bytes of the cache the cores share, level 3 (32 MiB where the system does not say; a CPU without one: level 2)."""
+  sizes = cache_sizes()
+  return sizes.get(3, sizes.get(2, 32 << 20))

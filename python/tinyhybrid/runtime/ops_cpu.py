@@ -20,7 +20,7 @@ from tinyhybrid.device import Allocator, Compiled, CompiledProgram, ProfileEvent
 from tinyhybrid.helpers import JIT_BATCH_SIZE, NUM_CPU_THREADS, PARALLEL, PROFILE
 from tinyhybrid.renderer import Renderer
 from tinyhybrid.renderer.cstyle import CRenderer, state_bytes
-from tinyhybrid.runtime.host import core_cache_bytes, host_cpu_flags, host_vector_unit
+from tinyhybrid.runtime.host import core_cache_bytes, host_cpu_flags, host_vector_unit, shared_cache_bytes
 from tinyhybrid.runtime.compiler import C_TOOLCHAIN, KERNEL_FN, Toolchain, c_compiler, compile_shared, is_clang, load_kernel
 from tinyhybrid.runtime.hcq import HCQProgram, QueueRunner, accesses, chain_runner_of, fits, host_wait, register, submit, synchronize
 
@@ -106,7 +106,8 @@ class CPUDevice(Compiled):
     register(self.queue)
     self._copy_queue: hcq.CPUQueue | None = None
     self.max_threads = self.queue.num_threads
-    renderer.cores, renderer.core_cache = self.max_threads, core_cache_bytes()  # the loop order of a matmul reads them
+    # the loop order of a matmul reads them
+    renderer.cores, renderer.core_cache, renderer.shared_cache = self.max_threads, core_cache_bytes(), shared_cache_bytes()
     self.shares_host_memory = True
 
   def _build_kernels(self, kernels: list[tuple[str, str]]) -> list[CompiledProgram]:
