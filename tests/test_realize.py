@@ -413,13 +413,16 @@ def test_a_schedule_plan_shares_bytes_among_intermediates_of_other_sizes():
 
 
 def test_a_program_keeps_its_kernel_compressed_and_what_it_loads():
-  # a compiled program holds its kernel as a compressed pickle (the 0.5B LLM's warm-up: 53k nodes, 4 MB at its peak)
-  # and gives back an equal one; what it loads from is read off the kernel once, for a capture's plan
+  # a compiled program shares its kernel's nodes while the engine's cache holds the kernel, and past that keeps it as
+  # a compressed pickle (the 0.5B LLM's warm-up: 53k nodes, 4 MB at its peak) that gives back an equal one; what it
+  # loads from is read off the kernel once, for a capture's plan
   x = np.arange(37, dtype=np.float32)  # a shape no other test uses: the kernel is new
   a = Tensor(x).realize()
   before = set(engine.kernel_cache)
   out = (a * 2.5 + a.max()).realize()
   ((k, prg),) = [v for key, v in engine.kernel_cache.items() if key not in before and v[1].name.startswith("E_")]
+  assert prg._ast is k.ast
+  prg.pack_ast()  # what the cache does when the entry goes (test_leaks: through the cache itself)
   assert isinstance(prg._ast, bytes) and len(prg._ast) < 2000 and prg.ast is k.ast  # (nodes are interned: the same)
   assert prg.reads == frozenset(range(k.outs, len(k.buffers)))
   np.testing.assert_allclose(out.numpy(), x * 2.5 + x.max())
