@@ -189,6 +189,19 @@ def test_known_rewrites_proven():
   assert changed == len(exprs) and not unknown
 
 
+def test_an_index_split_into_axes_and_joined_again_is_the_index():
+  """A flat index unflattened into (.., 3, 3) and flattened again, x//9*9 + x//3%3*3 + x%3, is x (floor division by
+  positive constants nests: x//3//3 is x//9), negative x too, and so with every term scaled; z3 proves each."""
+  x = UOp.variable("x", -50, 4607, W)
+  exprs = [(x // 9) * 9 + ((x // 3) % 3) * 3 + x % 3, (x // 12) * 24 + ((x // 4) % 3) * 8 + (x % 4) * 2,
+           (x // 60) * 60 + ((x // 12) % 5) * 12 + ((x // 4) % 3) * 4 + x % 4]
+  got = [e.simplify() for e in exprs]
+  assert got[0] is x and got[2] is x and got[1] is (x * 2).simplify(), [g.render() for g in got]
+  changed, unknown = prove_all(exprs)
+  assert changed == len(exprs) and not unknown
+  assert ((x // 9) * 9 + ((x // 3) % 3) * 4 + x % 3).simplify() is not x  # coefficients that do not nest stay
+
+
 def test_gated_value_compared_with_its_fallback_proven():
   """gate.where(x, 0) != 0 becomes gate & (x != 0) (tinygrad's valid rules), for a gate and a value of any form."""
   x, y = (UOp.variable(n, -20, 20, W) for n in "xy")

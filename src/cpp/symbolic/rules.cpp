@@ -234,6 +234,20 @@ std::vector<Rule> ordering_rules() {
   return r;
 }
 
+// Whether div is the quotient that goes with mod = a % k: a // k, or x // (c*k) where a is x // c, as floor division
+// by positive constants nests (x // c // k == x // (c*k)): a flat index split into three axes and joined again,
+// x//9*9 + x//3%3*3 + x%3, is x.
+namespace {
+bool quotient_of(const UOp* div, const UOp* mod, i128 k) {
+  if (div->op() != Ops::FLOORDIV) return false;
+  const UOp* a = mod->src(0).get();
+  if (div->src(0).get() == a && div->src(1) == mod->src(1)) return true;
+  if (a->op() != Ops::FLOORDIV || div->src(0) != a->src(0) || k <= 0) return false;
+  const auto c = const_int(a->src(1).get()), d = const_int(div->src(1).get());
+  return c && d && *c > 0 && *d == *c * k;
+}
+}  // namespace
+
 // (a % c)*m + (a // c)*(c*m) -> a*m: the division identity, anywhere in a sum.
 void recombine_divmod(alg::LinearForm& f) {
   for (size_t i = 0; i < f.terms.size(); ++i) {
@@ -243,7 +257,7 @@ void recombine_divmod(alg::LinearForm& f) {
     if (!k) continue;
     for (size_t j = 0; j < f.terms.size(); ++j) {
       const auto [div, dm] = f.terms[j];
-      if (div->op() != Ops::FLOORDIV || div->src(0) != mod->src(0) || div->src(1) != mod->src(1) || dm != m * *k) continue;
+      if (!quotient_of(div, mod, *k) || dm != m * *k) continue;
       f.terms[std::min(i, j)] = {mod->src(0).get(), m};
       f.terms.erase(f.terms.begin() + static_cast<std::ptrdiff_t>(std::max(i, j)));
       i = static_cast<size_t>(-1);  // the merged term may pair again
