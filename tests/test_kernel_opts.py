@@ -257,6 +257,19 @@ def test_beam_search_and_its_cache(tmp_path, monkeypatch):
   _forget_kernels()
 
 
+def test_reshapes_of_a_buffer_index_it_flat():
+  """A buffer's memory is flat, so reshapes of it (through a detach) index it through one reshape: a (4, 60, 3, 3)
+  weight read as (4, 9, 60) leaves no modulo in the kernel (through each reshape in turn: three)."""
+  from tinyhybrid.codegen import to_program
+  from tinyhybrid.schedule.localize import localize
+  w = Tensor(np.arange(4 * 60 * 9, dtype=np.float32).reshape(4, 60, 3, 3)).realize()
+  t = w.detach().reshape(4, 540).reshape(4, 9, 60).permute(0, 2, 1) * 2
+  key, inputs, _ = normalize([t.uop])
+  p = to_program(localize(create_schedule(key, len(inputs)).items[-1])[0], Device["CPU"].renderer)
+  assert "%" not in p.src[p.src.index("void "):], p.src
+  np.testing.assert_allclose(t.numpy(), w.numpy().reshape(4, 9, 60).transpose(0, 2, 1) * 2)
+
+
 def test_dead_lanes_of_a_padded_vector():
   """A row of 14 runs as one vector of 16: the source masks its loads to 14 lanes and stores 8 + 4 + 2 of them."""
   x = Tensor(_f(3, 14)).realize()

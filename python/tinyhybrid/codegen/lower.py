@@ -159,8 +159,19 @@ def _through_movement(x: UOp, u: UOp) -> UOp:
   return UOp(Ops.WHERE, x.dtype, (cond, at(u.src[0], inner.src[2:], _and(_gate(x), cond)), UOp.const(x.dtype, 0)), PAD_MASK)
 
 
+def _reshaped_buffer(x: UOp, u: UOp) -> UOp | None:
+  if len(u.src) != 1 or u.src[0].op not in (Ops.RESHAPE, Ops.DETACH): return None
+  b = u.src[0]
+  while b.op in (Ops.RESHAPE, Ops.DETACH) and len(b.src) == 1: b = b.src[0]
+  return x.replace(src=(u.replace(src=(b,)), *x.src[1:])) if b.op is Ops.BUFFER else None
+
+
 pm_views = PatternMatcher([
   (UPat(Ops.INDEX, src=(UPat(Ops.AFTER, name="u"),), allow_any_len=True, name="x"), lambda x, u: x.replace(src=(u.src[0], *x.src[1:]))),
+  # a buffer's memory is flat: reshapes of it (through detaches) are one reshape. Through each in turn an index would
+  # be split into the inner shape's axes and joined again, divisions that do not always fold (a conv weight
+  # (cout, cin, 3, 3) read as (cout, cin*9) in blocks of 512: (b*512 + r)//9*9 + ...)
+  (UPat(Ops.INDEX, src=(UPat(Ops.RESHAPE, name="u"),), allow_any_len=True, name="x"), _reshaped_buffer),
   (UPat(Ops.INDEX, src=(UPat(GroupOp.Movement, name="u"),), allow_any_len=True, name="x"), _through_movement),
   # two pads in a chain mask once, with both conditions
   (UPat(Ops.WHERE, arg=PAD_MASK, src=(UPat(name="c1"), UPat(Ops.WHERE, arg=PAD_MASK, src=(UPat(name="c2"), UPat(name="v"), UPat())), UPat(name="z"))),
