@@ -378,3 +378,22 @@ def test_realize_keeps_a_reshaped_result():
 
 def test_full_keeps_requires_grad():
   assert Tensor.ones(3, requires_grad=True).requires_grad and Tensor.zeros(2, 2, requires_grad=True).requires_grad
+
+
+@pytest.mark.parametrize("bs,groups,stride,hw", [(1, 1, 1, 7), (3, 1, 1, 7), (2, 2, 2, 13)])
+def test_a_conv_of_few_positions_runs_by_columns(bs, groups, stride, hw):
+  # at most 64 output positions an image (ResNet's 7x7): the windows copied as rows of cin*k values (one kernel), the
+  # product against the weight's rows over every image's positions (one), then, over a batch, its result put in
+  # (bs, cout, h, w) order (one); values and both gradients as torch's
+  x_np, w_np, b_np = _arr((bs, 32 * groups, hw, hw)), _arr((64 * groups, 32, 3, 3)), _arr((64 * groups,))
+  x, w, b = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True), Tensor(b_np)
+  out = x.conv2d(w, b, groups=groups, stride=stride, padding=1)
+  assert _count_kernels(x.conv2d(w, groups=groups, stride=stride, padding=1)) == (2 if bs == 1 else 3)
+  tx, tw = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+  ref = F.conv2d(tx, tw, torch.tensor(b_np), groups=groups, stride=stride, padding=1)
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+  g = _arr(ref.shape)
+  (out * Tensor(g)).sum().backward()
+  (ref * torch.tensor(g)).sum().backward()
+  np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
