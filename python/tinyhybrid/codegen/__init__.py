@@ -1,15 +1,17 @@
 """The code generator: one kernel of a plan (schedule/kernelize.KernelItem in its local form) through its passes, in
-order, to source for a renderer. Every pass is a rewrite of the kernel's UOp graph; VIZ=1 shows each one's steps.
+order, to source for a renderer. Each pass takes the kernel's UOp graph and gives one back: a rule set run by the
+rewrite engine (rules), whose every step VIZ=1 shows, or still a walk (walk), which VIZ shows as one step.
 
-  lower           loops and stores laid out; views to indices (lower.pm_views); values to kernel IR (lower.pm_lower)
-  merge loops     adjacent loops every access walks as one become one (opt.pm_merge_loops)
+  lower           loops and stores laid out (walk); views to indices (rules: lower.pm_views); values to kernel IR
+                  (rules: lower.pm_lower)
+  merge loops     adjacent loops every access walks as one become one (rules: opt.pm_merge_loops)
   choose opts     the heuristics' actions, or BEAM's (search.choose_opts: heuristic.py, gpu.py)
-  apply opts      ranges split into upcast, unrolled, local, grouped and threaded ones; tensor cores (opt.py, tc.py)
-  bytedot         8-bit dot products decomposed where the renderer has none (decomp/op.pm_bytedot)
-  grid            a GPU's output loops to the grid (gpu.pm_fit_grid, gpu.pm_to_grid)
-  transcendental  exp, log, sin... as polynomials where the renderer asks (decomp/transcendental.py)
-  expand          upcast and unrolled lanes to vectors (expand.py)
-  render          the renderer's program order (late/linearizer.linearize), then its source
+  apply opts      ranges split into upcast, unrolled, local, grouped and threaded ones; tensor cores (walk: opt.py, tc.py)
+  bytedot         8-bit dot products decomposed where the renderer has none (rules: decomp/op.pm_bytedot)
+  grid            a GPU's output loops to the grid (rules: gpu.pm_fit_grid, gpu.pm_to_grid)
+  transcendental  exp, log, sin... as polynomials where the renderer asks (rules: decomp/transcendental.py)
+  expand          upcast and unrolled lanes to vectors (walk: expand.py)
+  render          the renderer's program order (walk: late/linearizer.linearize), then its source
 
 tinygrad's names: to_program (every pass), full_rewrite_to_sink (all but the rendering), linearize and line_rewrite
 (the kernel as a list of nodes in program order)."""
