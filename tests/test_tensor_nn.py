@@ -384,8 +384,9 @@ def test_full_keeps_requires_grad():
 def test_a_conv_of_few_positions_runs_by_columns(bs, groups, stride, hw):
   # at most 64 output positions an image (ResNet's 7x7): the windows copied as rows of cin*k values (one kernel), the
   # product against the weight's rows over every image's positions (one), then, over a batch, its result put in
-  # (bs, cout, h, w) order (one); values and both gradients as torch's
-  x_np, w_np, b_np = _arr((bs, 32 * groups, hw, hw)), _arr((64 * groups, 32, 3, 3)), _arr((64 * groups,))
+  # (bs, cout, h, w) order (one); values and both gradients as torch's (over a batch the input's gradient, a conv too,
+  # runs by columns from a copy of its flipped weight)
+  x_np, w_np, b_np = _arr((bs, 64 * groups, hw, hw)), _arr((64 * groups, 64, 3, 3)), _arr((64 * groups,))
   x, w, b = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True), Tensor(b_np)
   out = x.conv2d(w, b, groups=groups, stride=stride, padding=1)
   assert _count_kernels(x.conv2d(w, groups=groups, stride=stride, padding=1)) == (2 if bs == 1 else 3)
