@@ -73,7 +73,7 @@ def test_beam_searches_the_tc_action(monkeypatch):
   from tinyhybrid.codegen.kernel import Opt, OptOps
   from tinyhybrid.codegen.opt import apply_opts
   seen, orig = [], codegen.optimize
-  monkeypatch.setattr(codegen, "optimize", lambda k, dev, ren=None: seen.append(k) or orig(k, dev, ren))
+  monkeypatch.setattr(codegen, "optimize", lambda k, ren=None, choose=None: seen.append(k) or orig(k, ren, choose))
   _matmul(CUDA, 32, 32, 32, dtypes.bfloat16, dtypes.float).realize()
   ren = Device[CUDA].renderer
   acts = search.actions(seen[0].ast, ren)
@@ -255,7 +255,7 @@ def test_emulated_tc_with_unrolled_k_and_more_warps(dev, monkeypatch):
   from tinyhybrid import codegen
   from tinyhybrid.codegen.kernel import KernelParts, Opt, OptOps
   seen, orig = [], codegen.optimize
-  monkeypatch.setattr(codegen, "optimize", lambda k, d, ren=None: seen.append(k) or orig(k, d, ren))
+  monkeypatch.setattr(codegen, "optimize", lambda k, ren=None, choose=None: seen.append(k) or orig(k, ren, choose))
   m, n, k = 64, 32, 64
   _matmul(dev, m, n, k, dtypes.half, dtypes.float).realize()
   p = KernelParts.of(seen[0].ast)

@@ -83,6 +83,17 @@ def test_codegen_renderers_and_engine_load_no_device(path: Path):
   assert not bad, f"{_name(path)} imports the runtime device modules {bad}"
 
 
+# the code generator's search, whose BEAM compiles and times candidates on a device: the one module of codegen and the
+# renderers that needs one (the pass list takes its choice as a function, codegen.Chooser)
+DEVICE_ALLOWED = {"codegen/search.py"}
+
+
+@pytest.mark.parametrize("path", _modules("codegen", "renderer"), ids=_name)
+def test_passes_and_renderers_need_no_device(path: Path):
+  if _name(path) in DEVICE_ALLOWED: assert "tinyhybrid.device" in _imports(path), f"{_name(path)}: drop it from DEVICE_ALLOWED"
+  else: assert "tinyhybrid.device" not in _imports(path), f"{_name(path)} imports the device layer: rendering needs no device"
+
+
 @pytest.mark.parametrize("path", _modules("runtime", "codegen", "renderer", "schedule"), ids=_name)
 def test_nothing_below_the_engine_imports_it(path: Path):
   bad = sorted(m for m in _imports(path) if _under(m, "tinyhybrid.engine"))

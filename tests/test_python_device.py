@@ -61,7 +61,7 @@ def _tc_kernel(m: int, n: int, k: int, opts_after_tc) -> tuple:
   """The 64x32x64 fp16 matmul kernel lowered with TC and then `opts_after_tc(m, n, k ranges)`, and its PYTHON program."""
   seen = []
   orig = codegen.optimize
-  codegen.optimize = lambda kk, d, ren=None: seen.append(kk) or orig(kk, d, ren)
+  codegen.optimize = lambda kk, ren=None, choose=None: seen.append(kk) or orig(kk, ren, choose)
   try: Tensor.empty(m, k, dtype=dtypes.half, device=EMU).matmul(Tensor.empty(k, n, dtype=dtypes.half, device=EMU), dtype=dtypes.float).realize()
   finally: codegen.optimize = orig
   p = KernelParts.of(seen[0].ast)

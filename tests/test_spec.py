@@ -92,8 +92,8 @@ def test_pipeline_catches_a_broken_pass(monkeypatch):
   """A lowering (with its optimizer) that leaves a movement op in the kernel is stopped at the pass boundary, naming
   the pass."""
   real_optimize = codegen.optimize
-  def broken_optimize(k, dev, ren=None):
-    k = real_optimize(k, dev, ren)
+  def broken_optimize(k, ren=None, choose=None):
+    k = real_optimize(k, ren, choose)
     load = next(u for u in k.ast.toposort() if u.op is Ops.LOAD)
     return dataclasses.replace(k, ast=k.ast.substitute({load: UOp(Ops.RESHAPE, load.dtype, (load,), (1,))}))
   monkeypatch.setattr(codegen, "optimize", broken_optimize)

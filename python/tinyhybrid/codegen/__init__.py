@@ -18,7 +18,7 @@ tinygrad's names: to_program (every pass), full_rewrite_to_sink (all but the ren
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from tinyhybrid import viz
 from tinyhybrid.codegen.decomp.op import decompose_bytedot
@@ -39,8 +39,9 @@ from tinyhybrid.uop.ops import UOp
 from tinyhybrid.uop.spec import spec_check
 from tinyhybrid.uop.upat import PatternMatcher, UPat
 
-if TYPE_CHECKING:
-  from tinyhybrid.device import Compiled
+# how a kernel's optimizations are chosen, given it with its loops merged: the heuristics' for the renderer unless one
+# is given; the engine gives BEAM's, which times candidates on a device (search.on_device), so no pass here needs one
+Chooser = Callable[[LoweredKernel], list[Opt]]
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,15 @@ class Program:
   def uops(self) -> list[UOp]: return linearize(self.kernel.ast)
 
 
-def _through_passes(item: KernelItem, ren: Renderer, dev: Compiled | None, opt: bool) -> LoweredKernel:
+def _through_passes(item: KernelItem, ren: Renderer, choose: Chooser | None, opt: bool) -> LoweredKernel:
   k = lowering.lower(item)
-  return optimize(k, dev, ren) if opt else k
+  return optimize(k, ren, choose) if opt else k
 
 
-def to_program(item: KernelItem, renderer: Renderer, dev: Compiled | None = None) -> Program:
-  """The kernel through every pass for this renderer: what a plan compiles. dev, where given, is the device BEAM times
-  candidates on; without one no device is touched."""
-  k = _through_passes(item, renderer, dev, True)
+def to_program(item: KernelItem, renderer: Renderer, choose: Chooser | None = None) -> Program:
+  """The kernel through every pass for this renderer: what a plan compiles. No device is touched, unless `choose`
+  (the heuristics' optimizations when not given) times candidates on one."""
+  k = _through_passes(item, renderer, choose, True)
   spec_check(k.ast, "lowered", "lower")  # SPEC=1: what the passes made is checked before the renderer reads it
   return Program(k.name, renderer.render(k), k)
 
@@ -72,12 +73,11 @@ def full_rewrite_to_sink(item: KernelItem, ren: Renderer, optimize: bool = True)
   return _through_passes(item, ren, None, optimize).ast
 
 
-def optimize(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None = None) -> LoweredKernel:
-  """A lowered kernel through the passes from merging its loops to expanding its lanes, for the renderer (the
-  device's unless given)."""
-  if ren is None and dev is not None: ren = dev.renderer
+def optimize(k: LoweredKernel, ren: Renderer | None = None, choose: Chooser | None = None) -> LoweredKernel:
+  """A lowered kernel through the passes from merging its loops to expanding its lanes, for the renderer (None: the
+  CPU's, one lane)."""
   if not has_variable_loops(k.ast) and not NOOPT.value: k = replace(k, ast=merge_loops(k.ast, max(ren.vec if ren is not None else 1, 1)))
-  return finalize(k, choose_opts(k, dev, ren), ren if ren is not None else 1)
+  return finalize(k, choose(k) if choose is not None else choose_opts(k, None, ren), ren if ren is not None else 1)
 
 
 def finalize(k: LoweredKernel, opts: list[Opt] | tuple[Opt, ...], ren: Renderer | int) -> LoweredKernel:

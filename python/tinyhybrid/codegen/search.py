@@ -9,7 +9,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -52,6 +52,11 @@ def choose_opts(k: LoweredKernel, dev: Compiled | None, ren: Renderer | None) ->
   else: opts = hand_coded_optimizations(k, ren)
   if DEBUG >= 3: print(f"{k.name}: {opts}")
   return opts
+
+
+def on_device(dev: Compiled) -> Callable[[LoweredKernel], list[Opt]]:
+  """choose_opts for the kernels of a device: BEAM, where it is asked for, times candidates on it."""
+  return lambda k: choose_opts(k, dev, dev.renderer)
 
 
 def has_variable_loops(ast: UOp) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tinyhybrid.codegen.custom import lower_custom
 from tinyhybrid.codegen import finalize, optimize
+from tinyhybrid.codegen.search import on_device
 from tinyhybrid.device import Buffer, Device
 from tinyhybrid.engine.realize import CompiledSchedule, ExecItem, Step, kernel_program, run_step
 from tinyhybrid.helpers import DEBUG
@@ -29,7 +30,7 @@ def _compile(sink: UOp, device: str, bufs: list[Buffer]) -> list[tuple[CompiledS
   as_written = isinstance(sink.arg, KernelInfo) and sink.arg.opts_to_apply == ()
   out = []
   for k, order in lower_custom(sink, [(b.dtype, b.size) for b in bufs]):
-    k = finalize(k, [], dev.renderer) if as_written else optimize(k, dev)
+    k = finalize(k, [], dev.renderer) if as_written else optimize(k, dev.renderer, on_device(dev))
     src = dev.renderer.render(k)
     if DEBUG >= 4: print(src)
     prg, slots, threads = kernel_program(dev.compile_many([(k.name, src)])[0], k), list(range(len(order))), k.launch or 1

@@ -19,6 +19,7 @@ from tinyhybrid import viz
 from tinyhybrid.codegen.gpu import Launch
 from tinyhybrid.codegen.lower import LoweredKernel
 from tinyhybrid.codegen import to_program
+from tinyhybrid.codegen.search import on_device
 from tinyhybrid.codegen.validate import check_kernel
 from tinyhybrid.device import Buffer, CompiledProgram, Device, Runner, device_base
 from tinyhybrid.dtype import dtypes
@@ -155,7 +156,7 @@ def _compile_schedule(key: UOp, n_inputs: int, device: str, variables: tuple[UOp
       fresh[ck] = (same[0], same[1].src)
       continue
     with viz.group("kernel") as vg:
-      program = to_program(local, dev.renderer, dev)  # dev: BEAM times candidates on it
+      program = to_program(local, dev.renderer, on_device(dev))
       k, src = program.kernel, program.src
       vg.name, vg.text = k.name, src
     if DEBUG >= 4: print(src)
