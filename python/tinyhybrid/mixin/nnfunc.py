@@ -131,20 +131,18 @@ def _by_columns(o_: tuple, k_: tuple, cin: int, rcout: int) -> bool:
   return prod(k_) > 1 and prod(o_) <= COLUMNS_MAX_POSITIONS and cin * prod(k_) >= COLUMNS_MIN_ROW and rcout >= COLUMNS_MIN_ROW // 4
 
 
-def _conv_by_columns(inp: Tensor, windows: Tensor, weight: Tensor, bias: Tensor | None, groups: int, s_: tuple[int, ...],
-                     d_: tuple[int, ...], pads: Pads, dtype: Any) -> Tensor:
-  """The conv of inp as x @ w.T: the windows (bs, groups*cin, *o, *k) copied as rows of cin*k values, one per output
-  position of every image, against the weight's rows (cout, cin*k), both read along the reduce. Over a batch the
-  product's columns are every image's positions (bs*O), so each weight row is read once for all of them; its result
-  is then put in (bs, cout, *o) order by the kernel that reads it."""
-  nd, bs, (cout, cin), k_, o_ = len(s_), inp.shape[0], weight.shape[:2], weight.shape[2:], windows.shape[2:2 + len(s_)]
+def _conv_by_columns(windows: Tensor, weight: Tensor, groups: int, dtype: Any) -> Tensor:
+  """A conv as x @ w.T: the windows (bs, groups*cin, *o, *k) copied as rows of cin*k values, one per output position of
+  every image, against the weight's rows (cout, cin*k), both read along the reduce. Over a batch the product's columns
+  are every image's positions (bs*O), so each weight row is read once for all of them; its result is then put in
+  (bs, cout, *o) order by the kernel that reads it."""
+  nd, bs, (cout, cin), k_ = weight.ndim - 2, windows.shape[0], weight.shape[:2], weight.shape[2:]
+  o_ = windows.shape[2:2 + nd]
   O, n, rcout = prod(o_), cin * prod(k_), cout // groups
   cols = windows.reshape(bs, groups, cin, O, prod(k_)).permute(1, 0, 3, 2, 4).contiguous().reshape(groups, 1, bs * O, n)
   ret = (cols * weight.reshape(groups, rcout, 1, n)).sum(3, dtype=dtype)  # (groups, rcout, bs*O)
   if bs > 1: ret = ret.contiguous()  # in the product's own order: read through the permute, the loops would follow it
-  ret = ret.reshape(cout, bs, *o_).permute(1, 0, *range(2, 2 + nd))
-  if inp.uop is not weight.uop: ret = with_gradient(ret, (inp, weight), _conv_grad, groups, s_, d_, pads)
-  return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
+  return ret.reshape(cout, bs, *o_).permute(1, 0, *range(2, 2 + nd))
 
 
 def _deinterleaved(x: Tensor, s: int) -> Tensor:
@@ -282,13 +280,13 @@ class NNMixin:
     x = x._pool(k_, s_, d_)   # (bs, cin_x, *o, *k)
     o_, rcout = x.shape[2:2 + nd], cout // groups
     if columns and all(isinstance(n, int) for n in x.shape) and _by_columns(o_, k_, cin, rcout):
-      return _conv_by_columns(self, x, weight, bias, groups, s_, d_, pads, dtype)
-    # (bs, groups, cin, 1, *o, *k) -> broadcast over rcout -> (bs, groups, rcout, *o, cin, *k)
-    x = x.reshape(bs, groups, cin, 1, *o_, *k_).expand(bs, groups, cin, rcout, *o_, *k_)
-    x = x.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))
-    w = weight.reshape(1, groups, rcout, *[1] * nd, cin, *k_)
-    red = tuple(range(3 + nd, 4 + 2 * nd))
-    ret = (x * w).sum(red, dtype=dtype).reshape(bs, cout, *o_)
+      ret = _conv_by_columns(x, weight, groups, dtype)
+    else:
+      # (bs, groups, cin, 1, *o, *k) -> broadcast over rcout -> (bs, groups, rcout, *o, cin, *k)
+      x = x.reshape(bs, groups, cin, 1, *o_, *k_).expand(bs, groups, cin, rcout, *o_, *k_)
+      x = x.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))
+      w = weight.reshape(1, groups, rcout, *[1] * nd, cin, *k_)
+      ret = (x * w).sum(tuple(range(3 + nd, 4 + 2 * nd)), dtype=dtype).reshape(bs, cout, *o_)
     if self.uop is not weight.uop: ret = with_gradient(ret, (self, weight), _conv_grad, groups, s_, d_, pads)
     return ret if bias is None else ret + bias.reshape(1, cout, *[1] * nd)
 
