@@ -310,9 +310,10 @@ def _split_for_cache(ctx: Seen, u: UOp) -> UOp | None:
   in partial results as the operands hold or fewer. Weight gradients at batch 8 on 2 Zen 4 cores (1 MB L2), each
   operand copied along the reduce: blocks filling a quarter of the cache, with partials up to the operands' size,
   took 15.7, 13.8, 10.5, 3.8, 4.0 and 12.4 ms (1x1 256->128 at 56x56, 1x1 512->256 at 28x28, 3x3 64 at 56x56, 1x1
-  64->256 and 256->64 at 56x56, the 7x7 stem); these blocks 6.4, 5.8, 9.0, 3.3, 4.0 and 10.5. A transformer's products (K no longer than M or N) keep one
-  stage: their tiles' rows fit the cache, and partial results would only add traffic. A conv, which reads its
-  input through overlapping windows, is no such product: its loops reuse each value from the cache already."""
+  64->256 and 256->64 at 56x56, the 7x7 stem); these blocks 6.4, 5.8, 9.0, 3.3, 4.0 and 10.5. A transformer's products
+  (K no longer than M or N) keep one stage: their tiles' rows fit the cache, and partial results would only add traffic.
+  A conv, which reads its input through overlapping windows, is no such product: its loops reuse each value from the
+  cache already."""
   if not ctx.visit(u) or u.arg[0] is not Ops.ADD or not concrete(shape := shape_of(u.src[0])) or not concrete(out := shape_of(u)): return None
   if _one_hot_axes(u.src[0], shape) & set(u.arg[1]): return None  # type: ignore[arg-type]  # a gather: one load per output once lowered
   if (outputs := prod(out)) == 0 or (k := prod(shape) // outputs) < SPLIT_FOR_CACHE_MIN: return None  # type: ignore[arg-type]
